@@ -6,7 +6,9 @@
 namespace stagger::format {
 
 Status ValidateName(std::string_view what, std::string_view name) {
-  bool ok = !name.empty() && name.size() <= kMaxNameLength;
+  // "." and ".." match the pattern but would name directories on disk.
+  bool ok = !name.empty() && name.size() <= kMaxNameLength && name != "." &&
+            name != "..";
   for (char c : name) {
     if (!ok) break;
     ok = (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') ||
@@ -16,7 +18,7 @@ Status ValidateName(std::string_view what, std::string_view name) {
     std::string shown(name.substr(0, 160));
     return absl::InvalidArgumentError(absl::StrCat(
         "invalid ", AsAbsl(what), " name '", shown,
-        "': must match [A-Za-z0-9._-]{1,128}"));
+        "': must match [A-Za-z0-9._-]{1,128} and not be . or .."));
   }
   return absl::OkStatus();
 }

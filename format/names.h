@@ -15,7 +15,8 @@ inline constexpr size_t kMaxNameLength = 128;
 inline constexpr size_t kMaxRank = 16;                    // dimensions
 inline constexpr uint64_t kMaxTensorBytes = 1ull << 40;   // 1 TiB
 
-// OK when `name` matches [A-Za-z0-9._-]{1,128}; INVALID_ARGUMENT naming the
+// OK when `name` matches [A-Za-z0-9._-]{1,128} and is not "." or ".."
+// (names become directory names on servers); INVALID_ARGUMENT naming the
 // `what` ("job", "tensor") and the offending text otherwise.
 Status ValidateName(std::string_view what, std::string_view name);
 

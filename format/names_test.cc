@@ -12,7 +12,8 @@ TEST(NamesTest, ValidateName) {
   EXPECT_TRUE(ValidateName("job", std::string(128, 'a')).ok());
   for (std::string bad : {std::string(), std::string(129, 'a'),
                           std::string("a/b"), std::string("a b"),
-                          std::string("..\n"), std::string("x\0y", 3)}) {
+                          std::string("..\n"), std::string("x\0y", 3),
+                          std::string("."), std::string("..")}) {
     Status s = ValidateName("job", bad);
     EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << bad;
     EXPECT_NE(s.message().find("invalid job name"), std::string::npos);

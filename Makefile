@@ -1,0 +1,41 @@
+# stagger: two commands on a fresh Debian 12 machine, as root:
+#   make demo   # install what is missing, build, run the main job
+#   make test   # the test suite
+BUILD_DIR ?= build
+JOBS ?= 2
+PYTHON ?= /usr/bin/python3
+BUILD_TYPE ?= RelWithDebInfo
+
+# UCX on one host: shared memory plus tcp (tcp carries connection set-up).
+export UCX_TLS ?= sm,tcp
+export UCX_WARN_UNUSED_ENV_VARS ?= n
+
+.PHONY: all deps configure build demo test test-cpp test-python clean
+
+all: build
+
+deps:
+	@bash scripts/install-deps.sh
+
+configure: deps
+	@cmake -S . -B $(BUILD_DIR) -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) \
+	  -DPython3_EXECUTABLE=$(PYTHON) > $(BUILD_DIR).configure.log 2>&1 \
+	  || (cat $(BUILD_DIR).configure.log; exit 1)
+
+build: configure
+	cmake --build $(BUILD_DIR) -j$(JOBS)
+
+demo: build
+	$(BUILD_DIR)/bin/stagger demo
+
+test: build test-cpp test-python
+
+test-cpp:
+	cd $(BUILD_DIR) && ctest --output-on-failure -j$(JOBS) --timeout 300
+
+test-python:
+	PYTHONPATH=$(BUILD_DIR)/python STAGGER_BIN_DIR=$(CURDIR)/$(BUILD_DIR)/bin \
+	  $(PYTHON) -m pytest -q tests/python
+
+clean:
+	rm -rf $(BUILD_DIR) $(BUILD_DIR).configure.log

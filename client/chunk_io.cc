@@ -1,0 +1,133 @@
+#include "client/chunk_io.h"
+
+#include "absl/strings/str_cat.h"
+#include "client/internal/window.h"
+#include "format/crc32c.h"
+#include "format/data_plane.h"
+
+namespace stagger::client {
+namespace {
+
+using client_internal::Window;
+using format::DataOp;
+
+}  // namespace
+
+ChunkIo::ChunkIo(ServerSet* servers, qos::Executor* executor, std::string job,
+                 format::Codec codec, format::EncodeOptions encode,
+                 size_t max_inflight)
+    : servers_(servers),
+      executor_(executor),
+      job_(std::move(job)),
+      codec_(codec),
+      encode_(encode),
+      max_inflight_(max_inflight) {}
+
+Status ChunkIo::PutChunks(const std::vector<PutSpan>& spans,
+                          PutStats* stats) {
+  Window window(max_inflight_);
+  for (const PutSpan& span : spans) {
+    if (!window.Acquire()) break;
+    executor_->Submit([this, span, stats, &window] {
+      auto payload = std::make_shared<std::string>();
+      auto codec = format::Encode(codec_, std::string_view(span.data, span.len),
+                                  payload.get(), encode_);
+      if (!codec.ok()) {
+        window.Release(codec.status());
+        return;
+      }
+      format::PutChunkRequest req;
+      req.job = job_;
+      req.record.codec = *codec;
+      req.record.chunk_id = format::ChunkId::Of(span.data, span.len);
+      req.record.raw_length = span.len;
+      req.record.encoded_length = payload->size();
+      req.record.payload_crc32c =
+          format::Crc32c(payload->data(), payload->size());
+      span.ref->set_id(req.record.chunk_id.ToBytes());
+      span.ref->set_raw_length(span.len);
+      span.ref->set_codec(static_cast<uint32_t>(*codec));
+      span.ref->set_stored_length(payload->size());
+      ServerConn& server = servers_->ForChunk(req.record.chunk_id);
+      std::string what = absl::StrCat("put chunk ", req.record.chunk_id.ToHex(),
+                                      " to server ", server.address);
+      stats->bytes_raw += span.len;
+      stats->bytes_shipped += payload->size();
+      ++stats->chunks;
+      server.data->Call(
+          static_cast<uint16_t>(DataOp::kPutChunk),
+          format::EncodePutChunk(req), *payload,
+          [payload, what, &window](Result<transport::Message> reply) {
+            Status s = reply.status();
+            if (s.ok()) {
+              auto r = format::DecodeReply(reply->header);
+              s = r.ok() ? r->status : r.status();
+            }
+            window.Release(WithContext(s, what));
+          });
+    });
+  }
+  return window.Drain();
+}
+
+Status ChunkIo::Fetch(
+    const std::vector<FetchItem>& items,
+    const std::function<void(size_t, const Status&)>& on_result) {
+  for (const FetchItem& item : items) {
+    STAGGER_RETURN_IF_ERROR(format::ChunkId::FromBytes(item.ref->id()).status());
+  }
+  Window window(max_inflight_, /*stop_on_error=*/!on_result);
+  for (size_t i = 0; i < items.size(); ++i) {
+    const FetchItem& item = items[i];
+    auto id = format::ChunkId::FromBytes(item.ref->id());
+    if (!window.Acquire()) break;
+    ServerConn& server = servers_->ForChunk(*id);
+    std::string what =
+        absl::StrCat("chunk ", id->ToHex(), " from server ", server.address);
+    auto finish = [&window, &on_result, i, what](const Status& s) {
+      Status full = WithContext(s, what);
+      if (on_result) on_result(i, full);
+      window.Release(full);
+    };
+    server.data->Call(
+        static_cast<uint16_t>(DataOp::kGetChunk),
+        format::EncodeGetChunk({job_, *id}), std::string_view(),
+        [this, item, id = *id, finish](Result<transport::Message> reply) {
+          if (!reply.ok()) {
+            finish(reply.status());
+            return;
+          }
+          // Decoding is CPU work: move it off the progress thread.
+          auto msg = std::make_shared<transport::Message>(std::move(*reply));
+          executor_->Submit([item, id, msg, finish] {
+            auto r = format::DecodeReply(msg->header);
+            Status s = r.ok() ? r->status : r.status();
+            if (s.ok() && !r->has_record) {
+              s = absl::DataLossError("reply carries no record header");
+            }
+            if (s.ok()) s = format::VerifyPayload(r->record, msg->payload.view());
+            if (s.ok() && (r->record.chunk_id != id ||
+                           r->record.raw_length != item.ref->raw_length())) {
+              s = absl::DataLossError("server returned a different chunk");
+            }
+            std::string scratch;
+            char* dest = item.dest;
+            if (s.ok() && dest == nullptr) {
+              scratch.resize(r->record.raw_length);
+              dest = scratch.data();
+            }
+            if (s.ok()) {
+              s = format::Decode(r->record.codec, msg->payload.view(), dest,
+                                 r->record.raw_length);
+            }
+            if (s.ok() && format::ChunkId::Of(dest, r->record.raw_length) != id) {
+              s = absl::DataLossError("decoded bytes do not match chunk id");
+            }
+            finish(s);
+          });
+        });
+  }
+  return window.Drain();
+}
+
+}  // namespace stagger::client

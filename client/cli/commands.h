@@ -1,0 +1,46 @@
+// The `stagger` CLI's subcommands. Each returns the process exit code and
+// prints its own errors ("stagger <cmd>: CODE: message") to stderr.
+#ifndef STAGGER_CLIENT_CLI_COMMANDS_H_
+#define STAGGER_CLIENT_CLI_COMMANDS_H_
+
+#include <cstdint>
+#include <string>
+
+#include "stagger/status.h"
+
+namespace stagger::client {
+
+// Parses "latest" or a step number >= 0 (kLatest for "latest").
+Result<int64_t> ParseStep(const std::string& text);
+
+// Prints `s` as "stagger <cmd>: CODE: message" and returns 1.
+int Fail(const std::string& cmd, const Status& s);
+
+struct LsArgs {
+  std::string server, job;
+  bool json = false;
+};
+int RunLs(const LsArgs& a);
+
+struct RestoreArgs {
+  std::string server, job, step = "latest", out;
+};
+int RunRestore(const RestoreArgs& a);
+
+struct VerifyArgs {
+  std::string server, job, step = "latest";
+};
+int RunVerify(const VerifyArgs& a);
+
+struct DemoArgs {
+  std::string servers;       // empty: embedded in a temporary directory
+  uint32_t ranks = 4;
+  int steps = 3;
+  uint64_t mib_per_rank = 16;
+  std::string job = "demo";
+};
+int RunDemo(const DemoArgs& a);
+
+}  // namespace stagger::client
+
+#endif  // STAGGER_CLIENT_CLI_COMMANDS_H_

@@ -1,0 +1,91 @@
+#include <cstdio>
+#include <ctime>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "client/checkpointer_impl.h"
+#include "client/cli/commands.h"
+#include "client/cli/session.h"
+#include "client/control.h"
+
+namespace stagger::client {
+
+Result<int64_t> ParseStep(const std::string& text) {
+  if (text == "latest") return kLatest;
+  int64_t v = 0;
+  if (text.empty() || text.size() > 18 ||
+      text.find_first_not_of("0123456789") != std::string::npos) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "step must be 'latest' or a number >= 0, got '", text, "'"));
+  }
+  for (char c : text) v = v * 10 + (c - '0');
+  return v;
+}
+
+int Fail(const std::string& cmd, const Status& s) {
+  fprintf(stderr, "stagger %s: %s: %s\n", cmd.c_str(),
+          absl::StatusCodeToString(s.code()).c_str(),
+          std::string(s.message()).c_str());
+  return 1;
+}
+
+Result<Session> OpenSession(const std::string& servers) {
+  Session s;
+  STAGGER_ASSIGN_OR_RETURN(s.transport, SharedUcxTransport());
+  STAGGER_ASSIGN_OR_RETURN(s.servers,
+                           ServerSet::Connect(servers, s.transport.get(), 60));
+  s.executor = std::make_unique<qos::Executor>(2);
+  return s;
+}
+
+namespace {
+
+std::string Time(int64_t unix_ms) {
+  if (unix_ms == 0) return "-";
+  time_t t = unix_ms / 1000;
+  struct tm tm;
+  gmtime_r(&t, &tm);
+  char buf[32];
+  strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
+}
+
+}  // namespace
+
+int RunLs(const LsArgs& a) {
+  auto session = OpenSession(a.server);
+  if (!session.ok()) return Fail("ls", session.status());
+  auto steps = ListSteps(*session->servers, a.job, /*include_partial=*/true);
+  if (!steps.ok()) return Fail("ls", steps.status());
+  if (a.json) {
+    std::vector<std::string> rows;
+    for (const pb::StepInfo& s : *steps) {
+      rows.push_back(absl::StrCat(
+          "{\"step\":", s.step(), ",\"state\":\"",
+          s.complete() ? "complete" : "partial", "\",\"world_size\":",
+          s.world_size(), ",\"ranks_committed\":", s.committed_ranks_size(),
+          ",\"raw_bytes\":", s.raw_bytes(), ",\"stored_bytes\":",
+          s.stored_bytes(), ",\"created\":\"", Time(s.created_unix_ms()),
+          "\"}"));
+    }
+    printf("{\"job\":\"%s\",\"steps\":[%s]}\n", a.job.c_str(),
+           absl::StrJoin(rows, ",").c_str());
+    return 0;
+  }
+  printf("%-10s %-9s %-7s %14s %14s  %s\n", "STEP", "STATE", "RANKS",
+         "RAW_BYTES", "STORED_BYTES", "CREATED");
+  for (const pb::StepInfo& s : *steps) {
+    std::string ranks =
+        absl::StrCat(s.committed_ranks_size(), "/", s.world_size());
+    printf("%-10lld %-9s %-7s %14llu %14llu  %s\n",
+           static_cast<long long>(s.step()),
+           s.complete() ? "complete" : "partial", ranks.c_str(),
+           static_cast<unsigned long long>(s.raw_bytes()),
+           static_cast<unsigned long long>(s.stored_bytes()),
+           Time(s.created_unix_ms()).c_str());
+  }
+  if (steps->empty()) fprintf(stderr, "job '%s' has no steps\n", a.job.c_str());
+  return 0;
+}
+
+}  // namespace stagger::client

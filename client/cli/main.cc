@@ -1,0 +1,64 @@
+// stagger: the operator's CLI.
+//   stagger [--server HOST:PORT] ls --job J [--json]
+//   stagger [--server HOST:PORT] restore --job J --step latest|N --out DIR
+//   stagger [--server HOST:PORT] verify --job J --step latest|N
+//   stagger demo [--servers HOST:PORT[,...]]
+#include <CLI/CLI.hpp>
+
+#include "client/cli/commands.h"
+
+int main(int argc, char** argv) {
+  using namespace stagger::client;
+  CLI::App app{"stagger: checkpoints for deep-learning training"};
+  app.require_subcommand(1);
+  std::string server = "127.0.0.1:7700";
+  app.add_option("--server", server, "stagger-server gRPC HOST:PORT")
+      ->capture_default_str();
+
+  LsArgs ls;
+  auto* ls_cmd = app.add_subcommand("ls", "list the steps of a job");
+  ls_cmd->add_option("--job", ls.job, "job name")->required();
+  ls_cmd->add_flag("--json", ls.json, "print JSON");
+
+  RestoreArgs restore;
+  auto* restore_cmd = app.add_subcommand(
+      "restore", "write a step as one safetensors file per rank");
+  restore_cmd->add_option("--job", restore.job, "job name")->required();
+  restore_cmd->add_option("--step", restore.step, "latest or a step number")
+      ->capture_default_str();
+  restore_cmd->add_option("--out", restore.out, "output directory")
+      ->required();
+
+  VerifyArgs verify;
+  auto* verify_cmd = app.add_subcommand(
+      "verify", "read every chunk of a step and check every checksum");
+  verify_cmd->add_option("--job", verify.job, "job name")->required();
+  verify_cmd->add_option("--step", verify.step, "latest or a step number")
+      ->capture_default_str();
+
+  DemoArgs demo;
+  auto* demo_cmd = app.add_subcommand(
+      "demo", "save, restore and verify simulated training state");
+  demo_cmd->add_option("--servers", demo.servers,
+                       "HOST:PORT[,...] of running servers (default: an "
+                       "embedded server in a temporary directory)");
+  demo_cmd->add_option("--ranks", demo.ranks, "simulated ranks")
+      ->check(CLI::Range(1, 64))
+      ->capture_default_str();
+  demo_cmd->add_option("--steps", demo.steps, "steps to save")
+      ->check(CLI::Range(1, 1000))
+      ->capture_default_str();
+  demo_cmd->add_option("--mib-per-rank", demo.mib_per_rank,
+                       "state per rank in MiB")
+      ->check(CLI::Range(1, 65536))
+      ->capture_default_str();
+  demo_cmd->add_option("--job", demo.job, "job name")->capture_default_str();
+
+  CLI11_PARSE(app, argc, argv);
+  ls.server = restore.server = verify.server = server;
+  if (*ls_cmd) return RunLs(ls);
+  if (*restore_cmd) return RunRestore(restore);
+  if (*verify_cmd) return RunVerify(verify);
+  if (*demo_cmd) return RunDemo(demo);
+  return 1;
+}

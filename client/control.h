@@ -1,0 +1,35 @@
+// Control-plane calls the client and the CLI make, on top of ServerSet:
+// each goes to the job's coordinator, with the set's deadline, and returns
+// the server's status code and message unchanged (plus which server).
+#ifndef STAGGER_CLIENT_CONTROL_H_
+#define STAGGER_CLIENT_CONTROL_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "client/server_set.h"
+#include "format/manifest.pb.h"
+#include "proto/stagger.pb.h"
+
+namespace stagger::client {
+
+inline constexpr int64_t kLatest = -1;
+
+// Step `step` (or the newest complete one for kLatest) with the manifests of
+// `ranks`, or of every committed rank when `all_ranks`. Every manifest is
+// validated before it is returned (DATA_LOSS otherwise).
+Result<pb::GetStepReply> GetStep(ServerSet& servers, const std::string& job,
+                                 int64_t step, bool all_ranks,
+                                 const std::vector<uint32_t>& ranks);
+
+Result<pb::StepInfo> CommitShard(ServerSet& servers,
+                                 const pb::ShardManifest& manifest);
+
+Result<std::vector<pb::StepInfo>> ListSteps(ServerSet& servers,
+                                            const std::string& job,
+                                            bool include_partial);
+
+}  // namespace stagger::client
+
+#endif  // STAGGER_CLIENT_CONTROL_H_

@@ -1,0 +1,228 @@
+// The Python binding: stagger._stagger, re-exported by stagger/__init__.py.
+//
+//   ck = stagger.Checkpointer(servers="embedded:/tmp/c", job="j", rank=0,
+//                             world_size=1)
+//   h = ck.save({"w": numpy_array}, step=5); h.wait(); h.stats()
+//   ck.load({"w": out_array}, step="latest")  -> step loaded
+//   ck.steps()                                -> [complete steps]
+//
+// Arrays travel through the buffer protocol without a copy; they must be
+// C-contiguous (and writable for load). A bad status raises stagger.Error
+// with .code (e.g. "NOT_FOUND") and the status message.
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "stagger/checkpointer.h"
+
+namespace py = pybind11;
+
+namespace stagger {
+namespace {
+
+py::object& ErrorType() {
+  static py::object* type = new py::object();
+  return *type;
+}
+
+[[noreturn]] void Raise(const Status& s) {
+  std::string code = absl::StatusCodeToString(s.code());
+  py::object e =
+      ErrorType()(absl::StrCat(code, ": ", std::string(s.message())));
+  e.attr("code") = code;
+  PyErr_SetObject(ErrorType().ptr(), e.ptr());
+  throw py::error_already_set();
+}
+
+template <typename T>
+T Check(Result<T> r) {
+  if (!r.ok()) Raise(r.status());
+  return std::move(*r);
+}
+void Check(const Status& s) {
+  if (!s.ok()) Raise(s);
+}
+
+// Maps a buffer's struct format and item size to a stagger dtype.
+Result<std::string> DtypeOf(const py::buffer_info& b, const std::string& name) {
+  std::string f = b.format;
+  if (!f.empty() && (f[0] == '<' || f[0] == '=' || f[0] == '@')) f = f.substr(1);
+  if (f == "f" && b.itemsize == 4) return std::string("F32");
+  if (f == "d" && b.itemsize == 8) return std::string("F64");
+  if (f == "e" && b.itemsize == 2) return std::string("F16");
+  if (f == "?" && b.itemsize == 1) return std::string("BOOL");
+  static const char* kSigned[] = {nullptr, "I8", "I16", nullptr, "I32",
+                                  nullptr, nullptr, nullptr, "I64"};
+  static const char* kUnsigned[] = {nullptr, "U8", "U16", nullptr, "U32",
+                                    nullptr, nullptr, nullptr, "U64"};
+  if (f.size() == 1 && b.itemsize <= 8) {
+    if (std::string("bhilq").find(f[0]) != std::string::npos &&
+        kSigned[b.itemsize]) {
+      return std::string(kSigned[b.itemsize]);
+    }
+    if (std::string("BHILQ").find(f[0]) != std::string::npos &&
+        kUnsigned[b.itemsize]) {
+      return std::string(kUnsigned[b.itemsize]);
+    }
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      "tensor '", name, "' has an unsupported element format '", b.format,
+      "' (itemsize ", b.itemsize, ")"));
+}
+
+// Registers every entry of `tensors` ({name: buffer}); keeps the buffers in
+// `held` while the Checkpointer uses them.
+void RegisterAll(Checkpointer& ck, const py::dict& tensors, bool writable,
+                 const py::dict& dtypes, std::vector<py::buffer_info>* held) {
+  ck.ClearRegistrations();
+  for (auto item : tensors) {
+    std::string name = py::str(item.first);
+    py::buffer buf = py::reinterpret_borrow<py::object>(item.second);
+    py::buffer_info info = buf.request(writable);
+    // C-contiguity check: strides must be those of a row-major array.
+    py::ssize_t expect = info.itemsize;
+    for (py::ssize_t d = info.ndim - 1; d >= 0; --d) {
+      if (info.shape[d] > 1 && info.strides[d] != expect) {
+        Raise(absl::InvalidArgumentError(
+            absl::StrCat("tensor '", name, "' is not C-contiguous")));
+      }
+      expect *= info.shape[d];
+    }
+    TensorSpec spec;
+    spec.name = name;
+    if (dtypes.contains(item.first)) {
+      spec.dtype = py::str(dtypes[item.first]);
+    } else {
+      spec.dtype = Check(DtypeOf(info, name));
+    }
+    spec.shape.assign(info.shape.begin(), info.shape.end());
+    spec.data = info.ptr;
+    Check(ck.Register(spec));
+    held->push_back(std::move(info));
+  }
+}
+
+int64_t ParseStep(const py::object& step) {
+  if (py::isinstance<py::str>(step)) {
+    if (step.cast<std::string>() == "latest") return kLatestStep;
+    Raise(absl::InvalidArgumentError(
+        "step must be an int >= 0 or \"latest\""));
+  }
+  int64_t s = step.cast<int64_t>();
+  if (s < 0) {
+    Raise(absl::InvalidArgumentError(
+        absl::StrCat("step must be >= 0, got ", s)));
+  }
+  return s;
+}
+
+struct PySaveHandle {
+  SaveHandle handle;
+  std::shared_ptr<std::vector<py::buffer_info>> held;
+};
+
+}  // namespace
+}  // namespace stagger
+
+PYBIND11_MODULE(_stagger, m) {
+  using namespace stagger;
+  m.doc() = "stagger: checkpoints for deep-learning training";
+  ErrorType() = py::reinterpret_steal<py::object>(
+      PyErr_NewException("stagger.Error", PyExc_RuntimeError, nullptr));
+  m.attr("Error") = ErrorType();
+
+  py::class_<PySaveHandle>(m, "SaveHandle")
+      .def("wait",
+           [](PySaveHandle& h) {
+             Status s;
+             {
+               py::gil_scoped_release release;
+               s = h.handle.Wait();
+             }
+             Check(s);
+           })
+      .def("done", [](PySaveHandle& h) { return h.handle.Done(); })
+      .def_property_readonly("step",
+                             [](PySaveHandle& h) { return h.handle.step(); })
+      .def("stats", [](PySaveHandle& h) {
+        SaveStats s = h.handle.stats();
+        py::dict d;
+        d["stall_s"] = s.stall_s;
+        d["durable_s"] = s.durable_s;
+        d["bytes_raw"] = s.bytes_raw;
+        d["bytes_shipped"] = s.bytes_shipped;
+        d["chunks"] = s.chunks;
+        return d;
+      });
+
+  py::class_<Checkpointer>(m, "Checkpointer")
+      .def(py::init([](const std::string& servers, const std::string& job,
+                       uint32_t rank, uint32_t world_size, uint64_t chunk_size,
+                       const std::string& codec) {
+             CheckpointerOptions o;
+             o.servers = servers;
+             o.job = job;
+             o.rank = rank;
+             o.world_size = world_size;
+             o.chunk_size = chunk_size;
+             o.codec = codec;
+             Result<std::unique_ptr<Checkpointer>> ck;
+             {
+               py::gil_scoped_release release;
+               ck = Checkpointer::Open(o);
+             }
+             return Check(std::move(ck));
+           }),
+           py::arg("servers"), py::arg("job"), py::arg("rank") = 0,
+           py::arg("world_size") = 1, py::arg("chunk_size") = 4u << 20,
+           py::arg("codec") = "zstd")
+      .def(
+          "save",
+          [](Checkpointer& ck, const py::dict& tensors, int64_t step,
+             const py::dict& dtypes) {
+            auto held = std::make_shared<std::vector<py::buffer_info>>();
+            RegisterAll(ck, tensors, false, dtypes, held.get());
+            Result<SaveHandle> h = absl::UnknownError("unset");
+            {
+              py::gil_scoped_release release;
+              h = ck.Save(step);
+            }
+            ck.ClearRegistrations();
+            return PySaveHandle{Check(std::move(h)), held};
+          },
+          py::arg("tensors"), py::arg("step"), py::arg("dtypes") = py::dict())
+      .def(
+          "load",
+          [](Checkpointer& ck, const py::dict& tensors, const py::object& step,
+             const py::dict& dtypes) {
+            int64_t s = ParseStep(step);
+            std::vector<py::buffer_info> held;
+            RegisterAll(ck, tensors, true, dtypes, &held);
+            Result<int64_t> r = absl::UnknownError("unset");
+            {
+              py::gil_scoped_release release;
+              r = ck.Load(s);
+            }
+            ck.ClearRegistrations();
+            return Check(std::move(r));
+          },
+          py::arg("tensors"), py::arg("step") = "latest",
+          py::arg("dtypes") = py::dict())
+      .def(
+          "steps",
+          [](Checkpointer& ck, bool include_partial) {
+            Result<std::vector<StepSummary>> r = absl::UnknownError("unset");
+            {
+              py::gil_scoped_release release;
+              r = ck.Steps(include_partial);
+            }
+            std::vector<int64_t> out;
+            for (const StepSummary& s : Check(std::move(r))) {
+              out.push_back(s.step);
+            }
+            return out;
+          },
+          py::arg("include_partial") = false);
+}

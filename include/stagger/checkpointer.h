@@ -1,0 +1,94 @@
+// stagger::Checkpointer: save the registered tensors of one rank as step N
+// of a job, and load them back.
+//
+//   stagger::CheckpointerOptions o;
+//   o.servers = "embedded:/tmp/ckpt"; o.job = "run1"; o.rank = r;
+//   o.world_size = n;
+//   auto ck = stagger::Checkpointer::Open(o);           // Result<...>
+//   (*ck)->Register({"w", "F32", {1024, 1024}, w_ptr});
+//   auto h = (*ck)->Save(100);  h->Wait();               // durable + committed
+//   auto step = (*ck)->Load(stagger::kLatestStep);       // fills w_ptr
+//
+// A step is visible (Steps, Load) only when all world_size ranks committed
+// it. Thread-safety: one thread drives a Checkpointer; SaveHandle methods may
+// be called from any thread.
+#ifndef STAGGER_CHECKPOINTER_H_
+#define STAGGER_CHECKPOINTER_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "stagger/options.h"
+#include "stagger/status.h"
+#include "stagger/tensor.h"
+
+namespace stagger {
+
+inline constexpr int64_t kLatestStep = -1;
+
+struct SaveStats {
+  double stall_s = 0;     // time Save() blocked the caller
+  double durable_s = 0;   // Save() call to commit acknowledged
+  uint64_t bytes_raw = 0;
+  uint64_t bytes_shipped = 0;  // payload bytes sent over the data plane
+  uint64_t chunks = 0;
+};
+
+class SaveHandle {
+ public:
+  class State;
+  explicit SaveHandle(std::shared_ptr<State> state);
+  // Blocks until the save is committed (OK) or failed (its error).
+  Status Wait() const;
+  bool Done() const;
+  SaveStats stats() const;
+  int64_t step() const;
+
+ private:
+  std::shared_ptr<State> state_;
+};
+
+struct StepSummary {
+  int64_t step = 0;
+  bool complete = false;
+  uint32_t world_size = 0;
+  uint32_t ranks_committed = 0;
+  uint64_t raw_bytes = 0;
+  uint64_t stored_bytes = 0;
+};
+
+class Checkpointer {
+ public:
+  // Connects to the servers (or starts the embedded one). INVALID_ARGUMENT
+  // for bad options (naming the field), UNAVAILABLE when a server is down.
+  static Result<std::unique_ptr<Checkpointer>> Open(
+      const CheckpointerOptions& options);
+  virtual ~Checkpointer() = default;
+
+  // Adds a tensor. INVALID_ARGUMENT for a bad name, dtype, shape or slice,
+  // a null pointer or a duplicate name; UNIMPLEMENTED for CUDA tensors in a
+  // build without CUDA.
+  virtual Status Register(const TensorSpec& tensor) = 0;
+  // Removes every registered tensor.
+  virtual void ClearRegistrations() = 0;
+
+  // Saves every registered tensor as `step` (>= 0) of this rank. The handle
+  // reports the outcome.
+  virtual Result<SaveHandle> Save(int64_t step) = 0;
+
+  // Loads `step` (or kLatestStep) into the registered tensors and returns
+  // the step loaded. NOT_FOUND when the step does not exist or is not
+  // complete, or a registered tensor is missing from it; INVALID_ARGUMENT when
+  // a tensor's dtype or shape differs; DATA_LOSS when stored bytes are
+  // corrupt (the tensors may then hold partial data).
+  virtual Result<int64_t> Load(int64_t step) = 0;
+
+  // Complete steps, oldest first (partial ones too when asked).
+  virtual Result<std::vector<StepSummary>> Steps(bool include_partial) = 0;
+};
+
+}  // namespace stagger
+
+#endif  // STAGGER_CHECKPOINTER_H_

@@ -1,0 +1,41 @@
+// Executor: a fixed pool of worker threads running queued tasks in FIFO
+// order. The pipelines of client and server run their CPU and blocking I/O
+// work here, off the transport's progress threads.
+//
+// Thread-safe. The destructor runs every task already queued, then joins.
+#ifndef STAGGER_QOS_EXECUTOR_H_
+#define STAGGER_QOS_EXECUTOR_H_
+
+#include <deque>
+#include <functional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/synchronization/mutex.h"
+
+namespace stagger::qos {
+
+class Executor {
+ public:
+  // Starts `threads` workers (at least 1).
+  explicit Executor(int threads);
+  ~Executor();
+  Executor(const Executor&) = delete;
+  Executor& operator=(const Executor&) = delete;
+
+  void Submit(std::function<void()> task);
+  // Tasks queued and not yet started.
+  size_t queued() const;
+
+ private:
+  void Loop();
+  mutable absl::Mutex mu_;
+  std::deque<std::function<void()>> tasks_ ABSL_GUARDED_BY(mu_);
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  std::vector<std::thread> threads_;
+};
+
+}  // namespace stagger::qos
+
+#endif  // STAGGER_QOS_EXECUTOR_H_

@@ -1,0 +1,83 @@
+#include "server/control_service.h"
+
+#include "absl/strings/str_cat.h"
+#include "format/names.h"
+#include "format/record.h"
+
+namespace stagger::server {
+
+grpc::Status ToGrpc(const Status& s) {
+  if (s.ok()) return grpc::Status::OK;
+  return grpc::Status(static_cast<grpc::StatusCode>(s.code()),
+                      std::string(s.message()));
+}
+
+ControlService::ControlService(MetaStore* meta, std::string data_address,
+                               std::string server_id)
+    : meta_(meta),
+      data_address_(std::move(data_address)),
+      server_id_(std::move(server_id)) {}
+
+grpc::Status ControlService::Hello(grpc::ServerContext*,
+                                   const pb::HelloRequest*,
+                                   pb::HelloReply* reply) {
+  reply->set_data_address(data_address_);
+  reply->set_format_version(format::kFormatVersion);
+  reply->set_server_id(server_id_);
+  return grpc::Status::OK;
+}
+
+grpc::Status ControlService::CommitShard(grpc::ServerContext*,
+                                         const pb::CommitShardRequest* req,
+                                         pb::CommitShardReply* reply) {
+  auto info = meta_->CommitShard(req->manifest());
+  if (!info.ok()) {
+    return ToGrpc(WithContext(
+        info.status(), absl::StrCat("commit of job '", req->manifest().job(),
+                                    "' step ", req->manifest().step(),
+                                    " rank ", req->manifest().rank())));
+  }
+  *reply->mutable_step() = *info;
+  return grpc::Status::OK;
+}
+
+grpc::Status ControlService::GetStep(grpc::ServerContext*,
+                                     const pb::GetStepRequest* req,
+                                     pb::GetStepReply* reply) {
+  Status valid = format::ValidateName("job", req->job());
+  if (!valid.ok()) return ToGrpc(valid);
+  auto info = req->latest() ? meta_->LatestComplete(req->job())
+                            : meta_->GetStep(req->job(), req->step());
+  if (!info.ok()) return ToGrpc(info.status());
+  std::vector<uint32_t> ranks;
+  if (req->all_ranks()) {
+    ranks.assign(info->committed_ranks().begin(),
+                 info->committed_ranks().end());
+  } else {
+    ranks.assign(req->ranks().begin(), req->ranks().end());
+  }
+  for (uint32_t r : ranks) {
+    if (r >= info->world_size()) {
+      return ToGrpc(absl::InvalidArgumentError(absl::StrCat(
+          "rank ", r, " out of range for world size ", info->world_size())));
+    }
+    auto shard = meta_->GetShard(req->job(), info->step(), r);
+    if (!shard.ok()) return ToGrpc(shard.status());
+    *reply->add_shards() = std::move(*shard);
+  }
+  *reply->mutable_step() = *info;
+  return grpc::Status::OK;
+}
+
+grpc::Status ControlService::ListSteps(grpc::ServerContext*,
+                                       const pb::ListStepsRequest* req,
+                                       pb::ListStepsReply* reply) {
+  Status valid = format::ValidateName("job", req->job());
+  if (!valid.ok()) return ToGrpc(valid);
+  auto steps = meta_->ListSteps(req->job(), req->include_partial());
+  if (!steps.ok()) return ToGrpc(steps.status());
+  for (auto& s : *steps) *reply->add_steps() = std::move(s);
+  return grpc::Status::OK;
+}
+
+}  // namespace stagger::server

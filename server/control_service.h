@@ -1,0 +1,43 @@
+// ControlService: the gRPC control plane (proto/stagger.proto). Every
+// request is validated here before it reaches the MetaStore; statuses map
+// one-to-one onto gRPC codes, so clients see the same code and message.
+//
+// Thread-safety: called concurrently by gRPC's threads; all state is in the
+// thread-safe MetaStore.
+#ifndef STAGGER_SERVER_CONTROL_SERVICE_H_
+#define STAGGER_SERVER_CONTROL_SERVICE_H_
+
+#include <string>
+
+#include "proto/stagger.grpc.pb.h"
+#include "server/meta_store.h"
+
+namespace stagger::server {
+
+// absl::Status <-> grpc::Status with the same code and message.
+grpc::Status ToGrpc(const Status& s);
+
+class ControlService final : public pb::Stagger::Service {
+ public:
+  // `meta` is not owned. `data_address` is returned by Hello.
+  ControlService(MetaStore* meta, std::string data_address,
+                 std::string server_id);
+
+  grpc::Status Hello(grpc::ServerContext*, const pb::HelloRequest*,
+                     pb::HelloReply*) override;
+  grpc::Status CommitShard(grpc::ServerContext*, const pb::CommitShardRequest*,
+                           pb::CommitShardReply*) override;
+  grpc::Status GetStep(grpc::ServerContext*, const pb::GetStepRequest*,
+                       pb::GetStepReply*) override;
+  grpc::Status ListSteps(grpc::ServerContext*, const pb::ListStepsRequest*,
+                         pb::ListStepsReply*) override;
+
+ private:
+  MetaStore* meta_;
+  std::string data_address_;
+  std::string server_id_;
+};
+
+}  // namespace stagger::server
+
+#endif  // STAGGER_SERVER_CONTROL_SERVICE_H_

@@ -1,0 +1,167 @@
+#include "server/data_service.h"
+
+#include <memory>
+
+#include "absl/strings/str_cat.h"
+#include "format/data_plane.h"
+
+namespace stagger::server {
+namespace {
+
+using format::DataOp;
+
+void ReplyStatus(transport::ReplyChannel* reply, DataOp op, const Status& s) {
+  reply->Send(static_cast<uint16_t>(op), format::EncodeReply(s),
+              transport::Buffer());
+}
+
+}  // namespace
+
+// Counts a request as in flight until its reply is sent (or dropped).
+class DataService::CountedReply : public transport::ReplyChannel {
+ public:
+  CountedReply(DataService* owner,
+               std::unique_ptr<transport::ReplyChannel> inner)
+      : owner_(owner), inner_(std::move(inner)) {}
+  ~CountedReply() override {
+    absl::MutexLock lock(&owner_->mu_);
+    --owner_->in_flight_;
+  }
+  void Send(uint16_t op, std::string header,
+            transport::Buffer payload) override {
+    inner_->Send(op, std::move(header), std::move(payload));
+  }
+
+ private:
+  DataService* owner_;
+  std::unique_ptr<transport::ReplyChannel> inner_;
+};
+
+void DataService::StopAccepting() {
+  absl::MutexLock lock(&mu_);
+  accepting_ = false;
+}
+
+void DataService::WaitIdle() {
+  absl::MutexLock lock(&mu_);
+  mu_.Await(absl::Condition(
+      +[](int64_t* n) { return *n == 0; }, &in_flight_));
+}
+
+DataService::DataService(SegmentStore* segments, MetaStore* meta,
+                         qos::Executor* readers)
+    : segments_(segments), meta_(meta), readers_(readers) {}
+
+void DataService::OnRequest(transport::Message request,
+                            std::unique_ptr<transport::ReplyChannel> reply) {
+  bool accepted;
+  {
+    absl::MutexLock lock(&mu_);
+    accepted = accepting_;
+    if (accepted) ++in_flight_;
+  }
+  if (!accepted) {
+    {
+      DataOp op = request.op == static_cast<uint16_t>(DataOp::kGetChunk)
+                      ? DataOp::kGetChunkReply
+                      : DataOp::kPutChunkReply;
+      ReplyStatus(reply.get(), op,
+                  absl::UnavailableError("server is shutting down"));
+      return;
+    }
+  }
+  reply = std::make_unique<CountedReply>(this, std::move(reply));
+  switch (static_cast<DataOp>(request.op)) {
+    case DataOp::kPutChunk:
+      HandlePut(std::move(request), std::move(reply));
+      return;
+    case DataOp::kGetChunk:
+      HandleGet(std::move(request), std::move(reply));
+      return;
+    default:
+      ++counters_.bad_requests;
+      // Answer with the op the sender would expect least to misread.
+      ReplyStatus(reply.get(), DataOp::kPutChunkReply,
+                  absl::InvalidArgumentError(
+                      absl::StrCat("unknown data-plane op ", request.op)));
+  }
+}
+
+void DataService::HandlePut(transport::Message request,
+                            std::unique_ptr<transport::ReplyChannel> reply) {
+  auto req = format::DecodePutChunk(request.header);
+  Status check = req.status();
+  if (check.ok()) {
+    check = format::VerifyPayload(req->record, request.payload.view());
+  }
+  if (!check.ok()) {
+    ++counters_.bad_requests;
+    ReplyStatus(reply.get(), DataOp::kPutChunkReply, check);
+    return;
+  }
+  // Content-addressed: an index hit means these bytes are already durable.
+  if (meta_->GetChunk(req->job, req->record.chunk_id).ok()) {
+    ++counters_.chunks_deduplicated;
+    ReplyStatus(reply.get(), DataOp::kPutChunkReply, absl::OkStatus());
+    return;
+  }
+  std::shared_ptr<transport::ReplyChannel> shared(std::move(reply));
+  const std::string job = req->job;
+  const format::RecordHeader header = req->record;
+  segments_->Append(
+      job, header, std::move(request.payload),
+      [this, shared, job, header](Result<ChunkLocation> loc) {
+        Status s = loc.status();
+        if (s.ok()) {
+          ChunkMeta meta;
+          meta.location = *loc;
+          meta.raw_length = header.raw_length;
+          meta.stored_length = header.encoded_length;
+          meta.codec = header.codec;
+          s = meta_->PutChunk(job, header.chunk_id, meta);
+        }
+        if (s.ok()) {
+          ++counters_.chunks_written;
+          counters_.bytes_written += header.encoded_length;
+        }
+        ReplyStatus(shared.get(), DataOp::kPutChunkReply,
+                    WithContext(s, absl::StrCat("chunk ",
+                                                header.chunk_id.ToHex())));
+      });
+}
+
+void DataService::HandleGet(transport::Message request,
+                            std::unique_ptr<transport::ReplyChannel> reply) {
+  auto req = format::DecodeGetChunk(request.header);
+  if (!req.ok()) {
+    ++counters_.bad_requests;
+    ReplyStatus(reply.get(), DataOp::kGetChunkReply, req.status());
+    return;
+  }
+  std::shared_ptr<transport::ReplyChannel> shared(std::move(reply));
+  readers_->Submit([this, shared, r = *req] {
+    auto meta = meta_->GetChunk(r.job, r.id);
+    if (!meta.ok()) {
+      ReplyStatus(shared.get(), DataOp::kGetChunkReply, meta.status());
+      return;
+    }
+    auto rec = segments_->Read(r.job, meta->location);
+    if (rec.ok() && rec->header.chunk_id != r.id) {
+      rec = absl::DataLossError(
+          absl::StrCat("index points chunk ", r.id.ToHex(),
+                       " at a record of chunk ", rec->header.chunk_id.ToHex()));
+    }
+    if (!rec.ok()) {
+      ReplyStatus(shared.get(), DataOp::kGetChunkReply,
+                  WithContext(rec.status(),
+                              absl::StrCat("chunk ", r.id.ToHex())));
+      return;
+    }
+    ++counters_.chunks_read;
+    shared->Send(static_cast<uint16_t>(DataOp::kGetChunkReply),
+                 format::EncodeReply(absl::OkStatus(), &rec->header),
+                 std::move(rec->payload));
+  });
+}
+
+}  // namespace stagger::server

@@ -1,0 +1,55 @@
+// stagger-server: the storage daemon.
+//
+//   stagger-server --data DIR --listen HOST:PORT [--data-listen HOST:PORT]
+//
+// Prints exactly one line to stdout once it accepts requests:
+//   stagger-server ready grpc=HOST:PORT data=HOST:PORT
+// SIGTERM or SIGINT: stop accepting, finish in-flight work, exit 0.
+#include <signal.h>
+
+#include <cstdio>
+#include <string>
+
+#include <CLI/CLI.hpp>
+
+#include "server/server.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"stagger-server: stores stagger checkpoints"};
+  stagger::server::ServerOptions options;
+  app.add_option("--data", options.data_dir, "data directory")->required();
+  app.add_option("--listen", options.listen,
+                 "gRPC control-plane HOST:PORT (port 0 picks a free one)")
+      ->capture_default_str();
+  app.add_option("--data-listen", options.data_listen,
+                 "UCX data-plane HOST:PORT (default: the --listen host, any "
+                 "free port)");
+  app.add_option("--read-threads", options.read_threads,
+                 "threads serving chunk reads")
+      ->check(CLI::Range(1, 64))
+      ->capture_default_str();
+  CLI11_PARSE(app, argc, argv);
+
+  // Block the stop signals in every thread; the main thread waits for them.
+  sigset_t stop;
+  sigemptyset(&stop);
+  sigaddset(&stop, SIGTERM);
+  sigaddset(&stop, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &stop, nullptr);
+
+  auto server = stagger::server::Server::Start(options);
+  if (!server.ok()) {
+    fprintf(stderr, "stagger-server: %s\n",
+            std::string(server.status().ToString()).c_str());
+    return 1;
+  }
+  printf("stagger-server ready grpc=%s data=%s\n",
+         (*server)->grpc_address().c_str(), (*server)->data_address().c_str());
+  fflush(stdout);
+
+  int sig = 0;
+  sigwait(&stop, &sig);
+  fprintf(stderr, "stagger-server: signal %d, shutting down\n", sig);
+  (*server)->Shutdown();
+  return 0;
+}

@@ -1,0 +1,274 @@
+#include "server/meta_store.h"
+
+#include <rocksdb/db.h>
+#include <rocksdb/options.h>
+#include <rocksdb/write_batch.h>
+
+#include <algorithm>
+#include <chrono>
+
+#include "absl/strings/str_cat.h"
+#include "format/internal/endian.h"
+#include "format/manifest.h"
+#include "format/names.h"
+
+namespace stagger::server {
+namespace {
+
+using format_internal::GetLE;
+using format_internal::PutLE;
+
+constexpr size_t kChunkMetaSize = 41;
+
+Status FromRocks(const rocksdb::Status& s, std::string_view what) {
+  if (s.ok()) return absl::OkStatus();
+  std::string msg = absl::StrCat("metadata ", AsAbsl(what), ": ", s.ToString());
+  if (s.IsNotFound()) return absl::NotFoundError(msg);
+  if (s.IsNoSpace()) return absl::ResourceExhaustedError(msg);
+  if (s.IsCorruption()) return absl::DataLossError(msg);
+  if (s.IsIOError()) return absl::UnavailableError(msg);
+  return absl::InternalError(msg);
+}
+
+void PutBE64(std::string* out, uint64_t v) {
+  for (int i = 7; i >= 0; --i) out->push_back(static_cast<char>(v >> (8 * i)));
+}
+
+std::string JobPrefix(char kind, const std::string& job) {
+  std::string k(1, kind);
+  k += '/';
+  k += job;
+  k += '\0';
+  return k;
+}
+std::string ChunkKey(const std::string& job, const format::ChunkId& id) {
+  return JobPrefix('c', job) + id.ToBytes();
+}
+std::string StepKey(const std::string& job, int64_t step) {
+  std::string k = JobPrefix('s', job);
+  PutBE64(&k, static_cast<uint64_t>(step));
+  return k;
+}
+std::string ShardKey(const std::string& job, int64_t step, uint32_t rank) {
+  std::string k = JobPrefix('m', job);
+  PutBE64(&k, static_cast<uint64_t>(step));
+  for (int i = 3; i >= 0; --i) k.push_back(static_cast<char>(rank >> (8 * i)));
+  return k;
+}
+
+std::string EncodeChunkMeta(const ChunkMeta& m) {
+  std::string v(kChunkMetaSize, '\0');
+  PutLE<uint64_t>(&v[0], m.location.segment);
+  PutLE<uint64_t>(&v[8], m.location.offset);
+  PutLE<uint64_t>(&v[16], m.location.record_size);
+  PutLE<uint64_t>(&v[24], m.raw_length);
+  PutLE<uint64_t>(&v[32], m.stored_length);
+  v[40] = static_cast<char>(m.codec);
+  return v;
+}
+
+Result<ChunkMeta> DecodeChunkMeta(std::string_view v) {
+  if (v.size() != kChunkMetaSize ||
+      !format::IsKnownCodec(static_cast<uint8_t>(v[40]))) {
+    return absl::DataLossError("corrupt chunk index entry");
+  }
+  ChunkMeta m;
+  m.location.segment = GetLE<uint64_t>(&v[0]);
+  m.location.offset = GetLE<uint64_t>(&v[8]);
+  m.location.record_size = GetLE<uint64_t>(&v[16]);
+  m.raw_length = GetLE<uint64_t>(&v[24]);
+  m.stored_length = GetLE<uint64_t>(&v[32]);
+  m.codec = static_cast<format::Codec>(v[40]);
+  return m;
+}
+
+template <typename Msg>
+Result<Msg> ParseValue(const std::string& v, std::string_view what) {
+  Msg m;
+  if (!m.ParseFromString(v)) {
+    return absl::DataLossError(
+        absl::StrCat("corrupt metadata record: ", AsAbsl(what)));
+  }
+  return m;
+}
+
+int64_t NowMs() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+}  // namespace
+
+MetaStore::MetaStore(std::unique_ptr<rocksdb::DB> db) : db_(std::move(db)) {}
+MetaStore::~MetaStore() = default;
+
+Result<std::unique_ptr<MetaStore>> MetaStore::Open(const std::string& path) {
+  rocksdb::Options options;
+  options.create_if_missing = true;
+  options.max_background_jobs = 2;
+  options.keep_log_file_num = 4;
+  rocksdb::DB* raw = nullptr;
+  rocksdb::Status s = rocksdb::DB::Open(options, path, &raw);
+  if (!s.ok()) return FromRocks(s, absl::StrCat("open ", path));
+  return std::unique_ptr<MetaStore>(
+      new MetaStore(std::unique_ptr<rocksdb::DB>(raw)));
+}
+
+Status MetaStore::PutChunk(const std::string& job, const format::ChunkId& id,
+                           const ChunkMeta& meta) {
+  rocksdb::WriteOptions wo;
+  wo.sync = false;
+  return FromRocks(db_->Put(wo, ChunkKey(job, id), EncodeChunkMeta(meta)),
+                   "put chunk");
+}
+
+Result<ChunkMeta> MetaStore::GetChunk(const std::string& job,
+                                      const format::ChunkId& id) {
+  std::string v;
+  rocksdb::Status s = db_->Get(rocksdb::ReadOptions(), ChunkKey(job, id), &v);
+  if (s.IsNotFound()) {
+    return absl::NotFoundError(absl::StrCat("job '", job, "' has no chunk ",
+                                            id.ToHex()));
+  }
+  STAGGER_RETURN_IF_ERROR(FromRocks(s, "get chunk"));
+  return DecodeChunkMeta(v);
+}
+
+Result<pb::StepInfo> MetaStore::CommitShard(pb::ShardManifest m) {
+  STAGGER_RETURN_IF_ERROR(format::ValidateShardManifest(m));
+  const std::string& job = m.job();
+  uint64_t stored = 0, raw = 0;
+  for (pb::TensorEntry& t : *m.mutable_tensors()) {
+    raw += t.byte_size();
+    for (pb::ChunkRef& c : *t.mutable_chunks()) {
+      format::ChunkId id = *format::ChunkId::FromBytes(c.id());
+      auto meta = GetChunk(job, id);
+      if (absl::IsNotFound(meta.status())) {
+        return absl::FailedPreconditionError(
+            absl::StrCat("tensor '", t.name(), "' references chunk ",
+                         id.ToHex(), " which is not stored on this server"));
+      }
+      STAGGER_RETURN_IF_ERROR(meta.status());
+      if (meta->raw_length != c.raw_length()) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "tensor '", t.name(), "' chunk ", id.ToHex(), " has ",
+            meta->raw_length, " raw bytes stored, manifest says ",
+            c.raw_length()));
+      }
+      c.set_codec(static_cast<uint32_t>(meta->codec));
+      c.set_stored_length(meta->stored_length);
+      stored += meta->stored_length;
+    }
+  }
+
+  absl::MutexLock lock(&commit_mu_);
+  pb::StepInfo info;
+  auto existing = GetStep(job, m.step());
+  if (existing.ok()) {
+    info = *existing;
+    if (info.world_size() != m.world_size()) {
+      return absl::AbortedError(absl::StrCat(
+          "step ", m.step(), " of job '", job, "' has world size ",
+          info.world_size(), ", commit says ", m.world_size()));
+    }
+  } else if (absl::IsNotFound(existing.status())) {
+    info.set_step(m.step());
+    info.set_world_size(m.world_size());
+    info.set_created_unix_ms(NowMs());
+  } else {
+    return existing.status();
+  }
+
+  auto& ranks = *info.mutable_committed_ranks();
+  if (std::find(ranks.begin(), ranks.end(), m.rank()) != ranks.end()) {
+    auto prior = GetShard(job, m.step(), m.rank());
+    STAGGER_RETURN_IF_ERROR(prior.status());
+    pb::ShardManifest a = *prior, b = m;
+    a.clear_stats();
+    b.clear_stats();
+    a.clear_created_unix_ms();
+    b.clear_created_unix_ms();
+    if (a.SerializeAsString() == b.SerializeAsString()) return info;
+    return absl::AbortedError(
+        absl::StrCat("rank ", m.rank(), " already committed a different shard ",
+                     "for step ", m.step(), " of job '", job, "'"));
+  }
+  ranks.Add(m.rank());
+  std::sort(ranks.begin(), ranks.end());
+  info.set_raw_bytes(info.raw_bytes() + raw);
+  info.set_stored_bytes(info.stored_bytes() + stored);
+  if (static_cast<uint32_t>(ranks.size()) == info.world_size()) {
+    info.set_complete(true);
+    info.set_completed_unix_ms(NowMs());
+  }
+
+  rocksdb::WriteBatch batch;
+  batch.Put(ShardKey(job, m.step(), m.rank()), m.SerializeAsString());
+  batch.Put(StepKey(job, m.step()), info.SerializeAsString());
+  rocksdb::WriteOptions wo;
+  wo.sync = true;
+  STAGGER_RETURN_IF_ERROR(FromRocks(db_->Write(wo, &batch), "commit"));
+  return info;
+}
+
+Result<pb::StepInfo> MetaStore::GetStep(const std::string& job, int64_t step) {
+  std::string v;
+  rocksdb::Status s = db_->Get(rocksdb::ReadOptions(), StepKey(job, step), &v);
+  if (s.IsNotFound()) {
+    return absl::NotFoundError(
+        absl::StrCat("job '", job, "' has no step ", step));
+  }
+  STAGGER_RETURN_IF_ERROR(FromRocks(s, "get step"));
+  return ParseValue<pb::StepInfo>(v, "step info");
+}
+
+Result<std::vector<pb::StepInfo>> MetaStore::ListSteps(const std::string& job,
+                                                       bool include_partial) {
+  std::vector<pb::StepInfo> out;
+  std::string prefix = JobPrefix('s', job);
+  std::unique_ptr<rocksdb::Iterator> it(
+      db_->NewIterator(rocksdb::ReadOptions()));
+  for (it->Seek(prefix); it->Valid() && it->key().starts_with(prefix);
+       it->Next()) {
+    STAGGER_ASSIGN_OR_RETURN(
+        pb::StepInfo info,
+        ParseValue<pb::StepInfo>(it->value().ToString(), "step info"));
+    if (info.complete() || include_partial) out.push_back(std::move(info));
+  }
+  STAGGER_RETURN_IF_ERROR(FromRocks(it->status(), "list steps"));
+  return out;
+}
+
+Result<pb::StepInfo> MetaStore::LatestComplete(const std::string& job) {
+  std::string prefix = JobPrefix('s', job);
+  std::unique_ptr<rocksdb::Iterator> it(
+      db_->NewIterator(rocksdb::ReadOptions()));
+  std::string upper = prefix;
+  PutBE64(&upper, ~0ull);
+  for (it->SeekForPrev(upper); it->Valid() && it->key().starts_with(prefix);
+       it->Prev()) {
+    STAGGER_ASSIGN_OR_RETURN(
+        pb::StepInfo info,
+        ParseValue<pb::StepInfo>(it->value().ToString(), "step info"));
+    if (info.complete()) return info;
+  }
+  STAGGER_RETURN_IF_ERROR(FromRocks(it->status(), "latest step"));
+  return absl::NotFoundError(
+      absl::StrCat("job '", job, "' has no complete step"));
+}
+
+Result<pb::ShardManifest> MetaStore::GetShard(const std::string& job,
+                                              int64_t step, uint32_t rank) {
+  std::string v;
+  rocksdb::Status s =
+      db_->Get(rocksdb::ReadOptions(), ShardKey(job, step, rank), &v);
+  if (s.IsNotFound()) {
+    return absl::NotFoundError(absl::StrCat(
+        "job '", job, "' step ", step, " has no shard from rank ", rank));
+  }
+  STAGGER_RETURN_IF_ERROR(FromRocks(s, "get shard"));
+  return ParseValue<pb::ShardManifest>(v, "shard manifest");
+}
+
+}  // namespace stagger::server

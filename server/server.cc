@@ -1,0 +1,124 @@
+#include "server/server.h"
+
+#include <grpcpp/grpcpp.h>
+#include <unistd.h>
+
+#include <filesystem>
+
+#include "absl/strings/str_cat.h"
+#include "qos/executor.h"
+#include "server/control_service.h"
+#include "server/data_service.h"
+#include "server/meta_store.h"
+#include "server/storage/segment_store.h"
+#include "transport/transport.h"
+#include "transport/ucx_transport.h"
+
+namespace stagger::server {
+
+class Server::Impl {
+ public:
+  std::unique_ptr<transport::Transport> owned_transport;
+  std::unique_ptr<MetaStore> meta;
+  std::unique_ptr<SegmentStore> segments;
+  std::unique_ptr<qos::Executor> readers;
+  std::unique_ptr<DataService> data;
+  std::unique_ptr<transport::Listener> listener;
+  std::unique_ptr<ControlService> control;
+  std::unique_ptr<grpc::Server> grpc_server;
+  std::string grpc_address;
+  bool stopped = false;
+
+  void Shutdown() {
+    if (stopped) return;
+    stopped = true;
+    // Control plane first: in-flight commits finish, no new ones start.
+    if (grpc_server) grpc_server->Shutdown();
+    // Data plane: refuse new requests, let accepted ones reply.
+    if (data) {
+      data->StopAccepting();
+      data->WaitIdle();
+    }
+    listener.reset();
+    readers.reset();
+    segments.reset();
+    meta.reset();
+    owned_transport.reset();
+  }
+};
+
+Server::Server(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Server::~Server() { Shutdown(); }
+void Server::Shutdown() { impl_->Shutdown(); }
+std::string Server::grpc_address() const { return impl_->grpc_address; }
+std::string Server::data_address() const {
+  return impl_->listener ? impl_->listener->address() : std::string();
+}
+
+Result<std::unique_ptr<Server>> Server::Start(const ServerOptions& options) {
+  if (options.data_dir.empty()) {
+    return absl::InvalidArgumentError("server needs a data directory");
+  }
+  STAGGER_ASSIGN_OR_RETURN(auto grpc_hp,
+                           transport::SplitHostPort(options.listen));
+  std::string data_listen = options.data_listen.empty()
+                                ? absl::StrCat(grpc_hp.first, ":0")
+                                : options.data_listen;
+  std::error_code ec;
+  std::filesystem::create_directories(options.data_dir, ec);
+  if (ec) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "cannot create data directory ", options.data_dir, ": ", ec.message()));
+  }
+
+  auto impl = std::make_unique<Impl>();
+  STAGGER_ASSIGN_OR_RETURN(impl->meta,
+                           MetaStore::Open(options.data_dir + "/meta"));
+  SegmentStoreOptions seg;
+  seg.dir = options.data_dir + "/segments";
+  seg.segment_bytes = options.segment_bytes;
+  STAGGER_ASSIGN_OR_RETURN(impl->segments, SegmentStore::Open(seg));
+  if (!impl->segments->direct_io()) {
+    fprintf(stderr,
+            "stagger-server: O_DIRECT not supported under %s; writing "
+            "segments through the page cache\n",
+            seg.dir.c_str());
+  }
+  impl->readers = std::make_unique<qos::Executor>(options.read_threads);
+  impl->data = std::make_unique<DataService>(
+      impl->segments.get(), impl->meta.get(), impl->readers.get());
+
+  transport::Transport* transport = options.transport;
+  if (transport == nullptr) {
+    STAGGER_ASSIGN_OR_RETURN(impl->owned_transport,
+                             transport::NewUcxTransport());
+    transport = impl->owned_transport.get();
+  }
+  STAGGER_ASSIGN_OR_RETURN(impl->listener,
+                           transport->Listen(data_listen, impl->data.get()));
+
+  char host[256] = {0};
+  gethostname(host, sizeof host - 1);
+  impl->control = std::make_unique<ControlService>(
+      impl->meta.get(), impl->listener->address(),
+      absl::StrCat(host, "/", impl->listener->address()));
+  grpc::ServerBuilder builder;
+  int bound_port = 0;
+  builder.AddListeningPort(options.listen, grpc::InsecureServerCredentials(),
+                           &bound_port);
+  builder.RegisterService(impl->control.get());
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
+  builder.SetMaxReceiveMessageSize(256 << 20);
+  builder.SetMaxSendMessageSize(256 << 20);
+  impl->grpc_server = builder.BuildAndStart();
+  if (!impl->grpc_server || bound_port == 0) {
+    impl->grpc_server.reset();
+    return absl::UnavailableError(
+        absl::StrCat("cannot listen for gRPC on ", options.listen,
+                     " (address in use or not local?)"));
+  }
+  impl->grpc_address = absl::StrCat(grpc_hp.first, ":", bound_port);
+  return std::unique_ptr<Server>(new Server(std::move(impl)));
+}
+
+}  // namespace stagger::server

@@ -1,0 +1,60 @@
+// Server: one stagger-server, as the daemon and the embedded mode run it.
+// Owns the metadata store, the segment store, the gRPC control plane and
+// the data-plane listener.
+//
+//   Server ─┬─ MetaStore (RocksDB at <data>/meta)
+//           ├─ SegmentStore (<data>/segments) ── writer thread (io_uring)
+//           ├─ Executor (reads)
+//           ├─ DataService ── transport Listener (UCX or in-process)
+//           └─ grpc::Server ── ControlService
+//
+// Thread-safety: Start and Shutdown from one thread; accessors anywhere.
+#ifndef STAGGER_SERVER_SERVER_H_
+#define STAGGER_SERVER_SERVER_H_
+
+#include <memory>
+#include <string>
+
+#include "stagger/status.h"
+
+namespace stagger::transport {
+class Transport;
+}
+
+namespace stagger::server {
+
+struct ServerOptions {
+  std::string data_dir;                  // created if missing
+  std::string listen = "127.0.0.1:7700"; // gRPC host:port; port 0 = any
+  std::string data_listen;               // UCX host:port; default host:0
+  // Data-plane transport; nullptr = UCX, owned by the server.
+  transport::Transport* transport = nullptr;
+  int read_threads = 2;
+  uint64_t segment_bytes = 1ull << 30;
+};
+
+class Server {
+ public:
+  // Opens the stores and starts listening. INVALID_ARGUMENT for a bad
+  // address, UNAVAILABLE when a port is taken, the store's error otherwise.
+  static Result<std::unique_ptr<Server>> Start(const ServerOptions& options);
+  // Shuts down if still running.
+  ~Server();
+
+  // Stops accepting requests, finishes those in flight (their replies are
+  // sent), makes everything durable and closes the stores. Idempotent.
+  void Shutdown();
+
+  std::string grpc_address() const;  // "host:port" actually bound
+  std::string data_address() const;  // "host:port" or "inproc:name"
+
+  class Impl;
+
+ private:
+  explicit Server(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace stagger::server
+
+#endif  // STAGGER_SERVER_SERVER_H_

@@ -1,0 +1,569 @@
+#include "server/storage/segment_store.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cstdio>
+#include <cstring>
+#include <deque>
+#include <map>
+#include <set>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
+#include "server/storage/internal/segment_files.h"
+
+namespace stagger::server {
+namespace {
+
+using storage_internal::ListSegmentIds;
+using storage_internal::SegmentFileName;
+using storage_internal::ValidateJobName;
+
+// Staging buffers are written one per request: 1 MiB writes keep the
+// device busy without pinning much memory per request in flight.
+constexpr size_t kStagingBytes = 1 << 20;
+constexpr uint64_t kFirstSegmentId = 1;  // segment 0 never exists
+
+std::string Where(const std::string& job, uint64_t segment, uint64_t offset) {
+  return absl::StrCat("job ", job, " segment ", segment, " offset ", offset);
+}
+
+}  // namespace
+
+class SegmentStore::Impl {
+ public:
+  Impl(const SegmentStoreOptions& options, std::unique_ptr<FileSystem> owned)
+      : options_(options),
+        owned_fs_(std::move(owned)),
+        fs_(options.fs != nullptr ? options.fs : owned_fs_.get()) {
+    size_t count =
+        (options_.max_batch_bytes + kStagingBytes - 1) / kStagingBytes;
+    count = std::clamp<size_t>(count, 1, options_.queue_depth);
+    for (size_t i = 0; i < count; ++i) staging_.emplace_back(kStagingBytes);
+    writer_ = std::thread([this] { WriterLoop(); });
+  }
+
+  ~Impl() {
+    {
+      absl::MutexLock l(&mu_);
+      stopping_ = true;
+    }
+    writer_.join();
+  }
+
+  void Append(const std::string& job, const format::RecordHeader& h,
+              transport::Buffer payload, AppendCallback done);
+  Result<StoredRecord> Read(const std::string& job, const ChunkLocation& loc);
+  Status Scan(const std::string& job,
+              const std::function<void(const format::RecordHeader&,
+                                       const ChunkLocation&)>& on_record,
+              const std::function<void(const Status&)>& on_error);
+  bool direct_io() const { return direct_.load(std::memory_order_relaxed); }
+
+ private:
+  struct Pending {
+    std::string job;
+    format::RecordHeader header;
+    transport::Buffer payload;
+    AppendCallback done;
+    Status rejected;  // set when Append refused the record
+    uint64_t record_size = 0;
+  };
+  struct Segment {
+    uint64_t id = 0;
+    std::string path;
+    std::unique_ptr<File> file;
+    uint64_t size = 0;     // bytes placed, written or not
+    uint64_t durable = 0;  // bytes synced and acknowledged
+  };
+  struct JobState {
+    uint64_t next_id = kFirstSegmentId;
+    bool dir_exists = false;
+    // The job directory's entry in the root has been fsynced by this
+    // process. Until then every commit for the job syncs the root too.
+    bool dir_durable = false;
+    std::unique_ptr<Segment> current;
+  };
+  // A record's place in the batch being committed.
+  struct Placement {
+    Pending* item;
+    Segment* segment;
+    uint64_t offset;
+  };
+  // One staging buffer's worth of a segment's bytes.
+  struct Piece {
+    Segment* segment;
+    uint64_t offset;
+    const char* data;
+    size_t len;
+  };
+
+  std::string JobDir(const std::string& job) const {
+    return JoinPath(options_.dir, job);
+  }
+
+  bool HasWorkOrStopping() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return !queue_.empty() || stopping_;
+  }
+  void WriterLoop();
+  void Commit(std::vector<Pending>& batch);
+  Result<JobState*> GetJob(const std::string& job);
+  Result<Segment*> SegmentFor(const std::string& job, uint64_t record_size,
+                              std::vector<std::unique_ptr<Segment>>* retired,
+                              std::set<std::string>* dirs_to_sync);
+  Status WriteSegments(const std::vector<Segment*>& touched,
+                       const std::vector<Placement>& placements);
+  Status FlushPieces(std::vector<Piece>* pieces);
+  void Abandon(Segment* segment);
+  Result<std::unique_ptr<File>> OpenForRead(const std::string& job,
+                                            uint64_t segment);
+  // Reads and verifies the record at `offset` of an open segment; `size` is
+  // the file's size. DATA_LOSS for a torn or corrupt record.
+  Result<format::RecordHeader> ReadRecordAt(File* file, uint64_t size,
+                                            uint64_t offset,
+                                            transport::Buffer* out);
+
+  const SegmentStoreOptions options_;
+  const std::unique_ptr<FileSystem> owned_fs_;
+  FileSystem* const fs_;
+  std::atomic<bool> direct_{true};
+
+  absl::Mutex mu_;
+  std::deque<Pending> queue_ ABSL_GUARDED_BY(mu_);
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+
+  // Writer thread only.
+  std::map<std::string, JobState> jobs_;
+  std::vector<transport::Buffer> staging_;
+  std::thread writer_;  // last: starts after everything above exists
+};
+
+void SegmentStore::Impl::Append(const std::string& job,
+                                const format::RecordHeader& h,
+                                transport::Buffer payload,
+                                AppendCallback done) {
+  Pending p;
+  p.job = job;
+  p.header = h;
+  p.done = std::move(done);
+  p.rejected = ValidateJobName(job);
+  if (p.rejected.ok()) {
+    // Round-trip the header through the decoder: a record the store writes
+    // must be one it can read back (codec, bounds, lengths).
+    char encoded[format::kRecordHeaderSize];
+    format::EncodeRecordHeader(h, encoded);
+    p.rejected =
+        format::DecodeRecordHeader(std::string_view(encoded, sizeof(encoded)))
+            .status();
+    if (p.rejected.ok()) p.rejected = format::VerifyPayload(h, payload.view());
+    // The name is valid here, so it is safe to quote.
+    p.rejected = WithContext(p.rejected, absl::StrCat("append to job ", job));
+  }
+  if (p.rejected.ok()) p.record_size = format::RecordSize(h.encoded_length);
+  p.payload = std::move(payload);
+  absl::MutexLock l(&mu_);
+  queue_.push_back(std::move(p));
+}
+
+void SegmentStore::Impl::WriterLoop() {
+  std::vector<iovec> iovs;
+  for (transport::Buffer& b : staging_) iovs.push_back({b.data(), b.size()});
+  // Failure is logged once by the file system and only costs speed: writes
+  // from unregistered buffers take the plain path.
+  fs_->RegisterBuffers(iovs).IgnoreError();
+  while (true) {
+    std::vector<Pending> batch;
+    {
+      absl::MutexLock l(&mu_);
+      mu_.Await(absl::Condition(this, &Impl::HasWorkOrStopping));
+      if (queue_.empty()) break;  // stopping, and everything is drained
+      size_t bytes = 0;
+      while (!queue_.empty()) {
+        uint64_t next = queue_.front().record_size;
+        if (!batch.empty() && bytes + next > options_.max_batch_bytes) break;
+        bytes += next;
+        batch.push_back(std::move(queue_.front()));
+        queue_.pop_front();
+      }
+    }
+    Commit(batch);
+  }
+  fs_->UnregisterBuffers();
+  for (auto& [job, state] : jobs_) state.current.reset();
+}
+
+Result<SegmentStore::Impl::JobState*> SegmentStore::Impl::GetJob(
+    const std::string& job) {
+  auto it = jobs_.find(job);
+  if (it != jobs_.end()) return &it->second;
+  JobState state;
+  auto ids = ListSegmentIds(fs_, JobDir(job));
+  if (ids.ok()) {
+    state.dir_exists = true;
+    // Never append to a segment that existed before: its tail may be torn.
+    if (!ids->empty()) state.next_id = ids->back() + 1;
+  } else if (!absl::IsNotFound(ids.status())) {
+    return WithContext(ids.status(), absl::StrCat("job ", job));
+  }
+  return &jobs_.emplace(job, std::move(state)).first->second;
+}
+
+Result<SegmentStore::Impl::Segment*> SegmentStore::Impl::SegmentFor(
+    const std::string& job, uint64_t record_size,
+    std::vector<std::unique_ptr<Segment>>* retired,
+    std::set<std::string>* dirs_to_sync) {
+  STAGGER_ASSIGN_OR_RETURN(JobState * js, GetJob(job));
+  if (!js->dir_durable) dirs_to_sync->insert(options_.dir);
+  if (js->current != nullptr && js->current->size > 0 &&
+      js->current->size + record_size > options_.segment_bytes) {
+    // Kept open until the batch has written and synced it.
+    retired->push_back(std::move(js->current));
+  }
+  if (js->current == nullptr) {
+    const std::string job_dir = JobDir(job);
+    if (!js->dir_exists) {
+      STAGGER_RETURN_IF_ERROR(fs_->CreateDirs(job_dir));
+      js->dir_exists = true;
+    }
+    auto seg = std::make_unique<Segment>();
+    seg->id = js->next_id++;
+    seg->path = JoinPath(job_dir, SegmentFileName(seg->id));
+    FileOptions fo;
+    fo.create = fo.writable = fo.exclusive = true;
+    fo.direct = true;
+    STAGGER_ASSIGN_OR_RETURN(seg->file, fs_->Open(seg->path, fo));
+    if (!seg->file->direct_io() && direct_.exchange(false)) {
+      std::fprintf(stderr,
+                   "stagger storage: O_DIRECT refused for %s; segments are "
+                   "written through the page cache\n",
+                   seg->path.c_str());
+    }
+    dirs_to_sync->insert(job_dir);
+    js->current = std::move(seg);
+  }
+  return js->current.get();
+}
+
+void SegmentStore::Impl::Commit(std::vector<Pending>& batch) {
+  std::vector<Placement> placements;
+  std::vector<Segment*> touched;
+  std::vector<std::unique_ptr<Segment>> retired;
+  std::set<std::string> dirs_to_sync;
+  Status error;
+  for (Pending& p : batch) {
+    if (!p.rejected.ok()) continue;
+    auto seg = SegmentFor(p.job, p.record_size, &retired, &dirs_to_sync);
+    if (!seg.ok()) {
+      error = seg.status();
+      break;
+    }
+    Segment* s = *seg;
+    if (std::find(touched.begin(), touched.end(), s) == touched.end()) {
+      touched.push_back(s);
+    }
+    placements.push_back(Placement{&p, s, s->size});
+    s->size += p.record_size;
+  }
+  if (error.ok()) error = WriteSegments(touched, placements);
+  for (size_t i = 0; error.ok() && i < touched.size(); ++i) {
+    error = touched[i]->file->Sync();
+  }
+  for (auto it = dirs_to_sync.begin(); error.ok() && it != dirs_to_sync.end();
+       ++it) {
+    error = fs_->SyncDir(*it);
+  }
+  if (error.ok()) {
+    for (Segment* s : touched) s->durable = s->size;
+    if (dirs_to_sync.count(options_.dir) != 0) {
+      for (const Placement& pl : placements) {
+        jobs_[pl.item->job].dir_durable = true;
+      }
+    }
+  } else {
+    // Nothing of this batch is acknowledged; its segments are never written
+    // again, so no acknowledged record can follow a torn one.
+    for (Segment* s : touched) Abandon(s);
+    for (auto& [job, state] : jobs_) {
+      if (state.current != nullptr &&
+          state.current->size != state.current->durable) {
+        state.current.reset();
+      }
+    }
+  }
+  size_t next = 0;
+  for (Pending& p : batch) {
+    if (!p.done) continue;
+    if (!p.rejected.ok()) {
+      p.done(p.rejected);
+      continue;
+    }
+    if (!error.ok()) {
+      p.done(error);
+      continue;
+    }
+    while (placements[next].item != &p) ++next;
+    const Placement& pl = placements[next];
+    p.done(ChunkLocation{pl.segment->id, pl.offset, p.record_size});
+  }
+}
+
+void SegmentStore::Impl::Abandon(Segment* segment) {
+  segment->file.reset();
+  if (segment->durable == 0) {
+    // Holds no acknowledged record. Best effort: a leftover empty or torn
+    // segment is harmless to readers and Scan.
+    fs_->Remove(segment->path).IgnoreError();
+  }
+}
+
+Status SegmentStore::Impl::WriteSegments(
+    const std::vector<Segment*>& touched,
+    const std::vector<Placement>& placements) {
+  std::vector<Piece> pieces;
+  size_t buf = 0;   // staging buffer being filled
+  size_t used = 0;  // bytes in it
+  auto emit = [&](Segment* seg, uint64_t* offset) -> Status {
+    pieces.push_back(Piece{seg, *offset, staging_[buf].data(), used});
+    *offset += used;
+    used = 0;
+    if (++buf == staging_.size()) {
+      buf = 0;
+      return FlushPieces(&pieces);
+    }
+    return absl::OkStatus();
+  };
+  for (Segment* seg : touched) {
+    uint64_t offset = UINT64_MAX;  // file offset of the next piece
+    for (const Placement& pl : placements) {
+      if (pl.segment != seg) continue;
+      if (offset == UINT64_MAX) offset = pl.offset;
+      const Pending& p = *pl.item;
+      char header[format::kRecordHeaderSize];
+      format::EncodeRecordHeader(p.header, header);
+      const uint64_t payload_end =
+          format::kRecordHeaderSize + p.header.encoded_length;
+      // The record is header | payload | zeros; copy it in slices that fit
+      // the staging buffers.
+      for (uint64_t pos = 0; pos < p.record_size;) {
+        char* dst = staging_[buf].data() + used;
+        size_t n =
+            std::min<uint64_t>(p.record_size - pos, kStagingBytes - used);
+        for (size_t k = 0; k < n;) {
+          uint64_t at = pos + k;
+          size_t m;
+          if (at < format::kRecordHeaderSize) {
+            m = std::min<uint64_t>(n - k, format::kRecordHeaderSize - at);
+            std::memcpy(dst + k, header + at, m);
+          } else if (at < payload_end) {
+            m = std::min<uint64_t>(n - k, payload_end - at);
+            std::memcpy(dst + k,
+                        p.payload.data() + (at - format::kRecordHeaderSize), m);
+          } else {
+            m = n - k;
+            std::memset(dst + k, 0, m);
+          }
+          k += m;
+        }
+        pos += n;
+        used += n;
+        if (used == kStagingBytes) STAGGER_RETURN_IF_ERROR(emit(seg, &offset));
+      }
+    }
+    // Pieces never span segments.
+    if (used > 0) STAGGER_RETURN_IF_ERROR(emit(seg, &offset));
+  }
+  return FlushPieces(&pieces);
+}
+
+Status SegmentStore::Impl::FlushPieces(std::vector<Piece>* pieces) {
+  // One batched call per segment; each keeps its pieces in flight together.
+  std::vector<WriteRequest> writes;
+  for (size_t i = 0; i < pieces->size();) {
+    Segment* seg = (*pieces)[i].segment;
+    writes.clear();
+    for (; i < pieces->size() && (*pieces)[i].segment == seg; ++i) {
+      const Piece& pc = (*pieces)[i];
+      writes.push_back(WriteRequest{pc.offset, pc.data, pc.len});
+    }
+    Status s = seg->file->WriteAt(writes);
+    if (!s.ok()) {
+      pieces->clear();
+      return s;
+    }
+  }
+  pieces->clear();
+  return absl::OkStatus();
+}
+
+Result<std::unique_ptr<File>> SegmentStore::Impl::OpenForRead(
+    const std::string& job, uint64_t segment) {
+  FileOptions fo;
+  fo.direct = direct_io();
+  return fs_->Open(JoinPath(JobDir(job), SegmentFileName(segment)), fo);
+}
+
+Result<format::RecordHeader> SegmentStore::Impl::ReadRecordAt(
+    File* file, uint64_t size, uint64_t offset, transport::Buffer* out) {
+  if (size - offset < format::kRecordAlignment) {
+    return absl::DataLossError(absl::StrCat("torn record: ", size - offset,
+                                            " bytes before end of segment"));
+  }
+  transport::Buffer first(format::kRecordAlignment);
+  ReadRequest r{offset, first.data(), first.size()};
+  STAGGER_RETURN_IF_ERROR(file->ReadAt(absl::MakeSpan(&r, 1)));
+  if (r.bytes_read < r.len) {
+    return absl::DataLossError("torn record: segment ends inside it");
+  }
+  STAGGER_ASSIGN_OR_RETURN(format::RecordHeader h,
+                           format::DecodeRecordHeader(std::string_view(
+                               first.data(), format::kRecordHeaderSize)));
+  const uint64_t record_size = format::RecordSize(h.encoded_length);
+  if (record_size > size - offset) {
+    return absl::DataLossError(absl::StrCat("torn record: ", record_size,
+                                            " bytes claimed, ", size - offset,
+                                            " left in segment"));
+  }
+  transport::Buffer whole(record_size);
+  std::memcpy(whole.data(), first.data(), first.size());
+  if (record_size > first.size()) {
+    ReadRequest rest{offset + first.size(), whole.data() + first.size(),
+                     record_size - first.size()};
+    STAGGER_RETURN_IF_ERROR(file->ReadAt(absl::MakeSpan(&rest, 1)));
+    if (rest.bytes_read < rest.len) {
+      return absl::DataLossError("torn record: segment ends inside it");
+    }
+  }
+  STAGGER_ASSIGN_OR_RETURN(h, format::VerifyRecord(whole.view()));
+  *out = std::move(whole);
+  return h;
+}
+
+Result<StoredRecord> SegmentStore::Impl::Read(const std::string& job,
+                                              const ChunkLocation& loc) {
+  STAGGER_RETURN_IF_ERROR(ValidateJobName(job));
+  const std::string where = Where(job, loc.segment, loc.offset);
+  if (loc.offset % format::kRecordAlignment != 0 ||
+      loc.record_size < format::kRecordAlignment ||
+      loc.record_size % format::kRecordAlignment != 0 ||
+      loc.record_size > format::RecordSize(format::kMaxChunkEncodedBytes)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        where, ": invalid location (record size ", loc.record_size, ")"));
+  }
+  auto file = OpenForRead(job, loc.segment);
+  if (!file.ok()) return WithContext(file.status(), where);
+  transport::Buffer buf(loc.record_size);
+  ReadRequest r{loc.offset, buf.data(), buf.size()};
+  Status s = (*file)->ReadAt(absl::MakeSpan(&r, 1));
+  if (!s.ok()) return WithContext(s, where);
+  if (r.bytes_read < r.len) {
+    return absl::DataLossError(
+        absl::StrCat(where, ": truncated record (", r.bytes_read, " of ", r.len,
+                     " bytes in ", (*file)->path(), ")"));
+  }
+  auto h = format::VerifyRecord(buf.view());
+  if (!h.ok()) {
+    return absl::DataLossError(absl::StrCat(where, " (", (*file)->path(),
+                                            "): ", h.status().message()));
+  }
+  if (format::RecordSize(h->encoded_length) != loc.record_size) {
+    return absl::DataLossError(absl::StrCat(
+        where, ": record is ", format::RecordSize(h->encoded_length),
+        " bytes, location says ", loc.record_size));
+  }
+  // The payload moves to the front of the same buffer: no second copy of a
+  // chunk that can be 64 MiB.
+  std::memmove(buf.data(), buf.data() + format::kRecordHeaderSize,
+               h->encoded_length);
+  buf.resize(h->encoded_length);
+  return StoredRecord{*h, std::move(buf)};
+}
+
+Status SegmentStore::Impl::Scan(
+    const std::string& job,
+    const std::function<void(const format::RecordHeader&,
+                             const ChunkLocation&)>& on_record,
+    const std::function<void(const Status&)>& on_error) {
+  STAGGER_RETURN_IF_ERROR(ValidateJobName(job));
+  auto ids = ListSegmentIds(fs_, JobDir(job));
+  if (!ids.ok()) return WithContext(ids.status(), absl::StrCat("job ", job));
+  for (uint64_t id : *ids) {
+    auto file = OpenForRead(job, id);
+    if (!file.ok()) return WithContext(file.status(), Where(job, id, 0));
+    auto size = (*file)->Size();
+    if (!size.ok()) return WithContext(size.status(), Where(job, id, 0));
+    for (uint64_t offset = 0; offset < *size;) {
+      transport::Buffer record;
+      auto h = ReadRecordAt(file->get(), *size, offset, &record);
+      if (!h.ok()) {
+        if (!absl::IsDataLoss(h.status())) {
+          return WithContext(h.status(), Where(job, id, offset));
+        }
+        if (on_error) {
+          on_error(absl::DataLossError(
+              absl::StrCat(Where(job, id, offset), " (", (*file)->path(),
+                           "): ", h.status().message())));
+        }
+        break;  // nothing after a torn record is trusted
+      }
+      const uint64_t record_size = format::RecordSize(h->encoded_length);
+      if (on_record) on_record(*h, ChunkLocation{id, offset, record_size});
+      offset += record_size;
+    }
+  }
+  return absl::OkStatus();
+}
+
+SegmentStore::SegmentStore(std::unique_ptr<Impl> impl)
+    : impl_(std::move(impl)) {}
+
+SegmentStore::~SegmentStore() = default;
+
+Result<std::unique_ptr<SegmentStore>> SegmentStore::Open(
+    const SegmentStoreOptions& options) {
+  if (options.dir.empty()) {
+    return absl::InvalidArgumentError("segment store: empty dir");
+  }
+  if (options.segment_bytes == 0 || options.max_batch_bytes == 0 ||
+      options.queue_depth == 0) {
+    return absl::InvalidArgumentError(
+        "segment store: segment_bytes, max_batch_bytes and queue_depth must "
+        "be > 0");
+  }
+  std::unique_ptr<FileSystem> owned;
+  FileSystem* fs = options.fs;
+  if (fs == nullptr) {
+    STAGGER_ASSIGN_OR_RETURN(
+        owned,
+        NewDefaultFileSystem(static_cast<unsigned>(options.queue_depth)));
+    fs = owned.get();
+  }
+  STAGGER_RETURN_IF_ERROR(
+      WithContext(fs->CreateDirs(options.dir), "segment store"));
+  return std::unique_ptr<SegmentStore>(
+      new SegmentStore(std::make_unique<Impl>(options, std::move(owned))));
+}
+
+void SegmentStore::Append(const std::string& job, const format::RecordHeader& h,
+                          transport::Buffer payload, AppendCallback done) {
+  impl_->Append(job, h, std::move(payload), std::move(done));
+}
+
+Result<StoredRecord> SegmentStore::Read(const std::string& job,
+                                        const ChunkLocation& loc) {
+  return impl_->Read(job, loc);
+}
+
+Status SegmentStore::Scan(
+    const std::string& job,
+    const std::function<void(const format::RecordHeader&,
+                             const ChunkLocation&)>& on_record,
+    const std::function<void(const Status&)>& on_error) {
+  return impl_->Scan(job, on_record, on_error);
+}
+
+bool SegmentStore::direct_io() const { return impl_->direct_io(); }
+
+}  // namespace stagger::server

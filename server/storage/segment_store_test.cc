@@ -1,0 +1,427 @@
+#include "server/storage/segment_store.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <map>
+#include <random>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "server/storage/fault_injection_file_system.h"
+#include "server/storage/internal/segment_files.h"
+#include "server/storage/internal/test_util.h"
+#include "server/storage/posix_file_system.h"
+#include "server/storage/uring_file_system.h"
+
+namespace stagger::server {
+namespace {
+
+using storage_internal::AppendSync;
+using storage_internal::Collector;
+using storage_internal::FlipByte;
+using storage_internal::MakeRecord;
+using storage_internal::SegmentFileName;
+using storage_internal::TempDir;
+using storage_internal::TestRecord;
+
+class SegmentStoreTest : public ::testing::Test {
+ protected:
+  void SetUp() override { ASSERT_TRUE(dir_.ok()); }
+  SegmentStoreOptions Options() {
+    SegmentStoreOptions o;
+    o.dir = dir_.path();
+    o.segment_bytes = 256 << 10;
+    o.max_batch_bytes = 512 << 10;
+    o.queue_depth = 8;
+    return o;
+  }
+  std::unique_ptr<SegmentStore> OpenStore(const SegmentStoreOptions& o) {
+    auto s = SegmentStore::Open(o);
+    EXPECT_TRUE(s.ok()) << s.status();
+    return s.ok() ? std::move(*s) : nullptr;
+  }
+  std::string SegPath(const std::string& job, uint64_t id) {
+    return JoinPath(JoinPath(dir_.path(), job), SegmentFileName(id));
+  }
+  static void ExpectReadsBack(SegmentStore* store, const std::string& job,
+                              const ChunkLocation& loc, const TestRecord& r) {
+    auto got = store->Read(job, loc);
+    ASSERT_TRUE(got.ok()) << got.status();
+    EXPECT_EQ(got->header.chunk_id, r.header.chunk_id);
+    EXPECT_EQ(got->header.encoded_length, r.payload.size());
+    EXPECT_EQ(got->payload.view(), r.payload);
+  }
+  TempDir dir_;
+};
+
+TEST_F(SegmentStoreTest, RoundTripAcrossSegmentsAndJobs) {
+  auto store = OpenStore(Options());
+  ASSERT_NE(store, nullptr);
+  std::mt19937_64 rng(1);
+  const std::vector<std::string> jobs = {"job-a", "job.b", "JOB_c"};
+  constexpr size_t kRecords = 300;
+  std::vector<TestRecord> records;
+  std::vector<std::string> job_of;
+  Collector c(kRecords);
+  for (size_t i = 0; i < kRecords; ++i) {
+    // Sizes cross the 4 KiB padding boundary and, now and then, the 1 MiB
+    // staging buffer.
+    size_t size = i % 50 == 49 ? (1 << 20) + 12345 : rng() % 40000;
+    records.push_back(MakeRecord(rng, size));
+    job_of.push_back(jobs[rng() % jobs.size()]);
+    store->Append(job_of[i], records[i].header, records[i].Payload(),
+                  c.Callback(i));
+  }
+  c.Wait();
+  std::map<std::string, std::set<uint64_t>> segments;
+  std::set<std::tuple<std::string, uint64_t, uint64_t>> places;
+  for (size_t i = 0; i < kRecords; ++i) {
+    ASSERT_TRUE(c.result(i).ok()) << c.result(i).status();
+    const ChunkLocation& loc = *c.result(i);
+    EXPECT_EQ(loc.offset % 4096, 0u);
+    EXPECT_EQ(loc.record_size, format::RecordSize(records[i].payload.size()));
+    EXPECT_GE(loc.segment, 1u);
+    EXPECT_TRUE(places.insert({job_of[i], loc.segment, loc.offset}).second);
+    segments[job_of[i]].insert(loc.segment);
+    ExpectReadsBack(store.get(), job_of[i], loc, records[i]);
+  }
+  for (const std::string& job : jobs) {
+    EXPECT_GT(segments[job].size(), 3u) << job << " never rolled over";
+    for (uint64_t id : segments[job]) {
+      EXPECT_EQ(access(SegPath(job, id).c_str(), F_OK), 0) << SegPath(job, id);
+    }
+  }
+}
+
+TEST_F(SegmentStoreTest, ConcurrentAppendersAllReadBack) {
+  auto store = OpenStore(Options());
+  ASSERT_NE(store, nullptr);
+  constexpr int kThreads = 4;
+  constexpr size_t kPerThread = 100;
+  std::vector<std::vector<TestRecord>> recs(kThreads);
+  std::vector<std::unique_ptr<Collector>> cols;
+  for (int t = 0; t < kThreads; ++t) {
+    std::mt19937_64 rng(100 + t);
+    for (size_t i = 0; i < kPerThread; ++i) {
+      recs[t].push_back(MakeRecord(rng, rng() % 20000));
+    }
+    cols.push_back(std::make_unique<Collector>(kPerThread));
+  }
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      // Two threads share a job so their records interleave in segments.
+      std::string job = "job" + std::to_string(t / 2);
+      for (size_t i = 0; i < kPerThread; ++i) {
+        store->Append(job, recs[t][i].header, recs[t][i].Payload(),
+                      cols[t]->Callback(i));
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  std::set<std::tuple<int, uint64_t, uint64_t>> places;
+  for (int t = 0; t < kThreads; ++t) {
+    cols[t]->Wait();
+    for (size_t i = 0; i < kPerThread; ++i) {
+      ASSERT_TRUE(cols[t]->result(i).ok()) << cols[t]->result(i).status();
+      const ChunkLocation& loc = *cols[t]->result(i);
+      EXPECT_TRUE(places.insert({t / 2, loc.segment, loc.offset}).second)
+          << "two records at one place";
+      ExpectReadsBack(store.get(), "job" + std::to_string(t / 2), loc,
+                      recs[t][i]);
+    }
+  }
+}
+
+TEST_F(SegmentStoreTest, FlippedByteIsDataLossNamingPlace) {
+  auto store = OpenStore(Options());
+  ASSERT_NE(store, nullptr);
+  std::mt19937_64 rng(2);
+  std::vector<TestRecord> recs;
+  std::vector<ChunkLocation> locs;
+  for (int i = 0; i < 3; ++i) {
+    recs.push_back(MakeRecord(rng, 5000));
+    auto loc = AppendSync(store.get(), "j", recs.back());
+    ASSERT_TRUE(loc.ok());
+    locs.push_back(*loc);
+  }
+  // Payload, header and padding of three different records.
+  FlipByte(SegPath("j", locs[0].segment), locs[0].offset + 64 + 1234);
+  FlipByte(SegPath("j", locs[1].segment), locs[1].offset + 30);
+  FlipByte(SegPath("j", locs[2].segment), locs[2].offset + 64 + 5000 + 7);
+  for (int i = 0; i < 3; ++i) {
+    auto got = store->Read("j", locs[i]);
+    ASSERT_FALSE(got.ok()) << "record " << i;
+    EXPECT_EQ(got.status().code(), absl::StatusCode::kDataLoss);
+    std::string want = absl::StrCat("job j segment ", locs[i].segment,
+                                    " offset ", locs[i].offset);
+    EXPECT_NE(got.status().message().find(want), std::string::npos)
+        << got.status();
+  }
+}
+
+TEST_F(SegmentStoreTest, ReopenWritesNewSegmentAndReadsOldOnes) {
+  std::mt19937_64 rng(3);
+  TestRecord a = MakeRecord(rng, 10000), b = MakeRecord(rng, 20000);
+  ChunkLocation la;
+  {
+    auto store = OpenStore(Options());
+    ASSERT_NE(store, nullptr);
+    auto loc = AppendSync(store.get(), "job", a);
+    ASSERT_TRUE(loc.ok());
+    la = *loc;
+  }
+  auto old_size =
+      storage_internal::ReadFileBytes(SegPath("job", la.segment)).size();
+  auto store = OpenStore(Options());
+  ASSERT_NE(store, nullptr);
+  auto lb = AppendSync(store.get(), "job", b);
+  ASSERT_TRUE(lb.ok());
+  EXPECT_EQ(lb->segment, la.segment + 1);
+  EXPECT_EQ(lb->offset, 0u);
+  EXPECT_EQ(storage_internal::ReadFileBytes(SegPath("job", la.segment)).size(),
+            old_size);
+  ExpectReadsBack(store.get(), "job", la, a);
+  ExpectReadsBack(store.get(), "job", *lb, b);
+}
+
+TEST_F(SegmentStoreTest, MissingSegmentIsNotFound) {
+  auto store = OpenStore(Options());
+  ASSERT_NE(store, nullptr);
+  auto got = store->Read("job", ChunkLocation{7, 0, 4096});
+  EXPECT_EQ(got.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(store->Read("job", ChunkLocation{1, 100, 4096}).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+TEST_F(SegmentStoreTest, InvalidInputIsRejectedAndStoreGoesOn) {
+  auto store = OpenStore(Options());
+  ASSERT_NE(store, nullptr);
+  std::mt19937_64 rng(4);
+  TestRecord r = MakeRecord(rng, 3000);
+  for (const std::string& job :
+       {std::string(""), std::string("a/b"), std::string(".."),
+        std::string("."), std::string(129, 'x'), std::string("a\0b", 3)}) {
+    auto loc = AppendSync(store.get(), job, r);
+    EXPECT_EQ(loc.status().code(), absl::StatusCode::kInvalidArgument)
+        << "job of " << job.size() << " bytes";
+    EXPECT_EQ(store->Read(job, ChunkLocation{1, 0, 4096}).status().code(),
+              absl::StatusCode::kInvalidArgument);
+  }
+  TestRecord bad = r;
+  bad.header.payload_crc32c ^= 1;
+  EXPECT_EQ(AppendSync(store.get(), "ok", bad).status().code(),
+            absl::StatusCode::kDataLoss);
+  bad = r;
+  bad.header.encoded_length += 1;
+  EXPECT_EQ(AppendSync(store.get(), "ok", bad).status().code(),
+            absl::StatusCode::kDataLoss);
+  auto loc = AppendSync(store.get(), "ok", r);
+  ASSERT_TRUE(loc.ok()) << loc.status();
+  ExpectReadsBack(store.get(), "ok", *loc, r);
+  EXPECT_EQ(access(JoinPath(dir_.path(), "..").c_str(), F_OK), 0);
+}
+
+TEST_F(SegmentStoreTest, ScanFindsEveryRecordAndStopsAtTornTail) {
+  SegmentStoreOptions o = Options();
+  o.segment_bytes = 64 << 10;
+  std::mt19937_64 rng(5);
+  std::vector<ChunkLocation> locs;
+  {
+    auto store = OpenStore(o);
+    ASSERT_NE(store, nullptr);
+    Collector c(40);
+    std::vector<TestRecord> recs;
+    for (int i = 0; i < 40; ++i) recs.push_back(MakeRecord(rng, rng() % 12000));
+    for (int i = 0; i < 40; ++i) {
+      store->Append("s", recs[i].header, recs[i].Payload(), c.Callback(i));
+    }
+    c.Wait();
+    for (int i = 0; i < 40; ++i) locs.push_back(*c.result(i));
+  }
+  // Tear the last record of the last segment: keep half of it.
+  const ChunkLocation last = locs.back();
+  ASSERT_EQ(::truncate(SegPath("s", last.segment).c_str(),
+                       last.offset + last.record_size / 2),
+            0);
+  auto store = OpenStore(o);
+  ASSERT_NE(store, nullptr);
+  std::vector<ChunkLocation> seen;
+  std::vector<Status> errors;
+  Status s = store->Scan(
+      "s",
+      [&](const format::RecordHeader& h, const ChunkLocation& loc) {
+        seen.push_back(loc);
+      },
+      [&](const Status& e) { errors.push_back(e); });
+  ASSERT_TRUE(s.ok()) << s;
+  ASSERT_EQ(seen.size(), locs.size() - 1);
+  for (size_t i = 0; i + 1 < locs.size(); ++i) {
+    EXPECT_EQ(seen[i].segment, locs[i].segment);
+    EXPECT_EQ(seen[i].offset, locs[i].offset);
+    EXPECT_EQ(seen[i].record_size, locs[i].record_size);
+  }
+  ASSERT_EQ(errors.size(), 1u);
+  EXPECT_EQ(errors[0].code(), absl::StatusCode::kDataLoss);
+  EXPECT_NE(errors[0].message().find(absl::StrCat("segment ", last.segment,
+                                                  " offset ", last.offset)),
+            std::string::npos)
+      << errors[0];
+  EXPECT_EQ(store->Scan("nojob", nullptr, nullptr).code(),
+            absl::StatusCode::kNotFound);
+}
+
+TEST_F(SegmentStoreTest, ScanStopsAtCorruptRecordOnlyInItsSegment) {
+  SegmentStoreOptions o = Options();
+  o.segment_bytes = 16 << 10;  // four 4 KiB records per segment
+  auto store = OpenStore(o);
+  ASSERT_NE(store, nullptr);
+  std::mt19937_64 rng(6);
+  std::vector<ChunkLocation> locs;
+  for (int i = 0; i < 8; ++i) {
+    auto loc = AppendSync(store.get(), "c", MakeRecord(rng, 1000));
+    ASSERT_TRUE(loc.ok());
+    locs.push_back(*loc);
+  }
+  ASSERT_EQ(locs[0].segment, locs[3].segment);
+  ASSERT_EQ(locs[4].segment, locs[0].segment + 1);
+  FlipByte(SegPath("c", locs[1].segment), locs[1].offset + 100);
+  std::vector<ChunkLocation> seen;
+  int errors = 0;
+  ASSERT_TRUE(store
+                  ->Scan(
+                      "c",
+                      [&](const format::RecordHeader&, const ChunkLocation& l) {
+                        seen.push_back(l);
+                      },
+                      [&](const Status& e) {
+                        ++errors;
+                        EXPECT_EQ(e.code(), absl::StatusCode::kDataLoss);
+                      })
+                  .ok());
+  EXPECT_EQ(errors, 1);
+  // Record 0, then the second segment whole.
+  ASSERT_EQ(seen.size(), 5u);
+  EXPECT_EQ(seen[0].offset, locs[0].offset);
+  for (int i = 0; i < 4; ++i) EXPECT_EQ(seen[1 + i].offset, locs[4 + i].offset);
+}
+
+TEST_F(SegmentStoreTest, DestructorRunsEveryQueuedCallback) {
+  std::mt19937_64 rng(7);
+  std::vector<TestRecord> recs;
+  for (int i = 0; i < 64; ++i) recs.push_back(MakeRecord(rng, 8000));
+  Collector c(recs.size());
+  {
+    auto store = OpenStore(Options());
+    ASSERT_NE(store, nullptr);
+    for (size_t i = 0; i < recs.size(); ++i) {
+      store->Append("d", recs[i].header, recs[i].Payload(), c.Callback(i));
+    }
+  }
+  c.Wait();  // returns at once: the destructor ran them all
+  for (size_t i = 0; i < recs.size(); ++i) {
+    EXPECT_TRUE(c.result(i).ok()) << c.result(i).status();
+  }
+  auto store = OpenStore(Options());
+  for (size_t i = 0; i < recs.size(); ++i) {
+    ExpectReadsBack(store.get(), "d", *c.result(i), recs[i]);
+  }
+}
+
+TEST_F(SegmentStoreTest, DirectIOFlagOnDisk) {
+  auto store = OpenStore(Options());
+  ASSERT_NE(store, nullptr);
+  std::mt19937_64 rng(8);
+  ASSERT_TRUE(AppendSync(store.get(), "j", MakeRecord(rng, 100)).ok());
+  std::string probe = JoinPath(dir_.path(), "probe");
+  int fd = ::open(probe.c_str(), O_CREAT | O_RDWR | O_DIRECT, 0644);
+  EXPECT_EQ(store->direct_io(), fd >= 0);
+  if (fd >= 0) ::close(fd);
+}
+
+TEST_F(SegmentStoreTest, DirectIOFallbackOnTmpfs) {
+  if (access("/dev/shm", W_OK) != 0) GTEST_SKIP() << "no writable /dev/shm";
+  TempDir shm("/dev/shm");
+  ASSERT_TRUE(shm.ok());
+  std::string probe = JoinPath(shm.path(), "probe");
+  int fd = ::open(probe.c_str(), O_CREAT | O_RDWR | O_DIRECT, 0644);
+  if (fd >= 0) {
+    ::close(fd);
+    GTEST_SKIP() << "tmpfs accepts O_DIRECT on this kernel (Linux >= 6.6)";
+  }
+  SegmentStoreOptions o = Options();
+  o.dir = shm.path();
+  auto store = OpenStore(o);
+  ASSERT_NE(store, nullptr);
+  std::mt19937_64 rng(9);
+  TestRecord r = MakeRecord(rng, 7000);
+  auto loc = AppendSync(store.get(), "j", r);
+  ASSERT_TRUE(loc.ok()) << loc.status();
+  EXPECT_FALSE(store->direct_io());
+  ExpectReadsBack(store.get(), "j", *loc, r);
+}
+
+TEST_F(SegmentStoreTest, DirectIOFallbackWhenFileSystemRefuses) {
+  PosixFileSystem base;
+  FaultInjectionFileSystem fs(&base);
+  fs.SetRejectDirectIO(true);
+  SegmentStoreOptions o = Options();
+  o.fs = &fs;
+  auto store = OpenStore(o);
+  ASSERT_NE(store, nullptr);
+  EXPECT_TRUE(store->direct_io());  // nothing refused it yet
+  std::mt19937_64 rng(10);
+  TestRecord r = MakeRecord(rng, 7000);
+  auto loc = AppendSync(store.get(), "j", r);
+  ASSERT_TRUE(loc.ok()) << loc.status();
+  EXPECT_FALSE(store->direct_io());
+  ExpectReadsBack(store.get(), "j", *loc, r);
+}
+
+TEST_F(SegmentStoreTest, WritesFromRegisteredStagingBuffers) {
+  auto fs = UringFileSystem::Create(UringFileSystemOptions{4});
+  if (!fs.ok()) GTEST_SKIP() << fs.status();
+  SegmentStoreOptions o = Options();
+  o.fs = fs->get();
+  o.queue_depth = 2;
+  o.max_batch_bytes = 2 << 20;  // 2 staging buffers: 2 MiB, under 8 MiB memlock
+  std::mt19937_64 rng(11);
+  std::vector<TestRecord> recs;
+  std::vector<ChunkLocation> locs;
+  {
+    auto store = OpenStore(o);
+    ASSERT_NE(store, nullptr);
+    for (int i = 0; i < 5; ++i) {
+      recs.push_back(MakeRecord(rng, 300000));
+      auto loc = AppendSync(store.get(), "r", recs.back());
+      ASSERT_TRUE(loc.ok()) << loc.status();
+      locs.push_back(*loc);
+    }
+    UringFileSystem::Stats st = (*fs)->stats();
+    EXPECT_EQ(st.fixed_requests, 5u);
+    EXPECT_EQ(st.plain_requests, 0u);
+    EXPECT_EQ(st.syncs, 5u);
+    for (int i = 0; i < 5; ++i) {
+      ExpectReadsBack(store.get(), "r", locs[i], recs[i]);
+    }
+  }
+}
+
+TEST_F(SegmentStoreTest, OpenRejectsBadOptions) {
+  SegmentStoreOptions o = Options();
+  o.dir = "";
+  EXPECT_EQ(SegmentStore::Open(o).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  o = Options();
+  o.queue_depth = 0;
+  EXPECT_EQ(SegmentStore::Open(o).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace stagger::server

@@ -1,0 +1,103 @@
+import numpy as np
+import pytest
+
+import stagger
+
+
+def state(seed, n=300_000):
+    rng = np.random.default_rng(seed)
+    return {
+        "w": (rng.standard_normal(n) * 0.02).astype(np.float32),
+        "emb": rng.integers(0, 1 << 15, size=(100, 64), dtype=np.int64),
+        "mask": rng.integers(0, 2, size=1000).astype(np.bool_),
+        "h": rng.standard_normal(777).astype(np.float16),
+    }
+
+
+def empty_like(d):
+    return {k: np.zeros_like(v) for k, v in d.items()}
+
+
+def test_embedded_round_trip_and_steps(tmp_path):
+    ck = stagger.Checkpointer(servers=f"embedded:{tmp_path}", job="py",
+                              rank=0, world_size=1, chunk_size=65536)
+    s1, s2 = state(1), state(2)
+    h = ck.save(s1, step=1)
+    h.wait()
+    assert h.done()
+    stats = h.stats()
+    assert stats["bytes_raw"] == sum(v.nbytes for v in s1.values())
+    assert stats["chunks"] == 19 + 1 + 1 + 1
+    assert 0 < stats["bytes_shipped"] <= stats["bytes_raw"]
+    ck.save(s2, step=5).wait()
+    assert ck.steps() == [1, 5]
+
+    out = empty_like(s1)
+    assert ck.load(out, step="latest") == 5
+    for k in s2:
+        np.testing.assert_array_equal(out[k], s2[k])
+    assert ck.load(out, step=1) == 1
+    for k in s1:
+        np.testing.assert_array_equal(out[k], s1[k])
+
+
+def test_real_server_two_ranks(server):
+    cks = [stagger.Checkpointer(servers=server, job="two", rank=r,
+                                world_size=2) for r in range(2)]
+    states = [state(10 + r) for r in range(2)]
+    cks[0].save(states[0], step=3).wait()
+    assert cks[0].steps() == []  # rank 1 has not committed
+    assert cks[0].steps(include_partial=True) == [3]
+    cks[1].save(states[1], step=3).wait()
+    assert cks[1].steps() == [3]
+    for r in range(2):
+        out = empty_like(states[r])
+        assert cks[r].load(out) == 3
+        for k in out:
+            np.testing.assert_array_equal(out[k], states[r][k])
+
+
+def test_errors_carry_status_codes(tmp_path):
+    ck = stagger.Checkpointer(servers=f"embedded:{tmp_path}", job="e")
+    with pytest.raises(stagger.Error) as e:
+        ck.load({"w": np.zeros(4, np.float32)}, step=7)
+    assert e.value.code == "NOT_FOUND"
+
+    ck.save({"w": np.ones(4, np.float32)}, step=1).wait()
+    with pytest.raises(stagger.Error) as e:
+        ck.load({"missing": np.zeros(4, np.float32)})
+    assert e.value.code == "NOT_FOUND"
+    assert "tensor 'missing'" in str(e.value)
+    with pytest.raises(stagger.Error) as e:
+        ck.load({"w": np.zeros(5, np.float32)})
+    assert e.value.code == "INVALID_ARGUMENT"
+    assert "tensor 'w' was saved as F32[4]" in str(e.value)
+
+    with pytest.raises(stagger.Error) as e:
+        stagger.Checkpointer(servers=f"embedded:{tmp_path}", job="bad job")
+    assert e.value.code == "INVALID_ARGUMENT"
+    with pytest.raises(stagger.Error) as e:
+        stagger.Checkpointer(servers=f"embedded:{tmp_path}", job="j", rank=1,
+                             world_size=1)
+    assert e.value.code == "INVALID_ARGUMENT"
+    with pytest.raises(stagger.Error) as e:
+        stagger.Checkpointer(servers=f"embedded:{tmp_path}", job="j",
+                             world_size=0)
+    assert e.value.code == "INVALID_ARGUMENT"
+    with pytest.raises(stagger.Error) as e:
+        ck.save({"x/y": np.ones(2)}, step=2)
+    assert e.value.code == "INVALID_ARGUMENT"
+    with pytest.raises(stagger.Error) as e:
+        ck.save({"w": np.ones((4, 4))[:, ::2]}, step=2)
+    assert "not C-contiguous" in str(e.value)
+    with pytest.raises(stagger.Error) as e:
+        ck.load({"w": np.zeros(4, np.float32)}, step=-2)
+    assert e.value.code == "INVALID_ARGUMENT"
+
+
+def test_unreachable_server_is_unavailable():
+    with pytest.raises(stagger.Error) as e:
+        # Port 1 on loopback: nothing listens there.
+        stagger.Checkpointer(servers="127.0.0.1:1", job="j")
+    assert e.value.code == "UNAVAILABLE"
+    assert "127.0.0.1:1" in str(e.value)

@@ -1,0 +1,153 @@
+#include "tests/testutil/process.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+
+#include "absl/strings/str_cat.h"
+
+namespace stagger::testutil {
+namespace {
+
+// Built before fork(): the child of a threaded process must not allocate.
+std::vector<char*> Argv(const std::vector<std::string>& argv) {
+  std::vector<char*> args;
+  for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+  return args;
+}
+
+[[noreturn]] void Exec(std::vector<char*>& args) {
+  execv(args[0], args.data());
+  _exit(127);
+}
+
+}  // namespace
+
+std::string BinDir() {
+  if (const char* d = getenv("STAGGER_BIN_DIR")) return d;
+  // Test binaries live in <build>/tests, the programs in <build>/bin.
+  std::error_code ec;
+  auto exe = std::filesystem::read_symlink("/proc/self/exe", ec);
+  if (ec) return "build/bin";
+  return (exe.parent_path().parent_path() / "bin").string();
+}
+
+TempDir::TempDir() {
+  std::string tmpl =
+      (std::filesystem::temp_directory_path() / "stagger-test-XXXXXX")
+          .string();
+  char* p = mkdtemp(tmpl.data());
+  path_ = p ? p : "";
+}
+
+TempDir::~TempDir() {
+  std::error_code ec;
+  if (!path_.empty()) std::filesystem::remove_all(path_, ec);
+}
+
+Result<std::unique_ptr<ServerProcess>> ServerProcess::Start(
+    const std::string& data_dir) {
+  int fds[2];
+  if (pipe(fds) != 0) return absl::InternalError("pipe failed");
+  std::vector<std::string> argv = {BinDir() + "/stagger-server", "--data",
+                                   data_dir, "--listen", "127.0.0.1:0"};
+  std::vector<char*> args = Argv(argv);
+  pid_t pid = fork();
+  if (pid == 0) {
+    dup2(fds[1], 1);
+    close(fds[0]);
+    close(fds[1]);
+    Exec(args);
+  }
+  close(fds[1]);
+  auto p = std::unique_ptr<ServerProcess>(new ServerProcess());
+  p->pid_ = pid;
+  std::string line;
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (line.find('\n') == std::string::npos) {
+    int left = static_cast<int>(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                    deadline - std::chrono::steady_clock::now())
+                                    .count());
+    struct pollfd pfd = {fds[0], POLLIN, 0};
+    if (left <= 0 || poll(&pfd, 1, left) <= 0) break;
+    char buf[256];
+    ssize_t n = read(fds[0], buf, sizeof buf);
+    if (n <= 0) break;
+    line.append(buf, n);
+  }
+  close(fds[0]);
+  const std::string kReady = "stagger-server ready grpc=";
+  size_t g = line.find(kReady);
+  size_t d = line.find(" data=");
+  size_t nl = line.find('\n');
+  if (g != 0 || d == std::string::npos || nl == std::string::npos) {
+    return absl::UnavailableError(
+        absl::StrCat("stagger-server did not get ready; printed '", line, "'"));
+  }
+  p->grpc_ = line.substr(kReady.size(), d - kReady.size());
+  p->data_ = line.substr(d + 6, nl - d - 6);
+  return p;
+}
+
+ServerProcess::~ServerProcess() {
+  if (pid_ > 0) Stop(SIGKILL);
+}
+
+int ServerProcess::Stop(int sig) {
+  if (pid_ <= 0) return -1;
+  kill(pid_, sig);
+  int status = 0;
+  waitpid(pid_, &status, 0);
+  pid_ = -1;
+  return status;
+}
+
+RunResult RunProcess(const std::vector<std::string>& argv) {
+  int fds[2];
+  RunResult r;
+  if (pipe(fds) != 0) return r;
+  std::vector<char*> args = Argv(argv);
+  pid_t pid = fork();
+  if (pid == 0) {
+    dup2(fds[1], 1);
+    dup2(fds[1], 2);
+    close(fds[0]);
+    close(fds[1]);
+    Exec(args);
+  }
+  close(fds[1]);
+  char buf[4096];
+  ssize_t n;
+  while ((n = read(fds[0], buf, sizeof buf)) > 0) r.out.append(buf, n);
+  close(fds[0]);
+  r.exit_code = WaitExit(pid);
+  return r;
+}
+
+pid_t Spawn(const std::vector<std::string>& argv) {
+  std::vector<char*> args = Argv(argv);
+  pid_t pid = fork();
+  if (pid == 0) {
+    int devnull = open("/dev/null", O_WRONLY);
+    dup2(devnull, 1);
+    dup2(devnull, 2);
+    Exec(args);
+  }
+  return pid;
+}
+
+int WaitExit(pid_t pid) {
+  int status = 0;
+  if (waitpid(pid, &status, 0) != pid) return -1;
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+}  // namespace stagger::testutil

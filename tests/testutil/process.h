@@ -1,0 +1,63 @@
+// Test helpers that run stagger's binaries as real processes.
+#ifndef STAGGER_TESTS_TESTUTIL_PROCESS_H_
+#define STAGGER_TESTS_TESTUTIL_PROCESS_H_
+
+#include <sys/types.h>
+
+#include <string>
+#include <vector>
+
+#include "stagger/status.h"
+
+namespace stagger::testutil {
+
+// Directory of the built binaries: $STAGGER_BIN_DIR, else <build>/bin
+// next to the running test's <build>/tests.
+std::string BinDir();
+
+// A temporary directory removed on destruction.
+class TempDir {
+ public:
+  TempDir();
+  ~TempDir();
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+// A running stagger-server. Killed (SIGKILL) on destruction if still alive.
+class ServerProcess {
+ public:
+  // Starts stagger-server --data `data_dir` --listen 127.0.0.1:0 and waits
+  // (up to 60 s) for its ready line.
+  static Result<std::unique_ptr<ServerProcess>> Start(
+      const std::string& data_dir);
+  ~ServerProcess();
+
+  const std::string& grpc() const { return grpc_; }
+  const std::string& data() const { return data_; }
+  // Sends `sig` and waits for the process; returns its wait status.
+  int Stop(int sig);
+
+ private:
+  pid_t pid_ = -1;
+  std::string grpc_, data_;
+};
+
+struct RunResult {
+  int exit_code = -1;  // -1 when killed by a signal
+  std::string out;     // stdout and stderr together
+};
+
+// Runs `argv` (argv[0] a path) to completion, capturing its output.
+RunResult RunProcess(const std::vector<std::string>& argv);
+
+// Starts `argv` without waiting; returns its pid (output to /dev/null).
+pid_t Spawn(const std::vector<std::string>& argv);
+// Waits for `pid`; returns its exit code, or -1 if a signal ended it.
+int WaitExit(pid_t pid);
+
+}  // namespace stagger::testutil
+
+#endif  // STAGGER_TESTS_TESTUTIL_PROCESS_H_

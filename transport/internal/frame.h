@@ -1,0 +1,67 @@
+// Wire framing of one transport message (request, reply or handshake).
+//
+// Every UCX active message starts its AM header with a fixed 28-byte frame,
+// little-endian:
+//
+//   offset size field
+//        0    4 magic        kFrameMagic ("STG1"); also the format version
+//        4    1 kind         FrameKind
+//        5    1 flags        kFrameHeaderInData or 0
+//        6    2 op           application opcode
+//        8    4 header_len   message header bytes (<= kMaxHeaderBytes)
+//       12    8 request_id   chosen by the requester, echoed in the reply
+//       20    8 payload_len  payload bytes (<= kMaxPayloadBytes)
+//
+// The message header follows the frame in the AM header, unless the worker's
+// AM header limit is too small for it; then kFrameHeaderInData is set and the
+// header bytes travel in front of the payload in the AM data.
+//
+// Thread-safety: pure functions.
+#ifndef STAGGER_TRANSPORT_INTERNAL_FRAME_H_
+#define STAGGER_TRANSPORT_INTERNAL_FRAME_H_
+
+#include <cstddef>
+#include <cstdint>
+
+#include "stagger/status.h"
+
+namespace stagger::transport_internal {
+
+// The UCX active-message id every frame travels under.
+inline constexpr unsigned kAmId = 0x5354;
+inline constexpr uint32_t kFrameMagic = 0x31475453;  // "STG1" little-endian
+inline constexpr size_t kFrameBytes = 28;
+inline constexpr uint8_t kFrameHeaderInData = 0x1;
+
+enum class FrameKind : uint8_t {
+  kRequest = 1,   // client -> server: a Call()
+  kReply = 2,     // server -> client: the reply to request_id
+  kNoReply = 3,   // server -> client: request_id will never get a reply
+  kHello = 4,     // client -> server: connection handshake
+  kHelloAck = 5,  // server -> client: handshake answer
+};
+
+struct Frame {
+  FrameKind kind = FrameKind::kRequest;
+  uint8_t flags = 0;
+  uint16_t op = 0;
+  uint32_t header_len = 0;
+  uint64_t request_id = 0;
+  uint64_t payload_len = 0;
+
+  bool header_in_data() const { return (flags & kFrameHeaderInData) != 0; }
+};
+
+// Writes `frame` into out[0, kFrameBytes).
+void EncodeFrame(const Frame& frame, char* out);
+
+// Parses and validates the frame at the start of an AM header of
+// `am_header_len` bytes whose AM data is `data_len` bytes long. Checks the
+// magic, the kind, the flags, both length limits and that the lengths add up
+// to what arrived. DATA_LOSS naming the first violation otherwise.
+Result<Frame> ParseFrame(const void* am_header, size_t am_header_len,
+                         size_t data_len);
+
+}  // namespace stagger::transport_internal
+
+#endif  // STAGGER_TRANSPORT_INTERNAL_FRAME_H_

@@ -1,0 +1,210 @@
+#include "transport/internal/ucx_client.h"
+
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
+#include "transport/internal/ucx_status.h"
+
+namespace stagger::transport_internal {
+namespace {
+
+using transport::Buffer;
+using transport::Message;
+
+Status AsUnavailable(const Status& s) {
+  if (s.code() == absl::StatusCode::kUnavailable) return s;
+  return absl::UnavailableError(s.message());
+}
+
+Status CheckSizes(std::string_view header, std::string_view payload) {
+  if (header.size() > transport::kMaxHeaderBytes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "message header of ", header.size(), " bytes exceeds the limit of ",
+        transport::kMaxHeaderBytes));
+  }
+  if (payload.size() > transport::kMaxPayloadBytes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "payload of ", payload.size(), " bytes exceeds the limit of ",
+        transport::kMaxPayloadBytes));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+Result<std::shared_ptr<UcxClientLoop>> UcxClientLoop::Connect(
+    std::shared_ptr<UcxContext> context, UcxLoopOptions options,
+    std::chrono::milliseconds timeout, std::string peer, const SockAddr& addr) {
+  std::shared_ptr<UcxClientLoop> loop(
+      new UcxClientLoop(std::move(context), options, std::move(peer)));
+  const std::string where = absl::StrCat("connecting to ", loop->peer_);
+  STAGGER_RETURN_IF_ERROR(WithContext(loop->Init(), where));
+
+  // The loop thread is not running yet, so this thread may drive the worker.
+  ucp_ep_params_t params{};
+  params.field_mask = UCP_EP_PARAM_FIELD_FLAGS | UCP_EP_PARAM_FIELD_SOCK_ADDR |
+                      UCP_EP_PARAM_FIELD_ERR_HANDLER |
+                      UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
+  params.flags = UCP_EP_PARAMS_FLAGS_CLIENT_SERVER;
+  params.sockaddr.addr = addr.get();
+  params.sockaddr.addrlen = addr.length;
+  params.err_mode = UCP_ERR_HANDLING_MODE_PEER;
+  params.err_handler = loop->ErrorHandler();
+  ucp_ep_h ep = nullptr;
+  ucs_status_t st = ucp_ep_create(loop->worker(), &params, &ep);
+  if (st != UCS_OK) return AsUnavailable(FromUcs(st, where));
+  loop->ep_id_ = loop->AddEndpoint(ep, loop->peer_);
+  // The listener answers the hello once its endpoint exists; until then we
+  // do not know that anybody listens.
+  loop->Send(loop->ep_id_, FrameKind::kHello, 0, 0, {}, {}, Buffer(),
+             [](Status) {});  // a failure shows up as an endpoint error
+  loop->Start();
+
+  bool answered = loop->connected_.WaitForNotificationWithTimeout(
+      absl::FromChrono(timeout));
+  if (!answered) {
+    loop->Stop();
+    return absl::UnavailableError(
+        absl::StrCat(where, ": no answer within ", timeout.count(), " ms"));
+  }
+  if (!loop->connect_status_.ok()) {
+    Status s = loop->connect_status_;
+    loop->Stop();
+    return s;
+  }
+  return loop;
+}
+
+void UcxClientLoop::ReportConnect(const Status& status) {
+  if (connected_.HasBeenNotified()) return;
+  connect_status_ = status;
+  connected_.Notify();
+}
+
+void UcxClientLoop::Call(uint16_t op, std::string_view header,
+                         std::string_view payload,
+                         transport::ReplyCallback done) {
+  Status valid = CheckSizes(header, payload);
+  if (!valid.ok()) {
+    // Report on the progress thread like every other outcome, unless the
+    // loop is gone.
+    auto shared = std::make_shared<transport::ReplyCallback>(std::move(done));
+    if (!Post([shared, valid] { (*shared)(valid); })) (*shared)(valid);
+    return;
+  }
+  auto shared = std::make_shared<transport::ReplyCallback>(std::move(done));
+  bool posted =
+      Post([this, op, header = std::string(header), payload, shared]() mutable {
+        StartCall(op, header, payload, std::move(*shared));
+      });
+  if (!posted) {
+    (*shared)(absl::UnavailableError(
+        absl::StrCat("connection to ", peer_, " is closed")));
+  }
+}
+
+void UcxClientLoop::StartCall(uint16_t op, const std::string& header,
+                              std::string_view payload,
+                              transport::ReplyCallback done) {
+  if (!down_.ok() || stopping()) {
+    done(down_.ok() ? absl::UnavailableError(
+                          absl::StrCat("connection to ", peer_, " is closing"))
+                    : down_);
+    return;
+  }
+  uint64_t id = next_request_id_++;
+  pending_[id].done = std::move(done);
+  Send(ep_id_, FrameKind::kRequest, op, id, header, payload, Buffer(),
+       [this, id](Status s) { OnSent(id, s); });
+}
+
+void UcxClientLoop::OnSent(uint64_t request_id, const Status& status) {
+  auto it = pending_.find(request_id);
+  if (it == pending_.end()) return;
+  it->second.sent = true;
+  if (!status.ok() && !it->second.outcome.has_value()) {
+    it->second.outcome =
+        AsUnavailable(WithContext(status, absl::StrCat("request to ", peer_)));
+  }
+  MaybeFinish(request_id);
+}
+
+void UcxClientLoop::Settle(uint64_t request_id, Result<Message> outcome) {
+  auto it = pending_.find(request_id);
+  if (it == pending_.end() || it->second.outcome.has_value()) {
+    return;  // a late or duplicate answer: the call already has its outcome
+  }
+  it->second.outcome = std::move(outcome);
+  MaybeFinish(request_id);
+}
+
+void UcxClientLoop::MaybeFinish(uint64_t request_id) {
+  auto it = pending_.find(request_id);
+  if (it == pending_.end() || !it->second.sent ||
+      !it->second.outcome.has_value()) {
+    return;
+  }
+  PendingCall call = std::move(it->second);
+  pending_.erase(it);
+  call.done(*std::move(call.outcome));
+}
+
+void UcxClientLoop::OnMessage(uint64_t ep_id, const Frame& frame,
+                              std::string header, Buffer payload) {
+  switch (frame.kind) {
+    case FrameKind::kHelloAck:
+      ReportConnect(absl::OkStatus());
+      return;
+    case FrameKind::kReply: {
+      Message reply;
+      reply.op = frame.op;
+      reply.header = std::move(header);
+      reply.payload = std::move(payload);
+      Settle(frame.request_id, std::move(reply));
+      return;
+    }
+    case FrameKind::kNoReply:
+      Settle(frame.request_id,
+             absl::UnavailableError(absl::StrCat(peer_, ": ", header)));
+      return;
+    default: {
+      Status why = absl::UnavailableError(
+          absl::StrCat(peer_, ": unexpected frame kind ",
+                       static_cast<int>(frame.kind), " from the server"));
+      LogWarning(absl::StrCat(why.message(), "; closing the connection"));
+      CloseEndpoint(ep_id, why, /*force=*/true);
+      return;
+    }
+  }
+}
+
+void UcxClientLoop::OnEndpointDown(uint64_t ep_id, const Status& why) {
+  down_ = AsUnavailable(why);
+  ReportConnect(down_);
+  std::vector<uint64_t> ids;
+  for (auto& [id, call] : pending_) {
+    if (!call.outcome.has_value()) call.outcome = down_;
+    ids.push_back(id);
+  }
+  // Calls whose send is still in flight finish when UCX completes it (the
+  // endpoint's requests are purged as it closes).
+  for (uint64_t id : ids) MaybeFinish(id);
+}
+
+void UcxClientLoop::OnStopped() {
+  Status closed = down_.ok() ? absl::UnavailableError(absl::StrCat(
+                                   "connection to ", peer_, " was closed"))
+                             : down_;
+  ReportConnect(closed);
+  // The worker is gone, so no payload is read any more: finish everything.
+  std::map<uint64_t, PendingCall> calls;
+  calls.swap(pending_);
+  for (auto& [id, call] : calls) {
+    call.done(call.outcome.has_value() ? *std::move(call.outcome)
+                                       : Result<Message>(closed));
+  }
+}
+
+}  // namespace stagger::transport_internal

@@ -1,0 +1,50 @@
+// The UCX implementation of Transport: active messages over a UCX worker,
+// rendezvous for large payloads, client-server connection set-up over
+// sockets. See README.md for the threads and the object graph.
+//
+// UCX is configured from the environment (UCX_TLS, UCX_NET_DEVICES, ...);
+// on one host UCX_TLS=sm,tcp is the expected setting. No UCX type appears in
+// this header.
+#ifndef STAGGER_TRANSPORT_UCX_TRANSPORT_H_
+#define STAGGER_TRANSPORT_UCX_TRANSPORT_H_
+
+#include <chrono>
+#include <cstddef>
+#include <memory>
+
+#include "stagger/status.h"
+#include "transport/transport.h"
+
+namespace stagger::transport {
+
+struct UcxTransportOptions {
+  // How long Connect() waits for the listener to answer the handshake before
+  // it returns UNAVAILABLE.
+  std::chrono::milliseconds connect_timeout{5000};
+  // Payloads of at least this many bytes are sent with rendezvous: the
+  // receiver pulls them into an aligned Buffer when it has room.
+  size_t rndv_threshold = 64 << 10;
+  // Per worker (one per Listener and per Connection): rendezvous bytes being
+  // pulled at once. Further messages wait, and so do their senders. One
+  // message larger than this is still pulled when it is alone.
+  size_t max_inflight_pull_bytes = 512ull << 20;
+  // Upper bound on how long destroying a Listener or Connection waits for
+  // its endpoints to close cleanly.
+  std::chrono::milliseconds close_timeout{2000};
+};
+
+// Creates the UCX context. FAILED_PRECONDITION or INTERNAL when UCX cannot
+// start (no usable transport, bad UCX_* settings).
+//
+// Listeners and Connections made by the transport may outlive it. Each has
+// its own UCX worker and progress thread; handler and reply callbacks run on
+// that thread. Destroying one stops its thread; pending calls complete with
+// UNAVAILABLE. Do not destroy a Listener from its own handler or a
+// Connection from its own reply callback unless nothing else uses it: the
+// shutdown then finishes after the callback returns.
+Result<std::unique_ptr<Transport>> NewUcxTransport(
+    const UcxTransportOptions& options = {});
+
+}  // namespace stagger::transport
+
+#endif  // STAGGER_TRANSPORT_UCX_TRANSPORT_H_

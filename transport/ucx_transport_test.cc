@@ -1,0 +1,340 @@
+// UCX-specific behaviour: bad bytes from a raw UCX peer, the bounded
+// connect wait, and rendezvous admission.
+#include "transport/ucx_transport.h"
+
+#include <poll.h>
+#include <ucp/api/ucp.h>
+
+#include <chrono>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/blocking_counter.h"
+#include "absl/synchronization/mutex.h"
+#include "gtest/gtest.h"
+#include "transport/internal/frame.h"
+#include "transport/internal/ucx_handles.h"
+
+namespace stagger::transport {
+namespace {
+
+using transport_internal::EncodeFrame;
+using transport_internal::Frame;
+using transport_internal::FrameKind;
+using transport_internal::kAmId;
+using transport_internal::kFrameBytes;
+
+class CountingEcho : public RequestHandler {
+ public:
+  void OnRequest(Message request,
+                 std::unique_ptr<ReplyChannel> reply) override {
+    {
+      absl::MutexLock l(&mu_);
+      ++requests_;
+    }
+    reply->Send(request.op, std::move(request.header),
+                std::move(request.payload));
+  }
+  int requests() {
+    absl::MutexLock l(&mu_);
+    return requests_;
+  }
+
+ private:
+  absl::Mutex mu_;
+  int requests_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+// A UCX client that speaks raw active messages, driven by the test thread.
+class RawPeer {
+ public:
+  ~RawPeer() {
+    if (ep_ != nullptr) {
+      ucp_request_param_t p{};
+      p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+      p.flags = UCP_EP_CLOSE_FLAG_FORCE;
+      Wait(ucp_ep_close_nbx(ep_, &p));
+    }
+  }
+
+  void Connect(const std::string& address) {
+    auto ctx = transport_internal::UcxContext::Create();
+    ASSERT_TRUE(ctx.ok()) << ctx.status();
+    context_ = *ctx;
+    auto worker = transport_internal::CreateWorker(*context_);
+    ASSERT_TRUE(worker.ok()) << worker.status();
+    worker_ = std::move(*worker);
+    auto hp = SplitHostPort(address);
+    ASSERT_TRUE(hp.ok());
+    auto addr = transport_internal::ResolveSockAddr(hp->first, hp->second);
+    ASSERT_TRUE(addr.ok());
+    ucp_ep_params_t params{};
+    params.field_mask =
+        UCP_EP_PARAM_FIELD_FLAGS | UCP_EP_PARAM_FIELD_SOCK_ADDR |
+        UCP_EP_PARAM_FIELD_ERR_HANDLER | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
+    params.flags = UCP_EP_PARAMS_FLAGS_CLIENT_SERVER;
+    params.sockaddr.addr = addr->get();
+    params.sockaddr.addrlen = addr->length;
+    params.err_mode = UCP_ERR_HANDLING_MODE_PEER;
+    params.err_handler.cb = [](void* arg, ucp_ep_h, ucs_status_t st) {
+      static_cast<RawPeer*>(arg)->error_ = st;
+    };
+    params.err_handler.arg = this;
+    ASSERT_EQ(ucp_ep_create(worker_.get(), &params, &ep_), UCS_OK);
+
+    ucp_am_handler_param_t am{};
+    am.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID |
+                    UCP_AM_HANDLER_PARAM_FIELD_CB |
+                    UCP_AM_HANDLER_PARAM_FIELD_ARG;
+    am.id = kAmId;
+    am.cb = [](void* arg, const void* header, size_t header_length, void*,
+               size_t, const ucp_am_recv_param_t*) {
+      static_cast<RawPeer*>(arg)->received_.emplace_back(
+          static_cast<const char*>(header), header_length);
+      return UCS_OK;
+    };
+    am.arg = this;
+    ASSERT_EQ(ucp_worker_set_am_recv_handler(worker_.get(), &am), UCS_OK);
+  }
+
+  // Drives the worker until an AM arrived or 10 s pass; returns its AM
+  // header ("" when none came).
+  std::string WaitForMessage() {
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (received_.empty() && std::chrono::steady_clock::now() < deadline) {
+      Drive();
+    }
+    return received_.empty() ? std::string() : received_.front();
+  }
+
+  // Sends one AM under the transport's id; returns the send's status.
+  ucs_status_t Send(const std::string& am_header, const std::string& data,
+                    bool rndv) {
+    ucp_request_param_t p{};
+    p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+    p.flags = UCP_AM_SEND_FLAG_REPLY | (rndv ? UCP_AM_SEND_FLAG_RNDV : 0);
+    return Wait(ucp_am_send_nbx(ep_, kAmId, am_header.data(), am_header.size(),
+                                data.data(), data.size(), &p));
+  }
+
+  // Drives the worker until the endpoint reports an error or 10 s pass;
+  // returns the error (UCS_OK when none came).
+  ucs_status_t WaitForError() {
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (error_ == UCS_OK && std::chrono::steady_clock::now() < deadline) {
+      Drive();
+    }
+    return error_;
+  }
+
+ private:
+  void Drive() {
+    while (ucp_worker_progress(worker_.get()) != 0) {
+    }
+    int fd = -1;
+    if (ucp_worker_get_efd(worker_.get(), &fd) == UCS_OK &&
+        ucp_worker_arm(worker_.get()) == UCS_OK) {
+      pollfd pfd{fd, POLLIN, 0};
+      poll(&pfd, 1, 50);
+    }
+  }
+
+  ucs_status_t Wait(ucs_status_ptr_t req) {
+    if (req == nullptr) return UCS_OK;
+    if (UCS_PTR_IS_ERR(req)) return UCS_PTR_STATUS(req);
+    ucs_status_t st;
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while ((st = ucp_request_check_status(req)) == UCS_INPROGRESS &&
+           std::chrono::steady_clock::now() < deadline) {
+      Drive();
+    }
+    ucp_request_free(req);
+    return st;
+  }
+
+  std::shared_ptr<transport_internal::UcxContext> context_;
+  transport_internal::WorkerPtr worker_;
+  ucp_ep_h ep_ = nullptr;
+  ucs_status_t error_ = UCS_OK;
+  std::vector<std::string> received_;
+};
+
+std::string FrameBytes(const Frame& f) {
+  std::string out(kFrameBytes, '\0');
+  EncodeFrame(f, out.data());
+  return out;
+}
+
+class UcxTransportTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto t = NewUcxTransport();
+    ASSERT_TRUE(t.ok()) << t.status();
+    transport_ = std::move(*t);
+    auto l = transport_->Listen("127.0.0.1:0", &handler_);
+    ASSERT_TRUE(l.ok()) << l.status();
+    listener_ = std::move(*l);
+  }
+
+  // The listener still serves a well-behaved client.
+  void ExpectStillServing() {
+    auto conn = transport_->Connect(listener_->address());
+    ASSERT_TRUE(conn.ok()) << conn.status();
+    Result<Message> r = (*conn)->CallSync(9, "still", "here");
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_EQ(r->header, "still");
+    EXPECT_EQ(r->payload.view(), "here");
+  }
+
+  CountingEcho handler_;
+  std::unique_ptr<Transport> transport_;
+  std::unique_ptr<Listener> listener_;
+};
+
+TEST_F(UcxTransportTest, GarbageHeaderClosesOnlyThatConnection) {
+  RawPeer peer;
+  ASSERT_NO_FATAL_FAILURE(peer.Connect(listener_->address()));
+  std::mt19937 rng(7);
+  std::string junk(40, '\0');
+  for (char& c : junk) c = static_cast<char>(rng());
+  EXPECT_EQ(peer.Send(junk, "data", /*rndv=*/false), UCS_OK);
+  EXPECT_NE(peer.WaitForError(), UCS_OK);
+  EXPECT_EQ(handler_.requests(), 0);
+  ExpectStillServing();
+}
+
+TEST_F(UcxTransportTest, InconsistentLengthsCloseTheConnection) {
+  RawPeer peer;
+  ASSERT_NO_FATAL_FAILURE(peer.Connect(listener_->address()));
+  Frame f;
+  f.kind = FrameKind::kRequest;
+  f.header_len = 100;  // only 3 header bytes follow
+  f.payload_len = 4;
+  EXPECT_EQ(peer.Send(FrameBytes(f) + "abc", "data", false), UCS_OK);
+  EXPECT_NE(peer.WaitForError(), UCS_OK);
+  EXPECT_EQ(handler_.requests(), 0);
+  ExpectStillServing();
+}
+
+TEST_F(UcxTransportTest, MalformedRendezvousIsRefusedAndClosed) {
+  RawPeer peer;
+  ASSERT_NO_FATAL_FAILURE(peer.Connect(listener_->address()));
+  Frame f;
+  f.kind = FrameKind::kRequest;
+  f.payload_len = 12;  // but 1 MiB arrives
+  std::string data(1 << 20, 'x');
+  ucs_status_t sent = peer.Send(FrameBytes(f), data, /*rndv=*/true);
+  EXPECT_NE(sent, UCS_OK);  // the listener refused the data
+  EXPECT_NE(peer.WaitForError(), UCS_OK);
+  EXPECT_EQ(handler_.requests(), 0);
+  ExpectStillServing();
+}
+
+TEST_F(UcxTransportTest, ReplyFrameSentToListenerClosesTheConnection) {
+  RawPeer peer;
+  ASSERT_NO_FATAL_FAILURE(peer.Connect(listener_->address()));
+  Frame f;
+  f.kind = FrameKind::kReply;
+  f.request_id = 1;
+  EXPECT_EQ(peer.Send(FrameBytes(f), "", false), UCS_OK);
+  EXPECT_NE(peer.WaitForError(), UCS_OK);
+  EXPECT_EQ(handler_.requests(), 0);
+  ExpectStillServing();
+}
+
+TEST_F(UcxTransportTest, WellFormedRawRequestIsServed) {
+  // Guards the tests above: the raw peer itself is able to talk.
+  RawPeer peer;
+  ASSERT_NO_FATAL_FAILURE(peer.Connect(listener_->address()));
+  Frame f;
+  f.kind = FrameKind::kRequest;
+  f.request_id = 1;
+  f.header_len = 2;
+  f.payload_len = 4;
+  EXPECT_EQ(peer.Send(FrameBytes(f) + "hi", "data", false), UCS_OK);
+  Frame want = f;
+  want.kind = FrameKind::kReply;
+  EXPECT_EQ(peer.WaitForMessage(), FrameBytes(want) + "hi");
+  EXPECT_EQ(handler_.requests(), 1);
+}
+
+TEST(UcxConnectTest, ListenerThatNeverAnswersTimesOutWithUnavailable) {
+  // A bare UCX listener that is never progressed: the TCP connection is
+  // accepted by the kernel but the handshake is never answered.
+  auto ctx = transport_internal::UcxContext::Create();
+  ASSERT_TRUE(ctx.ok()) << ctx.status();
+  auto worker = transport_internal::CreateWorker(**ctx);
+  ASSERT_TRUE(worker.ok()) << worker.status();
+  auto addr = transport_internal::ResolveSockAddr("127.0.0.1", 0);
+  ASSERT_TRUE(addr.ok());
+  ucp_listener_params_t params{};
+  params.field_mask = UCP_LISTENER_PARAM_FIELD_SOCK_ADDR |
+                      UCP_LISTENER_PARAM_FIELD_CONN_HANDLER;
+  params.sockaddr.addr = addr->get();
+  params.sockaddr.addrlen = addr->length;
+  params.conn_handler.cb = [](ucp_conn_request_h, void*) {};
+  params.conn_handler.arg = nullptr;
+  ucp_listener_h raw = nullptr;
+  ASSERT_EQ(ucp_listener_create(worker->get(), &params, &raw), UCS_OK);
+  transport_internal::ListenerPtr listener(raw);
+  ucp_listener_attr_t attr{};
+  attr.field_mask = UCP_LISTENER_ATTR_FIELD_SOCKADDR;
+  ASSERT_EQ(ucp_listener_query(raw, &attr), UCS_OK);
+  const std::string address = absl::StrCat(
+      "127.0.0.1:", transport_internal::SockAddrFrom(attr.sockaddr).port());
+
+  UcxTransportOptions options;
+  options.connect_timeout = std::chrono::milliseconds(300);
+  options.close_timeout = std::chrono::milliseconds(300);
+  auto t = NewUcxTransport(options);
+  ASSERT_TRUE(t.ok()) << t.status();
+  auto start = std::chrono::steady_clock::now();
+  auto conn = (*t)->Connect(address);
+  auto took = std::chrono::steady_clock::now() - start;
+  EXPECT_EQ(conn.status().code(), absl::StatusCode::kUnavailable)
+      << conn.status();
+  EXPECT_NE(conn.status().message().find(address), std::string::npos);
+  EXPECT_LT(took, std::chrono::seconds(3));
+}
+
+TEST(UcxAdmissionTest, PullsBeyondTheInflightLimitWaitAndComplete) {
+  UcxTransportOptions options;
+  options.max_inflight_pull_bytes = 1 << 20;  // one 3 MiB pull at a time
+  auto t = NewUcxTransport(options);
+  ASSERT_TRUE(t.ok()) << t.status();
+  CountingEcho handler;
+  auto listener = (*t)->Listen("127.0.0.1:0", &handler);
+  ASSERT_TRUE(listener.ok()) << listener.status();
+  auto conn = (*t)->Connect((*listener)->address());
+  ASSERT_TRUE(conn.ok()) << conn.status();
+
+  constexpr int kCalls = 6;
+  std::vector<std::string> payloads;
+  std::mt19937 rng(11);
+  for (int i = 0; i < kCalls; ++i) {
+    std::string p(3 << 20, '\0');
+    for (char& c : p) c = static_cast<char>(rng());
+    payloads.push_back(std::move(p));
+  }
+  absl::BlockingCounter done(kCalls);
+  absl::Mutex mu;
+  int good = 0;
+  for (int i = 0; i < kCalls; ++i) {
+    (*conn)->Call(1, std::to_string(i), payloads[i], [&, i](Result<Message> r) {
+      absl::MutexLock l(&mu);
+      if (r.ok() && r->payload.view() == payloads[i] &&
+          r->header == std::to_string(i)) {
+        ++good;
+      }
+      done.DecrementCount();
+    });
+  }
+  done.Wait();
+  EXPECT_EQ(good, kCalls);
+  EXPECT_EQ(handler.requests(), kCalls);
+}
+
+}  // namespace
+}  // namespace stagger::transport
