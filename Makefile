@@ -2,6 +2,7 @@
 #   make demo   # install what is missing, build, run the main job
 #   make test   # the test suite
 BUILD_DIR ?= build
+MAKEFLAGS += --no-print-directory
 JOBS ?= 2
 PYTHON ?= /usr/bin/python3
 BUILD_TYPE ?= RelWithDebInfo
@@ -10,7 +11,11 @@ BUILD_TYPE ?= RelWithDebInfo
 export UCX_TLS ?= sm,tcp
 export UCX_WARN_UNUSED_ENV_VARS ?= n
 
-.PHONY: all deps configure build demo test test-cpp test-python clean
+.PHONY: all deps configure build demo test test-cpp test-python test-sanitize clean
+
+# Unit tests that also run under AddressSanitizer + UBSan.
+SANITIZE_DIR ?= build-asan
+SANITIZE_TESTS ?= format_test qos_test transport_test storage_test server_test
 
 all: build
 
@@ -28,7 +33,7 @@ build: configure
 demo: build
 	$(BUILD_DIR)/bin/stagger demo
 
-test: build test-cpp test-python
+test: build test-cpp test-python test-sanitize
 
 test-cpp:
 	cd $(BUILD_DIR) && ctest --output-on-failure -j$(JOBS) --timeout 300
@@ -37,5 +42,15 @@ test-python:
 	PYTHONPATH=$(BUILD_DIR)/python STAGGER_BIN_DIR=$(CURDIR)/$(BUILD_DIR)/bin \
 	  $(PYTHON) -m pytest -q tests/python
 
+test-sanitize: deps
+	@cmake -S . -B $(SANITIZE_DIR) -DCMAKE_BUILD_TYPE=Debug -DSTAGGER_SANITIZE=ON \
+	  -DPython3_EXECUTABLE=$(PYTHON) > $(SANITIZE_DIR).configure.log 2>&1 \
+	  || (cat $(SANITIZE_DIR).configure.log; exit 1)
+	cmake --build $(SANITIZE_DIR) -j$(JOBS) --target $(SANITIZE_TESTS)
+	cd $(SANITIZE_DIR) && ASAN_OPTIONS=detect_leaks=1 \
+	  UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
+	  ctest --output-on-failure -j$(JOBS) --timeout 300 \
+	  -R '^($(shell echo $(SANITIZE_TESTS) | sed 's/ /|/g'))\.'
+
 clean:
-	rm -rf $(BUILD_DIR) $(BUILD_DIR).configure.log
+	rm -rf $(BUILD_DIR) $(BUILD_DIR).configure.log $(SANITIZE_DIR) $(SANITIZE_DIR).configure.log

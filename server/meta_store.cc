@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <filesystem>
 
 #include "absl/strings/str_cat.h"
 #include "format/internal/endian.h"
@@ -104,6 +105,12 @@ MetaStore::MetaStore(std::unique_ptr<rocksdb::DB> db) : db_(std::move(db)) {}
 MetaStore::~MetaStore() = default;
 
 Result<std::unique_ptr<MetaStore>> MetaStore::Open(const std::string& path) {
+  std::error_code ec;
+  std::filesystem::create_directories(path, ec);
+  if (ec) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("cannot create ", path, ": ", ec.message()));
+  }
   rocksdb::Options options;
   options.create_if_missing = true;
   options.max_background_jobs = 2;

@@ -263,7 +263,12 @@ void UcxWorkerLoop::CloseEndpoint(uint64_t ep_id, Status why, bool force) {
   ucp_ep_h ep = it->second.ep;
   ids_.erase(ep);
   endpoints_.erase(it);
+  CloseHandle(ep, force);
+  Defer([this, ep_id, why = std::move(why)] { OnEndpointDown(ep_id, why); });
+}
 
+void UcxWorkerLoop::CloseHandle(ucp_ep_h ep, bool force) {
+  if (worker_ == nullptr) return;  // destroying the worker closed it
   ucp_request_param_t param{};
   param.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS | UCP_OP_ATTR_FIELD_CALLBACK |
                        UCP_OP_ATTR_FIELD_USER_DATA;
@@ -273,8 +278,6 @@ void UcxWorkerLoop::CloseEndpoint(uint64_t ep_id, Status why, bool force) {
   ucs_status_ptr_t req = ucp_ep_close_nbx(ep, &param);
   if (UCS_PTR_IS_PTR(req)) ++closing_;
   // Errors closing a dead endpoint are expected and carry no news.
-
-  Defer([this, ep_id, why = std::move(why)] { OnEndpointDown(ep_id, why); });
 }
 
 void UcxWorkerLoop::Send(uint64_t ep_id, FrameKind kind, uint16_t op,
@@ -473,15 +476,19 @@ ucs_status_t UcxWorkerLoop::HandleAm(const void* header, size_t header_length,
 void UcxWorkerLoop::HandleEndpointError(ucp_ep_h ep, ucs_status_t status) {
   auto it = ids_.find(ep);
   if (it == ids_.end()) return;  // already closed by us
-  uint64_t ep_id = it->second;
-  std::string peer = PeerOf(ep_id);
-  Status why = FromUcs(status, absl::StrCat("connection to ", peer));
+  const uint64_t ep_id = it->second;
+  Status why = FromUcs(status, absl::StrCat("connection to ", PeerOf(ep_id)));
   if (why.code() != absl::StatusCode::kUnavailable) {
     why = absl::UnavailableError(why.message());
   }
-  // A failed endpoint may only be closed, forcefully, and not from inside
-  // this callback.
-  Defer([this, ep_id, why] { CloseEndpoint(ep_id, why, /*force=*/true); });
+  // From now on nothing may use the endpoint: forget it at once. It may only
+  // be closed, forcefully, and not from inside this callback.
+  ids_.erase(it);
+  endpoints_.erase(ep_id);
+  Defer([this, ep, ep_id, why] {
+    CloseHandle(ep, /*force=*/true);
+    OnEndpointDown(ep_id, why);
+  });
 }
 
 ucs_status_t UcxWorkerLoop::AmCallback(void* arg, const void* header,

@@ -136,6 +136,8 @@ class UcxWorkerLoop : public std::enable_shared_from_this<UcxWorkerLoop> {
   };
 
   void ThreadMain();
+  // Starts ucp_ep_close_nbx on an endpoint already removed from the tables.
+  void CloseHandle(ucp_ep_h ep, bool force);
   // Runs posted tasks; returns true when any ran. Sets *stop when asked.
   bool RunPosted(bool* stop);
   bool RunDeferred();
