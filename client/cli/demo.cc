@@ -157,13 +157,18 @@ int RunDemo(const DemoArgs& a) {
 
     std::string grpc = resolved->addresses;
     std::string first = grpc.substr(0, grpc.find(','));
-    std::string out_dir = (dir.empty() ? std::string("/tmp") : dir) +
-                          "/restore-" + job;
+    char out_tmpl[] = "/tmp/stagger-demo-restore-XXXXXX";
+    if (mkdtemp(out_tmpl) == nullptr) {
+      return Fail("demo", absl::UnavailableError(absl::StrCat(
+                              "cannot create a temporary directory: ",
+                              strerror(errno))));
+    }
+    std::string out_dir = out_tmpl;
     RestoreArgs ra{first, job, "latest", out_dir};
     if (RunRestore(ra) != 0) rc = 1;
     VerifyArgs va{first, job, "latest"};
     if (RunVerify(va) != 0) rc = 1;
-    if (!dir.empty()) std::filesystem::remove_all(out_dir);
+    std::filesystem::remove_all(out_dir);
   }
   if (!dir.empty()) std::filesystem::remove_all(dir);
   printf("stagger demo: %s\n", rc == 0 ? "OK" : "FAILED");

@@ -15,6 +15,7 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "format/names.h"
 #include "stagger/checkpointer.h"
 
 namespace py = pybind11;
@@ -94,6 +95,16 @@ void RegisterAll(Checkpointer& ck, const py::dict& tensors, bool writable,
     spec.name = name;
     if (dtypes.contains(item.first)) {
       spec.dtype = py::str(dtypes[item.first]);
+      auto esize = format::DtypeSize(spec.dtype);
+      if (!esize.ok()) {
+        Raise(WithContext(esize.status(), absl::StrCat("tensor '", name, "'")));
+      }
+      if (static_cast<py::ssize_t>(*esize) != info.itemsize) {
+        Raise(absl::InvalidArgumentError(absl::StrCat(
+            "tensor '", name, "': dtype ", spec.dtype, " has ", *esize,
+            "-byte elements but the array's are ", info.itemsize,
+            " bytes; pass a view with matching element size")));
+      }
     } else {
       spec.dtype = Check(DtypeOf(info, name));
     }

@@ -95,6 +95,28 @@ def test_errors_carry_status_codes(tmp_path):
     assert e.value.code == "INVALID_ARGUMENT"
 
 
+def test_dtype_override_for_bf16(tmp_path):
+    ck = stagger.Checkpointer(servers=f"embedded:{tmp_path}", job="bf")
+    bits = np.arange(1000, dtype=np.uint16)  # bf16 bit patterns
+    ck.save({"w": bits}, step=1, dtypes={"w": "BF16"}).wait()
+    out = np.zeros_like(bits)
+    assert ck.load({"w": out}, dtypes={"w": "BF16"}) == 1
+    np.testing.assert_array_equal(out, bits)
+    # Saved as BF16, so loading it as U16 names the mismatch.
+    with pytest.raises(stagger.Error) as e:
+        ck.load({"w": out})
+    assert e.value.code == "INVALID_ARGUMENT"
+    assert "saved as BF16[1000]" in str(e.value)
+    # A dtype whose element size differs from the array's is refused.
+    with pytest.raises(stagger.Error) as e:
+        ck.save({"w": np.zeros(4, np.float32)}, step=2, dtypes={"w": "BF16"})
+    assert e.value.code == "INVALID_ARGUMENT"
+    assert "2-byte elements" in str(e.value)
+    with pytest.raises(stagger.Error) as e:
+        ck.save({"w": bits}, step=2, dtypes={"w": "F8"})
+    assert "unknown dtype 'F8'" in str(e.value)
+
+
 def test_unreachable_server_is_unavailable():
     with pytest.raises(stagger.Error) as e:
         # Port 1 on loopback: nothing listens there.
