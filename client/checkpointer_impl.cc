@@ -9,45 +9,16 @@
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
 #include "client/chunk_io.h"
+#include "client/host_snapshot.h"
+#include "client/internal/save_state.h"
+#include "client/save_job.h"
+#include "client/staging_pool.h"
 #include "client/control.h"
 #include "client/server_set.h"
 #include "format/names.h"
 #include "transport/ucx_transport.h"
 
 namespace stagger {
-
-// The state a SaveHandle shares with the save that fills it.
-class SaveHandle::State {
- public:
-  explicit State(int64_t step) : step_(step) {}
-  void Finish(const Status& s, const SaveStats& stats) {
-    absl::MutexLock lock(&mu_);
-    status_ = s;
-    stats_ = stats;
-    done_ = true;
-  }
-  Status Wait() {
-    absl::MutexLock lock(&mu_);
-    mu_.Await(absl::Condition(&done_));
-    return status_;
-  }
-  bool Done() {
-    absl::MutexLock lock(&mu_);
-    return done_;
-  }
-  SaveStats stats() {
-    absl::MutexLock lock(&mu_);
-    return stats_;
-  }
-  int64_t step() const { return step_; }
-
- private:
-  const int64_t step_;
-  absl::Mutex mu_;
-  bool done_ ABSL_GUARDED_BY(mu_) = false;
-  Status status_ ABSL_GUARDED_BY(mu_);
-  SaveStats stats_ ABSL_GUARDED_BY(mu_);
-};
 
 SaveHandle::SaveHandle(std::shared_ptr<State> state)
     : state_(std::move(state)) {}
@@ -80,16 +51,28 @@ class CheckpointerImpl : public Checkpointer {
   CheckpointerImpl(const CheckpointerOptions& options,
                    std::shared_ptr<void> keepalive,
                    std::shared_ptr<transport::Transport> transport,
-                   std::shared_ptr<ServerSet> servers)
+                   std::shared_ptr<ServerSet> servers,
+                   std::unique_ptr<StagingPool> pool)
       : options_(options),
         keepalive_(std::move(keepalive)),
         transport_(std::move(transport)),
         servers_(std::move(servers)),
-        executor_(std::clamp<int>(std::thread::hardware_concurrency(), 1, 8)),
+        pool_(std::move(pool)),
+        executor_(PipelineThreads(options)),
+        driver_(options.max_outstanding_saves),
+        host_source_(NewHostSnapshotSource(
+            std::clamp<int>(std::thread::hardware_concurrency(), 1, 4))),
         io_(servers_.get(), &executor_, options.job,
             options.codec == "raw" ? format::Codec::kRaw : format::Codec::kZstd,
             format::EncodeOptions{options.zstd_level},
             options.max_inflight_chunks) {}
+
+  ~CheckpointerImpl() override { WaitAll(); }
+
+  static int PipelineThreads(const CheckpointerOptions& o) {
+    if (o.pipeline_threads > 0) return o.pipeline_threads;
+    return std::clamp<int>(std::thread::hardware_concurrency(), 1, 8);
+  }
 
   Status Register(const TensorSpec& t) override {
     STAGGER_RETURN_IF_ERROR(format::ValidateName("tensor", t.name));
@@ -121,13 +104,25 @@ class CheckpointerImpl : public Checkpointer {
 
   void ClearRegistrations() override { tensors_.clear(); }
 
-  Result<SaveHandle> Save(int64_t step) override {
+  Result<SaveHandle> Save(int64_t step, const SaveOptions& so) override {
+    auto start = std::chrono::steady_clock::now();
     if (step < 0) {
       return absl::InvalidArgumentError(
           absl::StrCat("step must be >= 0, got ", step));
     }
-    auto start = std::chrono::steady_clock::now();
-    auto state = std::make_shared<SaveHandle::State>(step);
+    {
+      absl::MutexLock lock(&save_mu_);
+      if (outstanding_ >= options_.max_outstanding_saves) {
+        if (options_.fail_when_busy) {
+          return absl::ResourceExhaustedError(absl::StrCat(
+              "save of step ", step, ": ", outstanding_,
+              " save(s) already in flight (max_outstanding_saves=",
+              options_.max_outstanding_saves, ")"));
+        }
+        save_mu_.Await(absl::Condition(this, &CheckpointerImpl::HasRoom));
+      }
+      ++outstanding_;
+    }
     pb::ShardManifest m;
     m.set_job(options_.job);
     m.set_step(step);
@@ -135,7 +130,7 @@ class CheckpointerImpl : public Checkpointer {
     m.set_world_size(options_.world_size);
     m.set_chunk_size(options_.chunk_size);
     m.set_created_unix_ms(NowMs());
-    std::vector<PutSpan> spans;
+    std::vector<SaveChunk> chunks;
     for (const auto& [name, reg] : tensors_) {
       pb::TensorEntry* e = m.add_tensors();
       e->set_name(name);
@@ -144,38 +139,80 @@ class CheckpointerImpl : public Checkpointer {
       for (int64_t d : reg.spec.global_shape) e->add_global_shape(d);
       for (int64_t d : reg.spec.global_offset) e->add_global_offset(d);
       e->set_byte_size(reg.bytes);
-      const char* base = static_cast<const char*>(reg.spec.data);
       for (uint64_t off = 0; off < reg.bytes; off += options_.chunk_size) {
         e->add_chunks();
       }
+    }
+    // Refs point into `m`, which the job owns from here on: fill them after
+    // the move, tensor by tensor in the same order.
+    auto job_manifest = std::make_unique<pb::ShardManifest>(std::move(m));
+    size_t t = 0;
+    for (const auto& [name, reg] : tensors_) {
+      pb::TensorEntry* e = job_manifest->mutable_tensors(t++);
+      const char* base = static_cast<const char*>(reg.spec.data);
       size_t i = 0;
       for (uint64_t off = 0; off < reg.bytes; off += options_.chunk_size, ++i) {
         size_t len = std::min<uint64_t>(options_.chunk_size, reg.bytes - off);
-        spans.push_back({base + off, len, e->mutable_chunks(i)});
+        chunks.push_back(
+            {base + off, len, host_source_.get(), e->mutable_chunks(i)});
       }
     }
-    PutStats put;
-    Status s = WithContext(io_.PutChunks(spans, &put),
-                           absl::StrCat("save of job '", options_.job,
-                                        "' step ", step, " rank ",
-                                        options_.rank));
-    SaveStats stats;
-    stats.bytes_raw = put.bytes_raw;
-    stats.bytes_shipped = put.bytes_shipped;
-    stats.chunks = put.chunks;
-    if (s.ok()) {
-      pb::ShardStats* ss = m.mutable_stats();
-      ss->set_bytes_raw(stats.bytes_raw);
-      ss->set_bytes_shipped(stats.bytes_shipped);
-      ss->set_chunks(stats.chunks);
-      ss->set_durable_s(Seconds(start));
-      ss->set_stall_s(Seconds(start));
-      s = CommitShard(*servers_, m).status();
+    Status fenced = host_source_->Fence(so.cuda_stream);
+    if (!fenced.ok()) {
+      absl::MutexLock lock(&save_mu_);
+      --outstanding_;
+      return fenced;
     }
-    stats.durable_s = Seconds(start);
-    stats.stall_s = stats.durable_s;  // saving blocks until durable
-    state->Finish(s, stats);
-    return SaveHandle(state);
+    if (!pool_) {
+      // Default staging: sized to the state at the first save (capped), so
+      // a small job does not pin a large pool.
+      uint64_t state = 0;
+      for (const auto& [name, reg] : tensors_) state += reg.bytes;
+      uint64_t slab = options_.chunk_size;
+      uint64_t want = std::min(StagingPool::DefaultBytes(),
+                               (state + slab - 1) / slab * slab);
+      auto pool = StagingPool::Create(want, slab);
+      if (!pool.ok()) {
+        absl::MutexLock lock(&save_mu_);
+        --outstanding_;
+        return pool.status();
+      }
+      pool_ = std::move(*pool);
+    }
+    auto job = std::make_shared<SaveJob>(
+        SaveJobDeps{servers_.get(), &io_, pool_.get(), &executor_},
+        std::move(*job_manifest), std::move(chunks), start);
+    {
+      absl::MutexLock lock(&save_mu_);
+      last_job_ = job;
+    }
+    driver_.Submit([this, job] {
+      job->Run();
+      absl::MutexLock lock(&save_mu_);
+      --outstanding_;
+    });
+    if (!so.lazy) job->WaitSnapshot().IgnoreError();  // the handle reports it
+    job->AddStall(Seconds(start));
+    return SaveHandle(job->handle_state());
+  }
+
+  Status BeforeUpdate() override {
+    auto start = std::chrono::steady_clock::now();
+    std::shared_ptr<SaveJob> job;
+    {
+      absl::MutexLock lock(&save_mu_);
+      job = last_job_;
+    }
+    if (!job) return absl::OkStatus();
+    Status s = job->WaitSnapshot();
+    job->AddStall(Seconds(start));
+    return s;
+  }
+
+  void WaitAll() override {
+    absl::MutexLock lock(&save_mu_);
+    save_mu_.Await(absl::Condition(
+        +[](int* n) { return *n == 0; }, &outstanding_));
   }
 
   Result<int64_t> Load(int64_t step) override {
@@ -258,9 +295,19 @@ class CheckpointerImpl : public Checkpointer {
   std::shared_ptr<void> keepalive_;
   std::shared_ptr<transport::Transport> transport_;
   std::shared_ptr<ServerSet> servers_;
-  qos::Executor executor_;
+  std::unique_ptr<StagingPool> pool_;
+  qos::Executor executor_;  // fingerprint, encode, decode
+  qos::Executor driver_;    // one thread per outstanding save
+  std::unique_ptr<SnapshotSource> host_source_;
   ChunkIo io_;
   std::map<std::string, Registered> tensors_;
+
+  bool HasRoom() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(save_mu_) {
+    return outstanding_ < options_.max_outstanding_saves;
+  }
+  absl::Mutex save_mu_;
+  int outstanding_ ABSL_GUARDED_BY(save_mu_) = 0;
+  std::shared_ptr<SaveJob> last_job_ ABSL_GUARDED_BY(save_mu_);
 };
 
 }  // namespace
@@ -274,9 +321,11 @@ Status ValidateOptions(const CheckpointerOptions& o) {
     return absl::InvalidArgumentError(absl::StrCat(
         "rank ", o.rank, " must be < world_size ", o.world_size));
   }
-  if (o.chunk_size < 4096 || o.chunk_size > (64ull << 20)) {
+  if (o.chunk_size < 4096 || o.chunk_size > (64ull << 20) ||
+      o.chunk_size % 4096 != 0) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "chunk_size ", o.chunk_size, " out of range [4096, 64 MiB]"));
+        "chunk_size ", o.chunk_size,
+        " must be a multiple of 4096 in [4096, 64 MiB]"));
   }
   if (o.codec != "zstd" && o.codec != "raw") {
     return absl::InvalidArgumentError(
@@ -289,6 +338,14 @@ Status ValidateOptions(const CheckpointerOptions& o) {
   if (o.max_inflight_chunks == 0 || o.max_inflight_chunks > 1024) {
     return absl::InvalidArgumentError(
         "max_inflight_chunks must be in [1, 1024]");
+  }
+  if (o.max_outstanding_saves < 1 || o.max_outstanding_saves > 16) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "max_outstanding_saves ", o.max_outstanding_saves,
+        " out of range [1, 16]"));
+  }
+  if (o.pipeline_threads < 0 || o.pipeline_threads > 64) {
+    return absl::InvalidArgumentError("pipeline_threads must be in [0, 64]");
   }
   if (!(o.rpc_timeout_s > 0)) {
     return absl::InvalidArgumentError("rpc_timeout_s must be positive");
@@ -320,8 +377,14 @@ Result<std::unique_ptr<Checkpointer>> NewCheckpointer(
   STAGGER_ASSIGN_OR_RETURN(
       auto set,
       ServerSet::Connect(servers, transport.get(), options.rpc_timeout_s));
-  return std::unique_ptr<Checkpointer>(new CheckpointerImpl(
-      options, std::move(keepalive), std::move(transport), std::move(set)));
+  std::unique_ptr<StagingPool> pool;
+  if (options.staging_bytes != 0) {
+    STAGGER_ASSIGN_OR_RETURN(
+        pool, StagingPool::Create(options.staging_bytes, options.chunk_size));
+  }
+  return std::unique_ptr<Checkpointer>(
+      new CheckpointerImpl(options, std::move(keepalive), std::move(transport),
+                           std::move(set), std::move(pool)));
 }
 
 }  // namespace client

@@ -23,51 +23,86 @@ ChunkIo::ChunkIo(ServerSet* servers, qos::Executor* executor, std::string job,
       encode_(encode),
       max_inflight_(max_inflight) {}
 
-Status ChunkIo::PutChunks(const std::vector<PutSpan>& spans,
-                          PutStats* stats) {
-  Window window(max_inflight_);
-  for (const PutSpan& span : spans) {
-    if (!window.Acquire()) break;
-    executor_->Submit([this, span, stats, &window] {
-      auto payload = std::make_shared<std::string>();
-      auto codec = format::Encode(codec_, std::string_view(span.data, span.len),
-                                  payload.get(), encode_);
-      if (!codec.ok()) {
-        window.Release(codec.status());
-        return;
-      }
-      format::PutChunkRequest req;
-      req.job = job_;
-      req.record.codec = *codec;
-      req.record.chunk_id = format::ChunkId::Of(span.data, span.len);
-      req.record.raw_length = span.len;
-      req.record.encoded_length = payload->size();
-      req.record.payload_crc32c =
-          format::Crc32c(payload->data(), payload->size());
-      span.ref->set_id(req.record.chunk_id.ToBytes());
-      span.ref->set_raw_length(span.len);
-      span.ref->set_codec(static_cast<uint32_t>(*codec));
-      span.ref->set_stored_length(payload->size());
-      ServerConn& server = servers_->ForChunk(req.record.chunk_id);
-      std::string what = absl::StrCat("put chunk ", req.record.chunk_id.ToHex(),
-                                      " to server ", server.address);
-      stats->bytes_raw += span.len;
-      stats->bytes_shipped += payload->size();
-      ++stats->chunks;
-      server.data->Call(
-          static_cast<uint16_t>(DataOp::kPutChunk),
-          format::EncodePutChunk(req), *payload,
-          [payload, what, &window](Result<transport::Message> reply) {
-            Status s = reply.status();
-            if (s.ok()) {
-              auto r = format::DecodeReply(reply->header);
-              s = r.ok() ? r->status : r.status();
-            }
-            window.Release(WithContext(s, what));
-          });
-    });
+void ChunkIo::PutAsync(const char* data, size_t len, pb::ChunkRef* ref,
+                       PutStats* stats,
+                       const std::function<void(bool)>& encoded,
+                       std::function<void(const Status&)> done) {
+  PendingSend p;
+  format::PutChunkRequest req;
+  req.job = job_;
+  req.record.chunk_id = format::ChunkId::Of(data, len);
+  req.record.raw_length = len;
+  if (codec_ == format::Codec::kRaw) {
+    p.payload = std::string_view(data, len);  // sent straight from staging
+    req.record.codec = format::Codec::kRaw;
+  } else {
+    p.owned = std::make_shared<std::string>();
+    auto codec = format::Encode(codec_, std::string_view(data, len),
+                                p.owned.get(), encode_);
+    if (!codec.ok()) {
+      encoded(false);
+      done(codec.status());
+      return;
+    }
+    req.record.codec = *codec;
+    p.payload = *p.owned;
   }
-  return window.Drain();
+  encoded(p.owned == nullptr);
+  req.record.encoded_length = p.payload.size();
+  req.record.payload_crc32c = format::Crc32c(p.payload.data(), p.payload.size());
+  ref->set_id(req.record.chunk_id.ToBytes());
+  ref->set_raw_length(len);
+  ref->set_codec(static_cast<uint32_t>(req.record.codec));
+  ref->set_stored_length(p.payload.size());
+  stats->bytes_raw += len;
+  stats->bytes_shipped += p.payload.size();
+  ++stats->chunks;
+  p.server = &servers_->ForChunk(req.record.chunk_id);
+  p.header = format::EncodePutChunk(req);
+  p.what = absl::StrCat("put chunk ", req.record.chunk_id.ToHex(),
+                        " to server ", p.server->address);
+  p.done = std::move(done);
+  Enqueue(std::move(p));
+}
+
+void ChunkIo::Enqueue(PendingSend p) {
+  {
+    absl::MutexLock lock(&send_mu_);
+    if (sends_in_flight_ >= max_inflight_) {
+      send_queue_.push_back(std::move(p));
+      return;
+    }
+    ++sends_in_flight_;
+  }
+  Send(std::make_shared<PendingSend>(std::move(p)));
+}
+
+void ChunkIo::Send(std::shared_ptr<PendingSend> p) {
+  p->server->data->Call(
+      static_cast<uint16_t>(DataOp::kPutChunk), p->header, p->payload,
+      [this, p](Result<transport::Message> reply) {
+        Status s = reply.status();
+        if (s.ok()) {
+          auto r = format::DecodeReply(reply->header);
+          s = r.ok() ? r->status : r.status();
+        }
+        p->done(WithContext(s, p->what));
+        OnSendDone();
+      });
+}
+
+void ChunkIo::OnSendDone() {
+  std::shared_ptr<PendingSend> next;
+  {
+    absl::MutexLock lock(&send_mu_);
+    if (send_queue_.empty()) {
+      --sends_in_flight_;
+      return;
+    }
+    next = std::make_shared<PendingSend>(std::move(send_queue_.front()));
+    send_queue_.pop_front();
+  }
+  Send(std::move(next));
 }
 
 Status ChunkIo::Fetch(

@@ -12,23 +12,19 @@
 #define STAGGER_CLIENT_CHUNK_IO_H_
 
 #include <atomic>
+#include <deque>
 #include <functional>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "absl/synchronization/mutex.h"
 #include "client/server_set.h"
 #include "format/codec.h"
 #include "format/manifest.pb.h"
 #include "qos/executor.h"
 
 namespace stagger::client {
-
-struct PutSpan {
-  const char* data = nullptr;  // raw bytes, valid until PutChunks returns
-  size_t len = 0;
-  pb::ChunkRef* ref = nullptr;  // filled on success
-};
 
 struct PutStats {
   std::atomic<uint64_t> bytes_raw{0};
@@ -48,9 +44,16 @@ class ChunkIo {
           format::Codec codec, format::EncodeOptions encode,
           size_t max_inflight);
 
-  // Encodes and stores every span; returns when all are durable or the
-  // first failed (its status, with the chunk id and server).
-  Status PutChunks(const std::vector<PutSpan>& spans, PutStats* stats);
+  // Fingerprints and encodes `len` bytes at `data` on the calling thread,
+  // fills `ref`, and queues the chunk for its server; at most max_inflight
+  // puts are on the wire, the rest wait in order. `encoded(still_in_use)`
+  // runs before this returns: when `still_in_use` is false the put no longer
+  // reads `data` (it was encoded into a buffer of its own). `done` runs once
+  // with the outcome, after the server acknowledged the chunk durable, on a
+  // transport thread. `data` must stay valid until `done` when in use.
+  void PutAsync(const char* data, size_t len, pb::ChunkRef* ref,
+                PutStats* stats, const std::function<void(bool)>& encoded,
+                std::function<void(const Status&)> done);
 
   // Fetches, verifies and decodes every item. `on_result` (optional) is
   // called once per item with its outcome, from executor threads. Returns the
@@ -60,12 +63,27 @@ class ChunkIo {
                const std::function<void(size_t, const Status&)>& on_result);
 
  private:
+  struct PendingSend {
+    ServerConn* server;
+    std::string header;
+    std::string_view payload;
+    std::shared_ptr<std::string> owned;  // the payload, when encoded
+    std::string what;
+    std::function<void(const Status&)> done;
+  };
+  void Enqueue(PendingSend p);
+  void Send(std::shared_ptr<PendingSend> p);
+  void OnSendDone();
+
   ServerSet* servers_;
   qos::Executor* executor_;
   std::string job_;
   format::Codec codec_;
   format::EncodeOptions encode_;
   size_t max_inflight_;
+  absl::Mutex send_mu_;
+  size_t sends_in_flight_ ABSL_GUARDED_BY(send_mu_) = 0;
+  std::deque<PendingSend> send_queue_ ABSL_GUARDED_BY(send_mu_);
 };
 
 }  // namespace stagger::client

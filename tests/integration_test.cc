@@ -229,7 +229,7 @@ TEST(IntegrationTest, SigkillDuringSaveKeepsLastCompleteStep) {
   // A big step 2 from both ranks; kill the server once bytes are landing.
   std::vector<pid_t> ranks;
   for (uint32_t r = 0; r < 2; ++r) {
-    ranks.push_back(Spawn(RankArgs(s, "k", r, 2, "save", "2", 400000)));
+    ranks.push_back(Spawn(RankArgs(s, "k", r, 2, "save", "2", 150000)));
   }
   auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
   while (DirBytes(data + "/segments") < before + (8 << 20) &&
@@ -256,6 +256,30 @@ TEST(IntegrationTest, SigkillDuringSaveKeepsLastCompleteStep) {
   // And the restarted server takes new saves.
   ExpectAll(RunRanks(s, "k", 2, 2, "save", "3"), "ok step=3");
   ExpectAll(RunRanks(s, "k", 2, 2, "load", "latest"), "ok step=3");
+}
+
+TEST(IntegrationTest, TrainingProcessKilledDuringBackgroundSave) {
+  TempDir dir;
+  auto server = ServerProcess::Start(dir.path() + "/data");
+  ASSERT_TRUE(server.ok()) << server.status();
+  const std::string s = (*server)->grpc();
+  ExpectAll(RunRanks(s, "d", 2, 2, "save", "1"), "ok step=1");
+  // Both ranks take the step-2 snapshot and die while it drains.
+  for (uint32_t r = 0; r < 2; ++r) {
+    RunResult died = RunProcess(RankArgs(s, "d", r, 2, "save-and-die", "2",
+                                         100000));
+    EXPECT_EQ(died.exit_code, -1) << died.out;  // killed by its signal
+    EXPECT_NE(died.out.find("snapshot taken, dying"), std::string::npos)
+        << died.out;
+  }
+  RunResult ls = RunProcess({Cli(), "--server", s, "ls", "--job", "d", "--json"});
+  EXPECT_NE(ls.out.find("{\"step\":1,\"state\":\"complete\""),
+            std::string::npos)
+      << ls.out;
+  EXPECT_EQ(ls.out.find("{\"step\":2,\"state\":\"complete\""),
+            std::string::npos)
+      << ls.out;
+  ExpectAll(RunRanks(s, "d", 2, 2, "load", "latest"), "ok step=1");
 }
 
 }  // namespace

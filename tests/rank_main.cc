@@ -4,8 +4,13 @@
 //
 //   stagger_test_rank --servers S --job J --rank R --world W --mode save --step N
 //   stagger_test_rank ... --mode load [--step N|latest]
+//   stagger_test_rank ... --mode save-and-die --step N   (SIGKILLs itself
+//                                   right after Save() returns)
 // Prints "ok step=N" and exits 0; "error CODE: message" and exits 1; or
 // "mismatch tensor=NAME" and exits 3.
+#include <signal.h>
+#include <unistd.h>
+
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -59,12 +64,18 @@ int main(int argc, char** argv) {
   };
   if (auto s = reg(); !s.ok()) return Error(s);
 
-  if (mode == "save") {
+  if (mode == "save" || mode == "save-and-die") {
     int64_t step = std::stoll(step_text);
     FillPattern(a, WeightSeed(o.rank, step));
     FillPattern(b, BiasSeed(o.rank, step));
     auto h = (*ck)->Save(step);
     if (!h.ok()) return Error(h.status());
+    if (mode == "save-and-die") {
+      // The training process dies while the save drains in the background.
+      printf("snapshot taken, dying\n");
+      fflush(stdout);
+      kill(getpid(), SIGKILL);
+    }
     if (auto s = h->Wait(); !s.ok()) return Error(s);
     printf("ok step=%lld\n", static_cast<long long>(step));
     return 0;

@@ -165,13 +165,17 @@ PYBIND11_MODULE(_stagger, m) {
         d["bytes_raw"] = s.bytes_raw;
         d["bytes_shipped"] = s.bytes_shipped;
         d["chunks"] = s.chunks;
+        d["snapshot_s"] = s.snapshot_s;
+        d["staging_bytes"] = s.staging_bytes;
+        d["staging_limited"] = s.staging_limited;
         return d;
       });
 
-  py::class_<Checkpointer>(m, "Checkpointer")
+  py::class_<Checkpointer>(m, "Checkpointer", py::dynamic_attr())
       .def(py::init([](const std::string& servers, const std::string& job,
                        uint32_t rank, uint32_t world_size, uint64_t chunk_size,
-                       const std::string& codec) {
+                       const std::string& codec, uint64_t staging_bytes,
+                       int max_outstanding_saves, bool fail_when_busy) {
              CheckpointerOptions o;
              o.servers = servers;
              o.job = job;
@@ -179,6 +183,9 @@ PYBIND11_MODULE(_stagger, m) {
              o.world_size = world_size;
              o.chunk_size = chunk_size;
              o.codec = codec;
+             o.staging_bytes = staging_bytes;
+             o.max_outstanding_saves = max_outstanding_saves;
+             o.fail_when_busy = fail_when_busy;
              Result<std::unique_ptr<Checkpointer>> ck;
              {
                py::gil_scoped_release release;
@@ -188,22 +195,55 @@ PYBIND11_MODULE(_stagger, m) {
            }),
            py::arg("servers"), py::arg("job"), py::arg("rank") = 0,
            py::arg("world_size") = 1, py::arg("chunk_size") = 4u << 20,
-           py::arg("codec") = "zstd")
+           py::arg("codec") = "zstd", py::arg("staging_bytes") = 0,
+           py::arg("max_outstanding_saves") = 1,
+           py::arg("fail_when_busy") = false)
       .def(
           "save",
-          [](Checkpointer& ck, const py::dict& tensors, int64_t step,
-             const py::dict& dtypes) {
+          [](py::object self, const py::dict& tensors, int64_t step,
+             bool lazy, const py::dict& dtypes) {
+            Checkpointer& ck = self.cast<Checkpointer&>();
             auto held = std::make_shared<std::vector<py::buffer_info>>();
             RegisterAll(ck, tensors, false, dtypes, held.get());
             Result<SaveHandle> h = absl::UnknownError("unset");
             {
               py::gil_scoped_release release;
-              h = ck.Save(step);
+              SaveOptions so;
+              so.lazy = lazy;
+              h = ck.Save(step, so);
             }
             ck.ClearRegistrations();
-            return PySaveHandle{Check(std::move(h)), held};
+            PySaveHandle handle{Check(std::move(h)), held};
+            // Lazy: the copies still read the arrays; keep them alive until
+            // before_update() even if the caller drops the handle.
+            if (lazy) self.attr("_pending_snapshot") = py::cast(handle);
+            return handle;
           },
-          py::arg("tensors"), py::arg("step"), py::arg("dtypes") = py::dict())
+          py::arg("tensors"), py::arg("step"), py::arg("lazy") = false,
+          py::arg("dtypes") = py::dict(),
+          "Snapshot the arrays as `step` and save them in the background. "
+          "Returns once the snapshot is taken (lazy=True: once the copies are "
+          "queued; call before_update() before modifying the arrays).")
+      .def(
+          "before_update",
+          [](py::object self) {
+            Checkpointer& ck = self.cast<Checkpointer&>();
+            Status s;
+            {
+              py::gil_scoped_release release;
+              s = ck.BeforeUpdate();
+            }
+            if (py::hasattr(self, "_pending_snapshot")) {
+              py::delattr(self, "_pending_snapshot");
+            }
+            Check(s);
+          },
+          "Block until the last save's snapshot is complete.")
+      .def("wait_all",
+           [](Checkpointer& ck) {
+             py::gil_scoped_release release;
+             ck.WaitAll();
+           })
       .def(
           "load",
           [](Checkpointer& ck, const py::dict& tensors, const py::object& step,

@@ -29,11 +29,16 @@ namespace stagger {
 inline constexpr int64_t kLatestStep = -1;
 
 struct SaveStats {
-  double stall_s = 0;     // time Save() blocked the caller
+  double stall_s = 0;     // time Save() (and BeforeUpdate, lazily) blocked
+  double snapshot_s = 0;  // Save() call to every tensor captured
   double durable_s = 0;   // Save() call to commit acknowledged
   uint64_t bytes_raw = 0;
   uint64_t bytes_shipped = 0;  // payload bytes sent over the data plane
   uint64_t chunks = 0;
+  uint64_t staging_bytes = 0;  // peak staging memory this save held
+  // True when the state did not fit the staging pool at once, so the
+  // snapshot waited for earlier chunks to drain (a longer stall).
+  bool staging_limited = false;
 };
 
 class SaveHandle {
@@ -74,9 +79,23 @@ class Checkpointer {
   // Removes every registered tensor.
   virtual void ClearRegistrations() = 0;
 
-  // Saves every registered tensor as `step` (>= 0) of this rank. The handle
-  // reports the outcome.
-  virtual Result<SaveHandle> Save(int64_t step) = 0;
+  // Saves every registered tensor as `step` (>= 0) of this rank. Returns
+  // once every tensor is captured (or, with options.lazy, once the copies
+  // are enqueued); encoding, shipping and the commit continue in the
+  // background and the handle reports their outcome. Registered memory may
+  // be modified once Save() returns (lazy: once BeforeUpdate() returns).
+  // RESOURCE_EXHAUSTED when max_outstanding_saves are in flight and
+  // fail_when_busy is set.
+  virtual Result<SaveHandle> Save(int64_t step,
+                                  const SaveOptions& options = {}) = 0;
+
+  // Blocks until the snapshot of the last Save() is complete, so registered
+  // tensors may be modified. Returns the snapshot's error, if it failed.
+  // Returns at once when no snapshot is in progress.
+  virtual Status BeforeUpdate() = 0;
+
+  // Blocks until every save in flight has finished (committed or failed).
+  virtual void WaitAll() = 0;
 
   // Loads `step` (or kLatestStep) into the registered tensors and returns
   // the step loaded. NOT_FOUND when the step does not exist or is not

@@ -23,6 +23,33 @@ struct CheckpointerOptions {
   int zstd_level = 1;
   size_t max_inflight_chunks = 16;   // chunks sent and not yet acked
   double rpc_timeout_s = 60;         // per control-plane call
+
+  // Host staging memory for snapshots (pinned when CUDA is present),
+  // allocated once at Open. 0: allocated at the first Save(), sized to the
+  // state then, at most min(1 GiB, physical memory / 16). Never exceeded: a
+  // larger state is snapshotted in pieces as earlier pieces drain, and
+  // Save() stalls longer (SaveStats::staging_limited says so).
+  uint64_t staging_bytes = 0;
+  // Saves in flight at once. Another Save() waits for one to finish, or
+  // fails with RESOURCE_EXHAUSTED when fail_when_busy is set.
+  int max_outstanding_saves = 1;
+  bool fail_when_busy = false;
+  // Threads encoding and shipping chunks; 0 picks from the core count.
+  int pipeline_threads = 0;
+  // CUDA: copy device-to-device into spare device memory first, then drain
+  // to host, so the stall is the HBM copy. Used only when enough free device
+  // memory is available; otherwise the snapshot goes straight to host.
+  bool device_snapshot = false;
+};
+
+// Options of one Save() call.
+struct SaveOptions {
+  // Return as soon as the copies are enqueued; the caller must call
+  // Checkpointer::BeforeUpdate() before modifying any registered tensor.
+  bool lazy = false;
+  // The caller's CUDA stream (a cudaStream_t) whose queued work the snapshot
+  // must see; nullptr is the legacy default stream. Ignored without CUDA.
+  void* cuda_stream = nullptr;
 };
 
 }  // namespace stagger

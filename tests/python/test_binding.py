@@ -123,3 +123,44 @@ def test_unreachable_server_is_unavailable():
         stagger.Checkpointer(servers="127.0.0.1:1", job="j")
     assert e.value.code == "UNAVAILABLE"
     assert "127.0.0.1:1" in str(e.value)
+
+
+def test_async_and_lazy_saves_capture_the_snapshot(tmp_path):
+    ck = stagger.Checkpointer(servers=f"embedded:{tmp_path}", job="lazy",
+                              chunk_size=1 << 20)
+    w = np.arange(3_000_000, dtype=np.float32)
+    before = w.copy()
+    h = ck.save({"w": w}, step=1)
+    w[:] = -1  # the optimizer step right after save() returns
+    h.wait()
+    stats = h.stats()
+    for key in ("stall_s", "snapshot_s", "durable_s", "bytes_raw",
+                "bytes_shipped", "chunks", "staging_bytes",
+                "staging_limited"):
+        assert key in stats
+    assert stats["snapshot_s"] <= stats["durable_s"]
+    assert stats["staging_bytes"] > 0
+
+    w[:] = before
+    h2 = ck.save({"w": w}, step=2, lazy=True)
+    ck.before_update()
+    w[:] = 7
+    h2.wait()
+    out = np.zeros_like(w)
+    assert ck.load({"w": out}, step=2) == 2
+    np.testing.assert_array_equal(out, before)
+    assert ck.load({"w": out}, step=1) == 1
+    np.testing.assert_array_equal(out, before)
+
+
+def test_staging_pool_bounds_memory(tmp_path):
+    ck = stagger.Checkpointer(servers=f"embedded:{tmp_path}", job="pool",
+                              chunk_size=256 << 10, staging_bytes=1 << 20)
+    w = np.random.default_rng(0).integers(0, 255, 4 << 20, dtype=np.uint8)
+    h = ck.save({"w": w}, step=1)
+    h.wait()
+    assert h.stats()["staging_limited"] is True
+    assert h.stats()["staging_bytes"] <= 1 << 20
+    out = np.zeros_like(w)
+    ck.load({"w": out})
+    np.testing.assert_array_equal(out, w)

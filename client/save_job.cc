@@ -1,0 +1,151 @@
+#include "client/save_job.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "client/control.h"
+
+namespace stagger::client {
+namespace {
+
+double Since(SaveJob::Clock::time_point t) {
+  return std::chrono::duration<double>(SaveJob::Clock::now() - t).count();
+}
+
+}  // namespace
+
+SaveJob::SaveJob(SaveJobDeps deps, pb::ShardManifest manifest,
+                 std::vector<SaveChunk> chunks, Clock::time_point start)
+    : deps_(deps),
+      manifest_(std::move(manifest)),
+      chunks_(std::move(chunks)),
+      start_(start),
+      state_(std::make_shared<SaveHandle::State>(manifest_.step())),
+      uncaptured_(chunks_.size()),
+      unfinished_(chunks_.size()) {
+  snapshot_done_ = chunks_.empty();
+}
+
+void SaveJob::Run() {
+  auto self = shared_from_this();
+  size_t dispatched = 0;
+  for (size_t i = 0; i < chunks_.size(); ++i) {
+    {
+      absl::MutexLock lock(&mu_);
+      if (!first_error_.ok()) break;
+    }
+    bool waited = false;
+    char* slab = deps_.pool->Acquire(&waited);
+    {
+      absl::MutexLock lock(&mu_);
+      staging_limited_ |= waited;
+      peak_held_ = std::max(peak_held_, ++held_);
+    }
+    const SaveChunk& c = chunks_[i];
+    c.source->Copy(
+        slab, c.src, c.len, [self](const Status& s) { self->ChunkCaptured(s); },
+        [self, i, slab](const Status& s) { self->ChunkInStaging(i, slab, s); });
+    ++dispatched;
+  }
+  {
+    absl::MutexLock lock(&mu_);
+    // Chunks never dispatched (after a failure) will not be captured.
+    size_t left = chunks_.size() - dispatched;
+    uncaptured_ -= left;
+    unfinished_ -= left;
+    if (uncaptured_ == 0 && !snapshot_done_) {
+      snapshot_done_ = true;
+      snapshot_s_ = Since(start_);
+    }
+    mu_.Await(absl::Condition(
+        +[](size_t* n) { return *n == 0; }, &unfinished_));
+  }
+  Status s;
+  {
+    absl::MutexLock lock(&mu_);
+    s = first_error_;
+  }
+  SaveStats stats;
+  stats.bytes_raw = put_stats_.bytes_raw;
+  stats.bytes_shipped = put_stats_.bytes_shipped;
+  stats.chunks = put_stats_.chunks;
+  {
+    absl::MutexLock lock(&mu_);
+    stats.snapshot_s = snapshot_s_;
+    stats.staging_limited = staging_limited_;
+    stats.staging_bytes = peak_held_ * deps_.pool->slab_bytes();
+  }
+  if (s.ok()) {
+    pb::ShardStats* ss = manifest_.mutable_stats();
+    ss->set_bytes_raw(stats.bytes_raw);
+    ss->set_bytes_shipped(stats.bytes_shipped);
+    ss->set_chunks(stats.chunks);
+    ss->set_durable_s(Since(start_));
+    ss->set_stall_s(state_->stats().stall_s);
+    s = CommitShard(*deps_.servers, manifest_).status();
+  }
+  stats.durable_s = Since(start_);
+  state_->Finish(
+      WithContext(s, absl::StrCat("save of job '", manifest_.job(), "' step ",
+                                  manifest_.step(), " rank ",
+                                  manifest_.rank())),
+      stats);
+}
+
+Status SaveJob::WaitSnapshot() {
+  absl::MutexLock lock(&mu_);
+  mu_.Await(absl::Condition(&snapshot_done_));
+  return first_error_;
+}
+
+void SaveJob::ChunkCaptured(const Status& s) {
+  absl::MutexLock lock(&mu_);
+  if (!s.ok() && first_error_.ok()) first_error_ = s;
+  if (--uncaptured_ == 0 && !snapshot_done_) {
+    snapshot_done_ = true;
+    snapshot_s_ = Since(start_);
+  }
+}
+
+void SaveJob::ReleaseSlab(char* slab) {
+  {
+    // Count it returned before the pool can hand it out again.
+    absl::MutexLock lock(&mu_);
+    --held_;
+  }
+  deps_.pool->Release(slab);
+}
+
+void SaveJob::ChunkInStaging(size_t i, char* slab, const Status& s) {
+  if (!s.ok()) {
+    ReleaseSlab(slab);
+    ChunkDone(s);
+    return;
+  }
+  auto self = shared_from_this();
+  deps_.pipeline->Submit([self, i, slab] {
+    const SaveChunk& c = self->chunks_[i];
+    auto released = std::make_shared<bool>(false);
+    self->deps_.io->PutAsync(
+        slab, c.len, c.ref, &self->put_stats_,
+        [self, slab, released](bool still_in_use) {
+          // Encoded into its own buffer: the slab can take the next chunk.
+          if (!still_in_use) {
+            *released = true;
+            self->ReleaseSlab(slab);
+          }
+        },
+        [self, slab, released](const Status& st) {
+          if (!*released) self->ReleaseSlab(slab);
+          self->ChunkDone(st);
+        });
+  });
+}
+
+void SaveJob::ChunkDone(const Status& s) {
+  absl::MutexLock lock(&mu_);
+  if (!s.ok() && first_error_.ok()) first_error_ = s;
+  --unfinished_;
+}
+
+}  // namespace stagger::client

@@ -1,0 +1,93 @@
+// SaveJob: one Save() in flight, from snapshot to commit.
+//
+//   caller thread      Save(): plan chunks, Fence() the sources, Start()
+//   driver thread      for each chunk: take a staging slab (waits while the
+//                      pool is full), Copy() it from the tensor
+//   source threads     captured -> count down the snapshot;
+//                      in staging -> hand the slab to the pipeline
+//   pipeline threads   fingerprint + encode + queue the put (ChunkIo)
+//   transport thread   put acknowledged durable -> release the slab
+//   driver thread      after every ack: CommitShard, finish the handle
+//
+// Invariants: a slab returns to the pool only when nothing reads it any
+// more; the commit is sent only after every chunk is durable; the handle
+// finishes exactly once. Thread-safety: all methods are thread-safe.
+#ifndef STAGGER_CLIENT_SAVE_JOB_H_
+#define STAGGER_CLIENT_SAVE_JOB_H_
+
+#include <chrono>
+#include <memory>
+#include <vector>
+
+#include "absl/synchronization/mutex.h"
+#include "client/chunk_io.h"
+#include "client/internal/save_state.h"
+#include "client/server_set.h"
+#include "client/snapshot_source.h"
+#include "client/staging_pool.h"
+#include "format/manifest.pb.h"
+#include "qos/executor.h"
+
+namespace stagger::client {
+
+struct SaveChunk {
+  const char* src;         // tensor memory (host or device)
+  size_t len;
+  SnapshotSource* source;  // how to copy it
+  pb::ChunkRef* ref;       // in the job's manifest
+};
+
+struct SaveJobDeps {
+  ServerSet* servers;
+  ChunkIo* io;
+  StagingPool* pool;
+  qos::Executor* pipeline;
+};
+
+class SaveJob : public std::enable_shared_from_this<SaveJob> {
+ public:
+  using Clock = std::chrono::steady_clock;
+
+  // `manifest` is complete except for chunk refs, which `chunks` point into.
+  SaveJob(SaveJobDeps deps, pb::ShardManifest manifest,
+          std::vector<SaveChunk> chunks, Clock::time_point start);
+
+  // Runs the save on the calling (driver) thread until it is committed or
+  // failed, then finishes the handle.
+  void Run();
+
+  // Blocks until every chunk is captured (or the snapshot failed); returns
+  // the snapshot's status.
+  Status WaitSnapshot();
+
+  std::shared_ptr<SaveHandle::State> handle_state() const { return state_; }
+  // Adds time the caller was blocked (Save, BeforeUpdate) to the stall.
+  void AddStall(double s) { state_->AddStall(s); }
+
+ private:
+  void ChunkCaptured(const Status& s);
+  void ChunkInStaging(size_t i, char* slab, const Status& s);
+  void ChunkDone(const Status& s);
+  void ReleaseSlab(char* slab);
+
+  SaveJobDeps deps_;
+  pb::ShardManifest manifest_;
+  std::vector<SaveChunk> chunks_;
+  const Clock::time_point start_;
+  std::shared_ptr<SaveHandle::State> state_;
+  PutStats put_stats_;
+
+  absl::Mutex mu_;
+  size_t uncaptured_ ABSL_GUARDED_BY(mu_);
+  size_t unfinished_ ABSL_GUARDED_BY(mu_);
+  bool snapshot_done_ ABSL_GUARDED_BY(mu_) = false;
+  Status first_error_ ABSL_GUARDED_BY(mu_);
+  double snapshot_s_ ABSL_GUARDED_BY(mu_) = 0;
+  bool staging_limited_ ABSL_GUARDED_BY(mu_) = false;
+  uint64_t held_ ABSL_GUARDED_BY(mu_) = 0;       // slabs held now
+  uint64_t peak_held_ ABSL_GUARDED_BY(mu_) = 0;  // most slabs held at once
+};
+
+}  // namespace stagger::client
+
+#endif  // STAGGER_CLIENT_SAVE_JOB_H_

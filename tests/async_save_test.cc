@@ -1,0 +1,152 @@
+// Asynchronous save through the SDK against an embedded server: the snapshot
+// is what gets saved, whatever the training loop does afterwards.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <numeric>
+#include <vector>
+
+#include "stagger/checkpointer.h"
+#include "tests/testutil/pattern.h"
+#include "tests/testutil/process.h"
+
+namespace stagger {
+namespace {
+
+using testutil::FillPattern;
+
+class AsyncSaveTest : public ::testing::Test {
+ protected:
+  std::unique_ptr<Checkpointer> Open(CheckpointerOptions o = {}) {
+    o.servers = "embedded:" + dir_.path();
+    o.job = "async";
+    auto ck = Checkpointer::Open(o);
+    EXPECT_TRUE(ck.ok()) << ck.status();
+    return ck.ok() ? std::move(*ck) : nullptr;
+  }
+
+  // Loads `step` of tensor "t" (`n` bytes) into fresh memory.
+  std::vector<char> LoadBack(Checkpointer& ck, int64_t step, size_t n) {
+    std::vector<char> out(n, 0);
+    ck.ClearRegistrations();
+    EXPECT_TRUE(ck.Register({"t", "U8", {int64_t(n)}, out.data()}).ok());
+    auto loaded = ck.Load(step);
+    EXPECT_TRUE(loaded.ok()) << loaded.status();
+    return out;
+  }
+
+  testutil::TempDir dir_;
+};
+
+TEST_F(AsyncSaveTest, ModifyingRightAfterSaveReturnsDoesNotLeakIn) {
+  auto ck = Open();
+  std::vector<char> t(5 << 20);
+  FillPattern(t, 1);
+  const std::vector<char> before = t;
+  ASSERT_TRUE(ck->Register({"t", "U8", {int64_t(t.size())}, t.data()}).ok());
+  auto h = ck->Save(1);
+  ASSERT_TRUE(h.ok()) << h.status();
+  std::memset(t.data(), 0x5a, t.size());  // the next optimizer step
+  ASSERT_TRUE(h->Wait().ok());
+  SaveStats s = h->stats();
+  EXPECT_EQ(s.bytes_raw, t.size());
+  EXPECT_EQ(s.chunks, 2u);
+  EXPECT_GT(s.stall_s, 0);
+  EXPECT_LE(s.snapshot_s, s.durable_s);
+  EXPECT_EQ(LoadBack(*ck, 1, t.size()), before);
+}
+
+TEST_F(AsyncSaveTest, LazyModeCapturesBeforeBeforeUpdateReturns) {
+  auto ck = Open();
+  std::vector<char> t(9 << 20);
+  FillPattern(t, 2);
+  const std::vector<char> before = t;
+  ASSERT_TRUE(ck->Register({"t", "U8", {int64_t(t.size())}, t.data()}).ok());
+  auto h = ck->Save(2, SaveOptions{/*lazy=*/true});
+  ASSERT_TRUE(h.ok()) << h.status();
+  ASSERT_TRUE(ck->BeforeUpdate().ok());
+  std::memset(t.data(), 0x33, t.size());
+  ASSERT_TRUE(h->Wait().ok());
+  EXPECT_EQ(LoadBack(*ck, 2, t.size()), before);
+  // With no save in progress BeforeUpdate returns at once.
+  EXPECT_TRUE(ck->BeforeUpdate().ok());
+}
+
+TEST_F(AsyncSaveTest, StateFourTimesThePoolSavesWithinThePool) {
+  CheckpointerOptions o;
+  o.chunk_size = 256 << 10;
+  o.staging_bytes = 1 << 20;  // 4 slabs
+  auto ck = Open(o);
+  std::vector<char> t(4 << 20);  // 4x the pool
+  FillPattern(t, 3);
+  const std::vector<char> before = t;
+  ASSERT_TRUE(ck->Register({"t", "U8", {int64_t(t.size())}, t.data()}).ok());
+  auto h = ck->Save(3);
+  ASSERT_TRUE(h.ok());
+  std::memset(t.data(), 0, t.size());
+  ASSERT_TRUE(h->Wait().ok());
+  SaveStats s = h->stats();
+  EXPECT_TRUE(s.staging_limited);
+  EXPECT_LE(s.staging_bytes, o.staging_bytes);
+  EXPECT_GT(s.staging_bytes, 0u);
+  EXPECT_EQ(s.chunks, 16u);
+  EXPECT_EQ(LoadBack(*ck, 3, t.size()), before);
+}
+
+TEST_F(AsyncSaveTest, BusyCheckpointerFailsFastWhenAsked) {
+  CheckpointerOptions o;
+  o.fail_when_busy = true;
+  o.chunk_size = 64 << 10;
+  o.staging_bytes = 64 << 10;  // one slab: the first save drains slowly
+  auto ck = Open(o);
+  std::vector<char> t(32 << 20);
+  FillPattern(t, 4);
+  ASSERT_TRUE(ck->Register({"t", "U8", {int64_t(t.size())}, t.data()}).ok());
+  auto first = ck->Save(1, SaveOptions{/*lazy=*/true});
+  ASSERT_TRUE(first.ok());
+  auto second = ck->Save(2);
+  EXPECT_EQ(second.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_NE(second.status().message().find("already in flight"),
+            std::string::npos);
+  ASSERT_TRUE(first->Wait().ok());
+  ck->WaitAll();
+  auto third = ck->Save(3);  // room again
+  ASSERT_TRUE(third.ok()) << third.status();
+  EXPECT_TRUE(third->Wait().ok());
+}
+
+TEST_F(AsyncSaveTest, SecondSaveWaitsForTheFirstByDefault) {
+  auto ck = Open();
+  std::vector<char> t(3 << 20);
+  ASSERT_TRUE(ck->Register({"t", "U8", {int64_t(t.size())}, t.data()}).ok());
+  std::vector<SaveHandle> handles;
+  for (int step = 1; step <= 4; ++step) {
+    FillPattern(t, 100 + step);
+    auto h = ck->Save(step);
+    ASSERT_TRUE(h.ok()) << h.status();
+    handles.push_back(*h);
+  }
+  for (auto& h : handles) EXPECT_TRUE(h.Wait().ok());
+  auto steps = ck->Steps(false);
+  ASSERT_TRUE(steps.ok());
+  ASSERT_EQ(steps->size(), 4u);
+  std::vector<char> expect(t.size());
+  FillPattern(expect, 102);
+  EXPECT_EQ(LoadBack(*ck, 2, t.size()), expect);
+}
+
+TEST_F(AsyncSaveTest, BadOptionsAreRejected) {
+  CheckpointerOptions o;
+  o.servers = "embedded:" + dir_.path();
+  o.job = "x";
+  o.chunk_size = 5000;
+  EXPECT_EQ(Checkpointer::Open(o).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  o.chunk_size = 1 << 20;
+  o.max_outstanding_saves = 0;
+  EXPECT_EQ(Checkpointer::Open(o).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace stagger
