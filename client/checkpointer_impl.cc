@@ -1,7 +1,9 @@
 #include "client/checkpointer_impl.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <chrono>
+#include <list>
 #include <map>
 #include <thread>
 
@@ -9,6 +11,8 @@
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
 #include "client/chunk_io.h"
+#include "client/cuda/cuda_copy.h"
+#include "client/cuda/cuda_snapshot.h"
 #include "client/host_snapshot.h"
 #include "client/internal/save_state.h"
 #include "client/save_job.h"
@@ -67,7 +71,12 @@ class CheckpointerImpl : public Checkpointer {
             format::EncodeOptions{options.zstd_level},
             options.max_inflight_chunks) {}
 
-  ~CheckpointerImpl() override { WaitAll(); }
+  ~CheckpointerImpl() override {
+    WaitAll();
+    if (pool_pinned_) {
+      cuda_sources_.begin()->second->UnregisterStaging(pool_->base());
+    }
+  }
 
   static int PipelineThreads(const CheckpointerOptions& o) {
     if (o.pipeline_threads > 0) return o.pipeline_threads;
@@ -90,9 +99,12 @@ class CheckpointerImpl : public Checkpointer {
           absl::StrCat("tensor '", t.name, "' has no data pointer"));
     }
     if (t.device == Device::kCuda) {
-      return absl::UnimplementedError(absl::StrCat(
-          "tensor '", t.name, "' is on a CUDA device; this build saves host "
-          "memory only"));
+      auto src = CudaSource(t.device_index);
+      if (!src.ok()) {
+        return WithContext(src.status(),
+                           absl::StrCat("tensor '", t.name, "' on cuda:",
+                                        t.device_index));
+      }
     }
     if (tensors_.count(t.name)) {
       return absl::InvalidArgumentError(
@@ -153,11 +165,16 @@ class CheckpointerImpl : public Checkpointer {
       size_t i = 0;
       for (uint64_t off = 0; off < reg.bytes; off += options_.chunk_size, ++i) {
         size_t len = std::min<uint64_t>(options_.chunk_size, reg.bytes - off);
-        chunks.push_back(
-            {base + off, len, host_source_.get(), e->mutable_chunks(i)});
+        chunks.push_back({base + off, len, SourceFor(reg.spec),
+                          e->mutable_chunks(i)});
       }
     }
+    // Order the copies after the caller's queued work (CUDA: an event on
+    // the caller's stream), on the caller's thread, before Save returns.
     Status fenced = host_source_->Fence(so.cuda_stream);
+    for (auto& [device, src] : cuda_sources_) {
+      if (fenced.ok()) fenced = src->Fence(so.cuda_stream);
+    }
     if (!fenced.ok()) {
       absl::MutexLock lock(&save_mu_);
       --outstanding_;
@@ -178,6 +195,7 @@ class CheckpointerImpl : public Checkpointer {
         return pool.status();
       }
       pool_ = std::move(*pool);
+      PinPool();
     }
     auto job = std::make_shared<SaveJob>(
         SaveJobDeps{servers_.get(), &io_, pool_.get(), &executor_},
@@ -238,6 +256,8 @@ class CheckpointerImpl : public Checkpointer {
     std::map<std::string, const pb::TensorEntry*> saved;
     for (const pb::TensorEntry& t : shard.tensors()) saved[t.name()] = &t;
     std::vector<FetchItem> items;
+    std::list<std::vector<char>> bounce;  // host copies of CUDA tensors
+    std::vector<std::pair<const TensorSpec*, const char*>> device_copies;
     for (const auto& [name, reg] : tensors_) {
       auto it = saved.find(name);
       if (it == saved.end()) {
@@ -254,16 +274,27 @@ class CheckpointerImpl : public Checkpointer {
             ShapeStr(reg.spec.shape)));
       }
       char* base = static_cast<char*>(reg.spec.data);
+      if (reg.spec.device == Device::kCuda) {
+        // Device memory: decode into host memory, then copy it over.
+        bounce.emplace_back(reg.bytes);
+        device_copies.push_back({&reg.spec, bounce.back().data()});
+        base = bounce.back().data();
+      }
       uint64_t off = 0;
       for (const pb::ChunkRef& c : e.chunks()) {
         items.push_back({&c, base + off});
         off += c.raw_length();
       }
     }
-    STAGGER_RETURN_IF_ERROR(WithContext(
-        io_.Fetch(items, nullptr),
-        absl::StrCat("load of job '", options_.job, "' step ", shard.step(),
-                     " rank ", options_.rank)));
+    std::string what = absl::StrCat("load of job '", options_.job, "' step ",
+                                    shard.step(), " rank ", options_.rank);
+    STAGGER_RETURN_IF_ERROR(WithContext(io_.Fetch(items, nullptr), what));
+    for (const auto& [spec, host] : device_copies) {
+      STAGGER_RETURN_IF_ERROR(WithContext(
+          CudaCopyToDevice(spec->device_index, spec->data, host,
+                           SizeOf(*spec)),
+          absl::StrCat(what, " tensor '", spec->name, "'")));
+    }
     return shard.step();
   }
 
@@ -289,6 +320,47 @@ class CheckpointerImpl : public Checkpointer {
     TensorSpec spec;
     uint64_t bytes;
   };
+
+  uint64_t SizeOf(const TensorSpec& t) const { return tensors_.at(t.name).bytes; }
+
+  SnapshotSource* SourceFor(const TensorSpec& t) {
+    if (t.device == Device::kCuda) return cuda_sources_.at(t.device_index).get();
+    return host_source_.get();
+  }
+
+  // The snapshot source of CUDA device `device`, created on first use.
+  Result<SnapshotSource*> CudaSource(int device) {
+    auto it = cuda_sources_.find(device);
+    if (it != cuda_sources_.end()) return it->second.get();
+    if (!CudaDeviceAvailable()) {
+      return absl::FailedPreconditionError(
+          "CUDA tensor registered but this process sees no CUDA device (or "
+          "this build has no CUDA support)");
+    }
+    CudaSnapshotOptions co;
+    co.device = device;
+    co.device_snapshot = options_.device_snapshot;
+    STAGGER_ASSIGN_OR_RETURN(std::unique_ptr<SnapshotSource> src,
+                             NewCudaSnapshotSource(co));
+    SnapshotSource* raw = src.get();
+    cuda_sources_.emplace(device, std::move(src));
+    PinPool();
+    return raw;
+  }
+
+  // Pins the staging pool for device-to-host copies once both exist. A
+  // pool that cannot be pinned still works, just slower.
+  void PinPool() {
+    if (!pool_ || pool_pinned_ || cuda_sources_.empty()) return;
+    Status s = cuda_sources_.begin()->second->RegisterStaging(pool_->base(),
+                                                              pool_->size());
+    if (!s.ok()) {
+      fprintf(stderr, "stagger: staging memory not pinned (%s); CUDA "
+              "snapshots will be slower\n", std::string(s.message()).c_str());
+      return;
+    }
+    pool_pinned_ = true;
+  }
   CheckpointerOptions options_;
   // Declaration order is destruction order reversed: connections close
   // before the transport, and both before the embedded server.
@@ -299,6 +371,8 @@ class CheckpointerImpl : public Checkpointer {
   qos::Executor executor_;  // fingerprint, encode, decode
   qos::Executor driver_;    // one thread per outstanding save
   std::unique_ptr<SnapshotSource> host_source_;
+  std::map<int, std::unique_ptr<SnapshotSource>> cuda_sources_;
+  bool pool_pinned_ = false;
   ChunkIo io_;
   std::map<std::string, Registered> tensors_;
 

@@ -15,6 +15,7 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "client/cuda/cuda_copy.h"
 #include "format/names.h"
 #include "stagger/checkpointer.h"
 
@@ -73,6 +74,51 @@ Result<std::string> DtypeOf(const py::buffer_info& b, const std::string& name) {
       "' (itemsize ", b.itemsize, ")"));
 }
 
+// Maps a __cuda_array_interface__ typestr ("<f4", "|u1", ...) to a dtype.
+Result<std::string> DtypeOfTypestr(const std::string& t,
+                                   const std::string& name) {
+  static const std::pair<const char*, const char*> kMap[] = {
+      {"f8", "F64"}, {"f4", "F32"}, {"f2", "F16"}, {"i8", "I64"},
+      {"i4", "I32"}, {"i2", "I16"}, {"i1", "I8"},  {"u8", "U64"},
+      {"u4", "U32"}, {"u2", "U16"}, {"u1", "U8"},  {"b1", "BOOL"}};
+  if (t.size() == 3 && t[0] != '>') {
+    for (const auto& [k, v] : kMap) {
+      if (t.compare(1, 2, k) == 0) return std::string(v);
+    }
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      "tensor '", name, "' has an unsupported CUDA typestr '", t, "'"));
+}
+
+// A CUDA array (anything with __cuda_array_interface__: CuPy, Numba, torch
+// CUDA tensors) as a TensorSpec; C-contiguous only.
+TensorSpec CudaSpec(const std::string& name, const py::object& obj,
+                    const py::dict& dtypes) {
+  py::dict cai = obj.attr("__cuda_array_interface__");
+  TensorSpec spec;
+  spec.name = name;
+  for (auto d : py::tuple(cai["shape"])) spec.shape.push_back(d.cast<int64_t>());
+  std::string typestr = py::str(cai["typestr"]);
+  spec.dtype = dtypes.contains(py::str(name)) ? std::string(py::str(dtypes[py::str(name)]))
+                                             : Check(DtypeOfTypestr(typestr, name));
+  if (cai.contains("strides") && !cai["strides"].is_none()) {
+    int64_t expect = std::stoi(typestr.substr(2));
+    py::tuple strides = cai["strides"];
+    for (size_t d = spec.shape.size(); d-- > 0;) {
+      if (spec.shape[d] > 1 && strides[d].cast<int64_t>() != expect) {
+        Raise(absl::InvalidArgumentError(
+            absl::StrCat("tensor '", name, "' is not C-contiguous")));
+      }
+      expect *= spec.shape[d];
+    }
+  }
+  uintptr_t ptr = py::tuple(cai["data"])[0].cast<uintptr_t>();
+  spec.data = reinterpret_cast<void*>(ptr);
+  spec.device = Device::kCuda;
+  spec.device_index = ptr ? Check(client::CudaPointerDevice(spec.data)) : 0;
+  return spec;
+}
+
 // Registers every entry of `tensors` ({name: buffer}); keeps the buffers in
 // `held` while the Checkpointer uses them.
 void RegisterAll(Checkpointer& ck, const py::dict& tensors, bool writable,
@@ -80,6 +126,10 @@ void RegisterAll(Checkpointer& ck, const py::dict& tensors, bool writable,
   ck.ClearRegistrations();
   for (auto item : tensors) {
     std::string name = py::str(item.first);
+    if (py::hasattr(item.second, "__cuda_array_interface__")) {
+      Check(ck.Register(CudaSpec(name, py::reinterpret_borrow<py::object>(item.second), dtypes)));
+      continue;
+    }
     py::buffer buf = py::reinterpret_borrow<py::object>(item.second);
     py::buffer_info info = buf.request(writable);
     // C-contiguity check: strides must be those of a row-major array.
@@ -201,7 +251,7 @@ PYBIND11_MODULE(_stagger, m) {
       .def(
           "save",
           [](py::object self, const py::dict& tensors, int64_t step,
-             bool lazy, const py::dict& dtypes) {
+             bool lazy, const py::dict& dtypes, uintptr_t cuda_stream) {
             Checkpointer& ck = self.cast<Checkpointer&>();
             auto held = std::make_shared<std::vector<py::buffer_info>>();
             RegisterAll(ck, tensors, false, dtypes, held.get());
@@ -210,6 +260,7 @@ PYBIND11_MODULE(_stagger, m) {
               py::gil_scoped_release release;
               SaveOptions so;
               so.lazy = lazy;
+              so.cuda_stream = reinterpret_cast<void*>(cuda_stream);
               h = ck.Save(step, so);
             }
             ck.ClearRegistrations();
@@ -220,7 +271,7 @@ PYBIND11_MODULE(_stagger, m) {
             return handle;
           },
           py::arg("tensors"), py::arg("step"), py::arg("lazy") = false,
-          py::arg("dtypes") = py::dict(),
+          py::arg("dtypes") = py::dict(), py::arg("cuda_stream") = 0,
           "Snapshot the arrays as `step` and save them in the background. "
           "Returns once the snapshot is taken (lazy=True: once the copies are "
           "queued; call before_update() before modifying the arrays).")
