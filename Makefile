@@ -11,7 +11,7 @@ BUILD_TYPE ?= RelWithDebInfo
 export UCX_TLS ?= sm,tcp
 export UCX_WARN_UNUSED_ENV_VARS ?= n
 
-.PHONY: all deps configure build demo test test-cpp test-python test-sanitize clean
+.PHONY: all deps configure build demo test test-cpp test-python bench-smoke test-sanitize clean
 
 # Unit tests that also run under AddressSanitizer + UBSan.
 SANITIZE_DIR ?= build-asan
@@ -33,7 +33,7 @@ build: configure
 demo: build
 	$(BUILD_DIR)/bin/stagger demo
 
-test: build test-cpp test-python test-sanitize
+test: build test-cpp test-python bench-smoke test-sanitize
 
 test-cpp:
 	cd $(BUILD_DIR) && ctest --output-on-failure -j$(JOBS) --timeout 300
@@ -41,6 +41,11 @@ test-cpp:
 test-python:
 	PYTHONPATH=$(BUILD_DIR)/python STAGGER_BIN_DIR=$(CURDIR)/$(BUILD_DIR)/bin \
 	  $(PYTHON) -m pytest -q tests/python
+
+# Each benchmark once on a tiny size: they must run and print RESULT lines;
+# no timing is asserted.
+bench-smoke:
+	STAGGER_BIN_DIR=$(CURDIR)/$(BUILD_DIR)/bin bench/run_all.sh --smoke
 
 test-sanitize: deps
 	@cmake -S . -B $(SANITIZE_DIR) -DCMAKE_BUILD_TYPE=Debug -DSTAGGER_SANITIZE=ON \

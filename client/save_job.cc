@@ -35,7 +35,13 @@ void SaveJob::Run() {
       if (!first_error_.ok()) break;
     }
     bool waited = false;
-    char* slab = deps_.pool->Acquire(&waited);
+    char* slab = deps_.pool->TryAcquire();
+    if (slab == nullptr) {
+      // The pool is dry: only draining frees slabs now.
+      StartDraining();
+      slab = deps_.pool->Acquire(&waited);
+      waited = true;
+    }
     {
       absl::MutexLock lock(&mu_);
       staging_limited_ |= waited;
@@ -47,6 +53,7 @@ void SaveJob::Run() {
         [self, i, slab](const Status& s) { self->ChunkInStaging(i, slab, s); });
     ++dispatched;
   }
+  bool done_now = false;
   {
     absl::MutexLock lock(&mu_);
     // Chunks never dispatched (after a failure) will not be captured.
@@ -56,7 +63,12 @@ void SaveJob::Run() {
     if (uncaptured_ == 0 && !snapshot_done_) {
       snapshot_done_ = true;
       snapshot_s_ = Since(start_);
+      done_now = true;
     }
+  }
+  if (done_now) StartDraining();
+  {
+    absl::MutexLock lock(&mu_);
     mu_.Await(absl::Condition(
         +[](size_t* n) { return *n == 0; }, &unfinished_));
   }
@@ -99,12 +111,27 @@ Status SaveJob::WaitSnapshot() {
 }
 
 void SaveJob::ChunkCaptured(const Status& s) {
-  absl::MutexLock lock(&mu_);
-  if (!s.ok() && first_error_.ok()) first_error_ = s;
-  if (--uncaptured_ == 0 && !snapshot_done_) {
-    snapshot_done_ = true;
-    snapshot_s_ = Since(start_);
+  bool done = false;
+  {
+    absl::MutexLock lock(&mu_);
+    if (!s.ok() && first_error_.ok()) first_error_ = s;
+    if (--uncaptured_ == 0 && !snapshot_done_) {
+      snapshot_done_ = true;
+      snapshot_s_ = Since(start_);
+      done = true;
+    }
   }
+  if (done) StartDraining();
+}
+
+void SaveJob::StartDraining() {
+  std::vector<std::pair<size_t, char*>> held;
+  {
+    absl::MutexLock lock(&mu_);
+    draining_ = true;
+    held.swap(deferred_);
+  }
+  for (auto [i, slab] : held) Ship(i, slab);
 }
 
 void SaveJob::ReleaseSlab(char* slab) {
@@ -122,6 +149,17 @@ void SaveJob::ChunkInStaging(size_t i, char* slab, const Status& s) {
     ChunkDone(s);
     return;
   }
+  {
+    absl::MutexLock lock(&mu_);
+    if (!draining_) {
+      deferred_.emplace_back(i, slab);
+      return;
+    }
+  }
+  Ship(i, slab);
+}
+
+void SaveJob::Ship(size_t i, char* slab) {
   auto self = shared_from_this();
   deps_.pipeline->Submit([self, i, slab] {
     const SaveChunk& c = self->chunks_[i];

@@ -4,7 +4,11 @@
 //   driver thread      for each chunk: take a staging slab (waits while the
 //                      pool is full), Copy() it from the tensor
 //   source threads     captured -> count down the snapshot;
-//                      in staging -> hand the slab to the pipeline
+//                      in staging -> hand the slab to the pipeline (held
+//                      back until the snapshot is complete, so encoding
+//                      does not compete with the copies the training loop
+//                      waits for, unless the pool runs dry and draining is
+//                      the only way forward)
 //   pipeline threads   fingerprint + encode + queue the put (ChunkIo)
 //   transport thread   put acknowledged durable -> release the slab
 //   driver thread      after every ack: CommitShard, finish the handle
@@ -69,6 +73,9 @@ class SaveJob : public std::enable_shared_from_this<SaveJob> {
   void ChunkInStaging(size_t i, char* slab, const Status& s);
   void ChunkDone(const Status& s);
   void ReleaseSlab(char* slab);
+  void Ship(size_t i, char* slab);
+  // Starts shipping every held-back chunk, and every later one at once.
+  void StartDraining();
 
   SaveJobDeps deps_;
   pb::ShardManifest manifest_;
@@ -84,6 +91,8 @@ class SaveJob : public std::enable_shared_from_this<SaveJob> {
   Status first_error_ ABSL_GUARDED_BY(mu_);
   double snapshot_s_ ABSL_GUARDED_BY(mu_) = 0;
   bool staging_limited_ ABSL_GUARDED_BY(mu_) = false;
+  bool draining_ ABSL_GUARDED_BY(mu_) = false;
+  std::vector<std::pair<size_t, char*>> deferred_ ABSL_GUARDED_BY(mu_);
   uint64_t held_ ABSL_GUARDED_BY(mu_) = 0;       // slabs held now
   uint64_t peak_held_ ABSL_GUARDED_BY(mu_) = 0;  // most slabs held at once
 };

@@ -56,6 +56,15 @@ char* StagingPool::Acquire(bool* waited) {
   return slab;
 }
 
+char* StagingPool::TryAcquire() {
+  absl::MutexLock lock(&mu_);
+  if (free_.empty()) return nullptr;
+  char* slab = free_.back();
+  free_.pop_back();
+  peak_slabs_ = std::max<uint64_t>(peak_slabs_, slabs_ - free_.size());
+  return slab;
+}
+
 void StagingPool::Release(char* slab) {
   absl::MutexLock lock(&mu_);
   free_.push_back(slab);

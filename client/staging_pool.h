@@ -29,6 +29,8 @@ class StagingPool {
   // A free slab; blocks while none is free. `*waited` (optional) is set
   // true when it had to wait.
   char* Acquire(bool* waited = nullptr);
+  // A free slab, or nullptr when none is free right now.
+  char* TryAcquire();
   // Returns a slab from Acquire().
   void Release(char* slab);
 

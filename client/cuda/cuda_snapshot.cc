@@ -171,8 +171,8 @@ CudaSnapshotSourceImpl::~CudaSnapshotSourceImpl() {
 Status CudaSnapshotSourceImpl::Fence(void* caller_stream) {
   ScopedDevice on(device_);
   STAGGER_RETURN_IF_ERROR(on.status());
-  // Without this build being compiled for per-thread default streams, 0
-  // would mean the legacy stream too; say it explicitly.
+  // nullptr is the legacy default stream (what 0 means unless code is built
+  // for per-thread default streams): name it explicitly.
   cudaStream_t stream = caller_stream != nullptr
                             ? static_cast<cudaStream_t>(caller_stream)
                             : cudaStreamLegacy;
@@ -221,6 +221,9 @@ Status CudaSnapshotSourceImpl::EnqueueDirect(char* dst, const char* src,
   if (s.ok()) {
     s = CudaStatus(cudaEventRecord(event, copy_stream_.get()),
                    "recording a snapshot copy's completion");
+    // The copy may be queued and still write `dst`, which the caller
+    // reuses once it hears of the failure: let it finish first.
+    if (!s.ok()) (void)cudaStreamSynchronize(copy_stream_.get());
   }
   if (!s.ok()) {
     events_.Release(event);

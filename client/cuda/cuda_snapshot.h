@@ -13,6 +13,10 @@
 // exist: CudaDeviceAvailable() is false and NewCudaSnapshotSource() returns
 // UNIMPLEMENTED.
 //
+// Fence(caller_stream): `caller_stream` must be a stream of this source's
+// device; nullptr is that device's legacy default stream. A stream of
+// another device fails (INTERNAL, invalid resource handle).
+//
 // Thread-safety: as SnapshotSource; in addition Fence, Copy, stats() and the
 // staging calls may be called from several threads at once (several saves
 // in flight). Callbacks run on the source's completion threads, never on

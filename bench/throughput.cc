@@ -1,0 +1,203 @@
+// bench_throughput: how fast does a full checkpoint become durable end to
+// end (client -> UCX -> server -> disk)?
+//
+// Measured in the same run, for the same byte count (--size of realistic
+// state):
+//   disk     sequential write ceiling of the data directory's disk: io_uring,
+//            4 MiB writes, queue depth 8, O_DIRECT (buffered when refused),
+//            fdatasync at the end
+//   link     UCX loopback: 4 MiB calls, 16 in flight, to a listener that
+//            replies at once (UCX_TLS=sm,tcp unless set)
+//   stagger  a stagger-server process (next to this binary) on a temporary
+//            data directory; one client saves the state as a fresh job and
+//            waits for durable. Once with codec=raw, once with codec=zstd
+//            (zstd may make 2 cores CPU bound); median of --iterations each
+// RESULT ratio = stagger(raw) GB/s / min(disk, link). Target (BENCHMARKS.md):
+// >= 0.85.
+#include <stdio.h>
+#include <stdlib.h>
+
+#include <algorithm>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "bench/ceilings.h"
+#include "bench/common.h"
+#include "bench/server_process.h"
+#include "client/cli/synthetic_state.h"
+#include "stagger/checkpointer.h"
+
+namespace stagger::bench {
+namespace {
+
+struct CodecRun {
+  std::string codec;
+  std::vector<double> seconds;  // Save() call to Wait() returning
+  std::vector<SaveStats> stats;
+  double Median_s() const { return Median(seconds); }
+  uint64_t raw() const { return stats.empty() ? 0 : stats.back().bytes_raw; }
+  uint64_t shipped() const {
+    return stats.empty() ? 0 : stats.back().bytes_shipped;
+  }
+  double GBps() const {
+    double s = Median_s();
+    return s > 0 ? raw() / s / 1e9 : 0;
+  }
+};
+
+// Saves the state as step 1 of a new job (so every save is a full
+// checkpoint, whatever the client keeps from earlier steps) and waits for
+// it to be durable.
+Status SaveOnce(const std::string& servers, const std::string& codec,
+                int iteration, int pipeline_threads,
+                client::SyntheticState& state, CodecRun* run) {
+  CheckpointerOptions o;
+  o.pipeline_threads = pipeline_threads;
+  o.servers = servers;
+  o.job = "bench-throughput-" + codec + "-" + std::to_string(iteration);
+  o.codec = codec;
+  auto ck = Checkpointer::Open(o);
+  if (!ck.ok()) return WithContext(ck.status(), "open " + o.job);
+  STAGGER_RETURN_IF_ERROR(RegisterState(state, **ck));
+  auto start = Clock::now();
+  auto h = (*ck)->Save(1);
+  if (!h.ok()) return WithContext(h.status(), "Save " + o.job);
+  STAGGER_RETURN_IF_ERROR(WithContext(h->Wait(), "durable " + o.job));
+  run->seconds.push_back(SecondsSince(start));
+  run->stats.push_back(h->stats());
+  return absl::OkStatus();
+}
+
+std::string GB(double gbps) { return Fixed(gbps, 3); }
+
+int Main(int argc, char** argv) {
+  Flags flags("bench_throughput",
+              {{"size", {"2GiB", "bytes of model state"}},
+               {"json", {"", "write the figures as JSON to this file"}},
+               {"data",
+                {"/tmp",
+                 "parent of the temporary data directory "
+                 "(its disk is the one measured)"}},
+               {"iterations", {"2", "saves per codec (median)"}},
+               {"server",
+                {"",
+                 "stagger-server binary (default: next to "
+                 "this one, or $STAGGER_BIN_DIR)"}},
+               {"pipeline-threads",
+                {"0", "CheckpointerOptions.pipeline_threads (0: auto)"}},
+               {"seed", {"1", "SyntheticState seed"}}});
+  Status s = flags.Parse(argc, argv);
+  if (!s.ok()) return Fail("throughput", s);
+  if (flags.help()) {
+    flags.PrintUsage();
+    return 0;
+  }
+  auto size = flags.GetSize("size");
+  auto iterations = flags.GetInt("iterations");
+  auto seed = flags.GetInt("seed");
+  if (!size.ok()) return Fail("throughput", size.status());
+  if (!iterations.ok()) return Fail("throughput", iterations.status());
+  if (!seed.ok()) return Fail("throughput", seed.status());
+  const int pipeline_threads = atoi(flags.Get("pipeline-threads").c_str());
+  std::string server_bin = flags.Get("server");
+  if (server_bin.empty()) server_bin = BinDir() + "/stagger-server";
+  auto dir = TempDir::Make(flags.Get("data"), "stagger-bench-throughput");
+  if (!dir.ok()) return Fail("throughput", dir.status());
+
+  client::SyntheticState state(*size, static_cast<uint64_t>(*seed));
+  const uint64_t total = state.total_bytes();
+  printf(
+      "bench_throughput: %s of realistic state in %zu tensors, data "
+      "directory %s\n",
+      FormatBytes(total).c_str(), state.tensors().size(),
+      (*dir)->path().c_str());
+  fflush(stdout);
+
+  auto disk = MeasureDiskWrite((*dir)->path(), total);
+  if (!disk.ok()) return Fail("throughput", disk.status());
+  if (!disk->direct) {
+    printf(
+        "note: the filesystem refused O_DIRECT; the disk ceiling is "
+        "buffered writes + fdatasync\n");
+  }
+  // Also sets UCX_TLS for this process and the server it starts.
+  auto link = MeasureUcxLoopback(total);
+  if (!link.ok()) return Fail("throughput", link.status());
+
+  auto server = ServerProcess::Start(server_bin, (*dir)->path() + "/server");
+  if (!server.ok()) return Fail("throughput", server.status());
+  std::vector<CodecRun> runs = {{"raw", {}, {}}, {"zstd", {}, {}}};
+  for (CodecRun& run : runs) {
+    for (int i = 0; i < *iterations && s.ok(); ++i) {
+      s = SaveOnce((*server)->grpc_address(), run.codec, i, pipeline_threads,
+                   state, &run);
+    }
+    if (!s.ok()) return Fail("throughput", s);
+  }
+  server->reset();
+
+  const double ceiling = std::min(disk->GBps(), link->GBps());
+  const char* ucx_tls = getenv("UCX_TLS");
+  printf(
+      "UCX_TLS=%s; stagger: median of %d saves per codec, each a fresh "
+      "job; GB = 1e9 bytes\n",
+      ucx_tls != nullptr ? ucx_tls : "", *iterations);
+  Table table({"path", "seconds", "GB/s", "x_min_ceiling", "bytes", "shipped",
+               "durable_s"});
+  table.AddRow({disk->direct ? "disk write (io_uring O_DIRECT, 4MiB x8)"
+                             : "disk write (io_uring buffered, 4MiB x8)",
+                Fixed(disk->seconds, 4), GB(disk->GBps()),
+                Fixed(disk->GBps() / ceiling, 2), FormatBytes(disk->bytes), "-",
+                "-"});
+  table.AddRow({"UCX loopback (4MiB x16)", Fixed(link->seconds, 4),
+                GB(link->GBps()), Fixed(link->GBps() / ceiling, 2),
+                FormatBytes(link->bytes), "-", "-"});
+  for (const CodecRun& run : runs) {
+    std::vector<double> durable;
+    for (const SaveStats& st : run.stats) durable.push_back(st.durable_s);
+    table.AddRow({"stagger codec=" + run.codec, Fixed(run.Median_s(), 4),
+                  GB(run.GBps()), Fixed(run.GBps() / ceiling, 2),
+                  FormatBytes(run.raw()), FormatBytes(run.shipped()),
+                  Fixed(Median(durable), 4)});
+  }
+  table.Print();
+
+  const double ratio = runs[0].GBps() / ceiling;
+  ResultLine result("throughput");
+  result.Add("disk_GBps", disk->GBps());
+  result.Add("link_GBps", link->GBps());
+  result.Add("stagger_GBps", runs[0].GBps());
+  result.Add("stagger_zstd_GBps", runs[1].GBps());
+  result.Add("zstd_ratio", runs[1].GBps() / ceiling);
+
+  JsonReport json;
+  json.Set("name", std::string("throughput"));
+  json.Set("size_bytes", static_cast<double>(total));
+  json.Set("iterations", *iterations);
+  json.SetBool("disk_direct", disk->direct);
+  json.Set("ucx_tls", std::string(ucx_tls != nullptr ? ucx_tls : ""));
+  for (const auto& [key, value] : result.figures()) json.Set(key, value);
+  json.Set("ratio", ratio);
+  for (const CodecRun& run : runs) {
+    for (size_t i = 0; i < run.stats.size(); ++i) {
+      const SaveStats& st = run.stats[i];
+      json.AddRow({{"codec", run.codec},
+                   {"seconds", Fixed(run.seconds[i], 6)},
+                   {"durable_s", Fixed(st.durable_s, 6)},
+                   {"stall_s", Fixed(st.stall_s, 6)},
+                   {"bytes_raw", std::to_string(st.bytes_raw)},
+                   {"bytes_shipped", std::to_string(st.bytes_shipped)},
+                   {"chunks", std::to_string(st.chunks)}});
+    }
+  }
+  s = json.Write(flags.Get("json"));
+  if (!s.ok()) return Fail("throughput", s);
+  result.Print(ratio);
+  return 0;
+}
+
+}  // namespace
+}  // namespace stagger::bench
+
+int main(int argc, char** argv) { return stagger::bench::Main(argc, argv); }
