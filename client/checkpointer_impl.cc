@@ -332,18 +332,18 @@ class CheckpointerImpl : public Checkpointer {
   Result<SnapshotSource*> CudaSource(int device) {
     auto it = cuda_sources_.find(device);
     if (it != cuda_sources_.end()) return it->second.get();
-    if (!CudaDeviceAvailable()) {
-      return absl::FailedPreconditionError(
-          "CUDA tensor registered but this process sees no CUDA device (or "
-          "this build has no CUDA support)");
-    }
     CudaSnapshotOptions co;
     co.device = device;
     co.device_snapshot = options_.device_snapshot;
-    STAGGER_ASSIGN_OR_RETURN(std::unique_ptr<SnapshotSource> src,
-                             NewCudaSnapshotSource(co));
-    SnapshotSource* raw = src.get();
-    cuda_sources_.emplace(device, std::move(src));
+    auto src = NewCudaSnapshotSource(co);
+    if (absl::IsUnavailable(src.status())) {
+      // No device visible to this process: the caller's setup, not a
+      // transient peer failure.
+      return absl::FailedPreconditionError(src.status().message());
+    }
+    STAGGER_RETURN_IF_ERROR(src.status());  // UNIMPLEMENTED without CUDA
+    SnapshotSource* raw = src->get();
+    cuda_sources_.emplace(device, std::move(*src));
     PinPool();
     return raw;
   }

@@ -108,6 +108,20 @@ TEST_P(CudaSaveTest, LazySaveCapturesBeforeBeforeUpdateReturns) {
   cudaFree(dev);
 }
 
+TEST(CudaSaveWithoutDeviceTest, RegisteringACudaTensorSaysWhy) {
+  if (HaveDevice()) GTEST_SKIP() << "a CUDA device is present";
+  testutil::TempDir dir;
+  CheckpointerOptions o;
+  o.servers = "embedded:" + dir.path();
+  o.job = "nodev";
+  auto ck = Checkpointer::Open(o);
+  ASSERT_TRUE(ck.ok()) << ck.status();
+  int fake = 0;
+  Status s = (*ck)->Register({"w", "U8", {4}, &fake, Device::kCuda, 0});
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
+  EXPECT_NE(s.message().find("tensor 'w' on cuda:0"), std::string::npos) << s;
+}
+
 INSTANTIATE_TEST_SUITE_P(Modes, CudaSaveTest, ::testing::Bool(),
                          [](const auto& info) {
                            return info.param ? "DeviceSnapshot" : "DirectD2H";

@@ -87,14 +87,15 @@ bool ParseSizeGiB(const std::string& text, double* gib) {
   double v = std::strtod(text.c_str(), &end);
   std::string unit(end);
   double scale = 1.0 / kGiB;
-  if (unit == "G" || unit == "GiB" || unit == "g")
+  if (unit == "G" || unit == "GiB" || unit == "g") {
     scale = 1;
-  else if (unit == "M" || unit == "MiB" || unit == "m")
+  } else if (unit == "M" || unit == "MiB" || unit == "m") {
     scale = 1.0 / 1024;
-  else if (unit == "T" || unit == "TiB")
+  } else if (unit == "T" || unit == "TiB") {
     scale = 1024;
-  else if (!unit.empty() && unit != "B")
+  } else if (!unit.empty() && unit != "B") {
     return false;
+  }
   *gib = v * scale;
   return v > 0;
 }

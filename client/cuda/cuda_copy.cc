@@ -10,8 +10,11 @@ namespace stagger::client {
 
 Status CudaCopyToDevice(int device, void* dst, const void* src, size_t len) {
 #ifdef STAGGER_HAVE_CUDA
-  cudaError_t e = cudaSetDevice(device);
+  int previous = 0;
+  cudaError_t e = cudaGetDevice(&previous);
+  if (e == cudaSuccess) e = cudaSetDevice(device);
   if (e == cudaSuccess) e = cudaMemcpy(dst, src, len, cudaMemcpyHostToDevice);
+  cudaSetDevice(previous);  // leave the caller's current device as it was
   if (e != cudaSuccess) {
     return absl::InternalError(absl::StrCat("copy of ", len,
                                             " bytes to cuda:", device, ": ",

@@ -251,10 +251,7 @@ Status CudaSnapshotSourceImpl::EnqueueViaRing(char* dst, const char* src,
   Status s =
       CudaStatus(cudaMemcpyAsync(slot, src, len, cudaMemcpyDeviceToDevice,
                                  copy_stream_.get()),
-                 absl::StrCat("copying ", len,
-                              " bytes into the device staging ring of "
-                              "device ",
-                              device_));
+                 absl::StrCat("copying ", len, " bytes into the device ring"));
   if (s.ok()) {
     s = CudaStatus(cudaEventRecord(capture_event, copy_stream_.get()),
                    "recording a device snapshot copy's completion");
@@ -264,11 +261,10 @@ Status CudaSnapshotSourceImpl::EnqueueViaRing(char* dst, const char* src,
                    "ordering the drain stream after a device snapshot copy");
   }
   if (s.ok()) {
-    s = CudaStatus(cudaMemcpyAsync(dst, slot, len, cudaMemcpyDeviceToHost,
-                                   drain_stream_.get()),
-                   absl::StrCat("draining ", len,
-                                " bytes from the device "
-                                "staging ring to host staging"));
+    s = CudaStatus(
+        cudaMemcpyAsync(dst, slot, len, cudaMemcpyDeviceToHost,
+                        drain_stream_.get()),
+        absl::StrCat("draining ", len, " bytes from the device ring"));
   }
   if (s.ok()) {
     s = CudaStatus(cudaEventRecord(*host_event, drain_stream_.get()),
