@@ -17,22 +17,30 @@ void ReplyStatus(transport::ReplyChannel* reply, DataOp op, const Status& s) {
 
 }  // namespace
 
-// Counts a request as in flight until its reply is sent (or dropped).
+// Counts a request as in flight until its reply is sent (or dropped). After
+// Send() it no longer touches the service: whoever holds the channel (the
+// segment writer's callback, say) may destroy it after the service is gone.
 class DataService::CountedReply : public transport::ReplyChannel {
  public:
   CountedReply(DataService* owner,
                std::unique_ptr<transport::ReplyChannel> inner)
       : owner_(owner), inner_(std::move(inner)) {}
   ~CountedReply() override {
-    absl::MutexLock lock(&owner_->mu_);
-    --owner_->in_flight_;
+    if (owner_ != nullptr) Done();  // dropped without a reply
   }
   void Send(uint16_t op, std::string header,
             transport::Buffer payload) override {
     inner_->Send(op, std::move(header), std::move(payload));
+    if (owner_ != nullptr) Done();
   }
 
  private:
+  void Done() {
+    DataService* owner = owner_;
+    owner_ = nullptr;
+    absl::MutexLock lock(&owner->mu_);
+    --owner->in_flight_;
+  }
   DataService* owner_;
   std::unique_ptr<transport::ReplyChannel> inner_;
 };

@@ -35,9 +35,11 @@ class DataServiceTest : public ::testing::Test {
   void TearDown() override {
     conn_.reset();
     listener_.reset();
-    service_.reset();
+    // The stores run their last callbacks (which reply through the service)
+    // before the service goes.
     readers_.reset();
     segments_.reset();
+    service_.reset();
     meta_.reset();
     std::filesystem::remove_all(dir_);
   }
