@@ -12,6 +12,9 @@ namespace stagger::format {
 // Extends `crc` (0 for a fresh checksum) over `data`.
 uint32_t Crc32cExtend(uint32_t crc, const void* data, size_t len);
 
+// The table-driven implementation alone (for tests and comparison).
+uint32_t Crc32cExtendPortable(uint32_t crc, const void* data, size_t len);
+
 inline uint32_t Crc32c(const void* data, size_t len) {
   return Crc32cExtend(0, data, len);
 }

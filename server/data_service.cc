@@ -57,8 +57,8 @@ void DataService::WaitIdle() {
 }
 
 DataService::DataService(SegmentStore* segments, MetaStore* meta,
-                         qos::Executor* readers)
-    : segments_(segments), meta_(meta), readers_(readers) {}
+                         qos::Executor* ingest, qos::Executor* readers)
+    : segments_(segments), meta_(meta), ingest_(ingest), readers_(readers) {}
 
 void DataService::OnRequest(transport::Message request,
                             std::unique_ptr<transport::ReplyChannel> reply) {
@@ -98,44 +98,49 @@ void DataService::OnRequest(transport::Message request,
 void DataService::HandlePut(transport::Message request,
                             std::unique_ptr<transport::ReplyChannel> reply) {
   auto req = format::DecodePutChunk(request.header);
-  Status check = req.status();
-  if (check.ok()) {
-    check = format::VerifyPayload(req->record, request.payload.view());
-  }
-  if (!check.ok()) {
+  if (!req.ok()) {
     ++counters_.bad_requests;
-    ReplyStatus(reply.get(), DataOp::kPutChunkReply, check);
-    return;
-  }
-  // Content-addressed: an index hit means these bytes are already durable.
-  if (meta_->GetChunk(req->job, req->record.chunk_id).ok()) {
-    ++counters_.chunks_deduplicated;
-    ReplyStatus(reply.get(), DataOp::kPutChunkReply, absl::OkStatus());
+    ReplyStatus(reply.get(), DataOp::kPutChunkReply, req.status());
     return;
   }
   std::shared_ptr<transport::ReplyChannel> shared(std::move(reply));
-  const std::string job = req->job;
-  const format::RecordHeader header = req->record;
-  segments_->Append(
-      job, header, std::move(request.payload),
-      [this, shared, job, header](Result<ChunkLocation> loc) {
-        Status s = loc.status();
-        if (s.ok()) {
-          ChunkMeta meta;
-          meta.location = *loc;
-          meta.raw_length = header.raw_length;
-          meta.stored_length = header.encoded_length;
-          meta.codec = header.codec;
-          s = meta_->PutChunk(job, header.chunk_id, meta);
-        }
-        if (s.ok()) {
-          ++counters_.chunks_written;
-          counters_.bytes_written += header.encoded_length;
-        }
-        ReplyStatus(shared.get(), DataOp::kPutChunkReply,
-                    WithContext(s, absl::StrCat("chunk ",
-                                                header.chunk_id.ToHex())));
-      });
+  auto payload = std::make_shared<transport::Buffer>(std::move(request.payload));
+  // Off the progress thread: the index lookup may touch disk and the store
+  // checksums the payload.
+  ingest_->Submit([this, shared, payload, r = *req] {
+    // Content-addressed: an index hit means these bytes are already durable.
+    if (meta_->GetChunk(r.job, r.record.chunk_id).ok()) {
+      ++counters_.chunks_deduplicated;
+      ReplyStatus(shared.get(), DataOp::kPutChunkReply, absl::OkStatus());
+      return;
+    }
+    const std::string job = r.job;
+    const format::RecordHeader header = r.record;
+    // The store checks the payload against the header (length, crc32c)
+    // before queueing it; a mismatch comes back through the callback.
+    segments_->Append(
+        job, header, std::move(*payload),
+        [this, shared, job, header](Result<ChunkLocation> loc) {
+          Status s = loc.status();
+          if (s.ok()) {
+            ChunkMeta meta;
+            meta.location = *loc;
+            meta.raw_length = header.raw_length;
+            meta.stored_length = header.encoded_length;
+            meta.codec = header.codec;
+            s = meta_->PutChunk(job, header.chunk_id, meta);
+          }
+          if (s.ok()) {
+            ++counters_.chunks_written;
+            counters_.bytes_written += header.encoded_length;
+          } else if (absl::IsDataLoss(s) || absl::IsInvalidArgument(s)) {
+            ++counters_.bad_requests;
+          }
+          ReplyStatus(shared.get(), DataOp::kPutChunkReply,
+                      WithContext(s, absl::StrCat("chunk ",
+                                                  header.chunk_id.ToHex())));
+        });
+  });
 }
 
 void DataService::HandleGet(transport::Message request,

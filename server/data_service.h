@@ -8,8 +8,9 @@
 // job is acknowledged without writing it again (chunks are content-addressed).
 //
 // Threads: OnRequest runs on the transport's progress thread and only
-// decodes and queues; writes complete on the segment writer thread, reads
-// run on `readers`.
+// decodes headers and queues; checksums, the index lookup and the hand-off
+// to the segment store run on `ingest`; writes complete on the segment
+// writer thread; reads run on `readers`.
 #ifndef STAGGER_SERVER_DATA_SERVICE_H_
 #define STAGGER_SERVER_DATA_SERVICE_H_
 
@@ -35,7 +36,8 @@ struct DataServiceCounters {
 class DataService : public transport::RequestHandler {
  public:
   // None owned; all must outlive the service.
-  DataService(SegmentStore* segments, MetaStore* meta, qos::Executor* readers);
+  DataService(SegmentStore* segments, MetaStore* meta, qos::Executor* ingest,
+              qos::Executor* readers);
 
   void OnRequest(transport::Message request,
                  std::unique_ptr<transport::ReplyChannel> reply) override;
@@ -56,6 +58,7 @@ class DataService : public transport::RequestHandler {
 
   SegmentStore* segments_;
   MetaStore* meta_;
+  qos::Executor* ingest_;
   qos::Executor* readers_;
   DataServiceCounters counters_;
 

@@ -25,9 +25,10 @@ class DataServiceTest : public ::testing::Test {
     SegmentStoreOptions so;
     so.dir = (dir_ / "segments").string();
     segments_ = *SegmentStore::Open(so);
+    ingest_ = std::make_unique<qos::Executor>(2);
     readers_ = std::make_unique<qos::Executor>(2);
     service_ = std::make_unique<DataService>(segments_.get(), meta_.get(),
-                                             readers_.get());
+                                             ingest_.get(), readers_.get());
     transport_ = transport::NewInProcTransport();
     listener_ = *transport_->Listen("inproc:", service_.get());
     conn_ = *transport_->Connect(listener_->address());
@@ -38,6 +39,7 @@ class DataServiceTest : public ::testing::Test {
     // The stores run their last callbacks (which reply through the service)
     // before the service goes.
     readers_.reset();
+    ingest_.reset();
     segments_.reset();
     service_.reset();
     meta_.reset();
@@ -67,6 +69,7 @@ class DataServiceTest : public ::testing::Test {
   std::filesystem::path dir_;
   std::unique_ptr<MetaStore> meta_;
   std::unique_ptr<SegmentStore> segments_;
+  std::unique_ptr<qos::Executor> ingest_;
   std::unique_ptr<qos::Executor> readers_;
   std::unique_ptr<DataService> service_;
   std::unique_ptr<transport::Transport> transport_;

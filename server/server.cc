@@ -21,6 +21,7 @@ class Server::Impl {
   std::unique_ptr<transport::Transport> owned_transport;
   std::unique_ptr<MetaStore> meta;
   std::unique_ptr<SegmentStore> segments;
+  std::unique_ptr<qos::Executor> ingest;
   std::unique_ptr<qos::Executor> readers;
   std::unique_ptr<DataService> data;
   std::unique_ptr<transport::Listener> listener;
@@ -41,6 +42,7 @@ class Server::Impl {
     }
     listener.reset();
     readers.reset();
+    ingest.reset();
     segments.reset();
     meta.reset();
     owned_transport.reset();
@@ -84,9 +86,11 @@ Result<std::unique_ptr<Server>> Server::Start(const ServerOptions& options) {
             "segments through the page cache\n",
             seg.dir.c_str());
   }
+  impl->ingest = std::make_unique<qos::Executor>(2);
   impl->readers = std::make_unique<qos::Executor>(options.read_threads);
   impl->data = std::make_unique<DataService>(
-      impl->segments.get(), impl->meta.get(), impl->readers.get());
+      impl->segments.get(), impl->meta.get(), impl->ingest.get(),
+      impl->readers.get());
 
   transport::Transport* transport = options.transport;
   if (transport == nullptr) {
