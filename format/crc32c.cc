@@ -105,47 +105,42 @@ struct ZerosTable {
 constexpr size_t kLong = 8192;
 constexpr size_t kShort = 256;
 
+// Consumes as many 3 x kBlock runs of `*p` as `*n` holds: three streams,
+// then their CRCs combined with the zero-append operator for kBlock bytes.
+template <size_t kBlock>
+__attribute__((target("sse4.2"))) void ThreeStreams(uint64_t* crc,
+                                                    const uint8_t** p,
+                                                    size_t* n,
+                                                    const ZerosTable& shift) {
+  while (*n >= 3 * kBlock) {
+    const uint8_t* q = *p;
+    uint64_t c0 = *crc, c1 = 0, c2 = 0;
+    for (size_t i = 0; i < kBlock; i += 8) {
+      uint64_t a, b, c;
+      std::memcpy(&a, q + i, 8);
+      std::memcpy(&b, q + kBlock + i, 8);
+      std::memcpy(&c, q + 2 * kBlock + i, 8);
+      c0 = __builtin_ia32_crc32di(c0, a);
+      c1 = __builtin_ia32_crc32di(c1, b);
+      c2 = __builtin_ia32_crc32di(c2, c);
+    }
+    c0 = shift.Shift(static_cast<uint32_t>(c0)) ^ c1;
+    *crc = shift.Shift(static_cast<uint32_t>(c0)) ^ c2;
+    *p += 3 * kBlock;
+    *n -= 3 * kBlock;
+  }
+}
+
 // The crc32 instruction has a latency of three cycles and a throughput of
-// one per cycle: three independent streams keep it busy, and their CRCs
-// are combined with the zero-append operators.
+// one per cycle: three independent streams keep it busy.
 __attribute__((target("sse4.2"))) uint32_t ExtendHw(uint32_t crc,
                                                      const uint8_t* p,
                                                      size_t n) {
   static const ZerosTable long_shift(kLong);
   static const ZerosTable short_shift(kShort);
   uint64_t c0 = crc;
-  while (n >= 3 * kLong) {
-    uint64_t c1 = 0, c2 = 0;
-    for (size_t i = 0; i < kLong; i += 8) {
-      uint64_t a, b, c;
-      std::memcpy(&a, p + i, 8);
-      std::memcpy(&b, p + kLong + i, 8);
-      std::memcpy(&c, p + 2 * kLong + i, 8);
-      c0 = __builtin_ia32_crc32di(c0, a);
-      c1 = __builtin_ia32_crc32di(c1, b);
-      c2 = __builtin_ia32_crc32di(c2, c);
-    }
-    c0 = long_shift.Shift(static_cast<uint32_t>(c0)) ^ c1;
-    c0 = long_shift.Shift(static_cast<uint32_t>(c0)) ^ c2;
-    p += 3 * kLong;
-    n -= 3 * kLong;
-  }
-  while (n >= 3 * kShort) {
-    uint64_t c1 = 0, c2 = 0;
-    for (size_t i = 0; i < kShort; i += 8) {
-      uint64_t a, b, c;
-      std::memcpy(&a, p + i, 8);
-      std::memcpy(&b, p + kShort + i, 8);
-      std::memcpy(&c, p + 2 * kShort + i, 8);
-      c0 = __builtin_ia32_crc32di(c0, a);
-      c1 = __builtin_ia32_crc32di(c1, b);
-      c2 = __builtin_ia32_crc32di(c2, c);
-    }
-    c0 = short_shift.Shift(static_cast<uint32_t>(c0)) ^ c1;
-    c0 = short_shift.Shift(static_cast<uint32_t>(c0)) ^ c2;
-    p += 3 * kShort;
-    n -= 3 * kShort;
-  }
+  ThreeStreams<kLong>(&c0, &p, &n, long_shift);
+  ThreeStreams<kShort>(&c0, &p, &n, short_shift);
   while (n >= 8) {
     uint64_t v;
     std::memcpy(&v, p, 8);
