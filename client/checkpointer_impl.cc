@@ -5,6 +5,7 @@
 #include <chrono>
 #include <list>
 #include <map>
+#include <optional>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -66,8 +67,7 @@ class CheckpointerImpl : public Checkpointer {
         driver_(options.max_outstanding_saves),
         host_source_(NewHostSnapshotSource(
             std::clamp<int>(std::thread::hardware_concurrency(), 1, 4))),
-        io_(servers_.get(), &executor_, options.job,
-            options.codec == "raw" ? format::Codec::kRaw : format::Codec::kZstd,
+        io_(servers_.get(), &executor_, options.job, options.codec,
             format::EncodeOptions{options.zstd_level},
             options.max_inflight_chunks) {}
 
@@ -163,10 +163,22 @@ class CheckpointerImpl : public Checkpointer {
       pb::TensorEntry* e = job_manifest->mutable_tensors(t++);
       const char* base = static_cast<const char*>(reg.spec.data);
       size_t i = 0;
+      int element_size = FloatElementSize(reg.spec.dtype);
+      std::vector<format::ChunkId> prev;  // copied: a save may finish now
+      {
+        absl::MutexLock lock(&save_mu_);
+        auto it = previous_.find(name);
+        if (it != previous_.end() && it->second.bytes == reg.bytes &&
+            it->second.chunk_size == options_.chunk_size) {
+          prev = it->second.ids;
+        }
+      }
       for (uint64_t off = 0; off < reg.bytes; off += options_.chunk_size, ++i) {
         size_t len = std::min<uint64_t>(options_.chunk_size, reg.bytes - off);
+        std::optional<format::ChunkId> was;
+        if (i < prev.size()) was = prev[i];
         chunks.push_back({base + off, len, SourceFor(reg.spec),
-                          e->mutable_chunks(i)});
+                          e->mutable_chunks(i), element_size, was});
       }
     }
     // Order the copies after the caller's queued work (CUDA: an event on
@@ -207,6 +219,7 @@ class CheckpointerImpl : public Checkpointer {
     driver_.Submit([this, job] {
       job->Run();
       absl::MutexLock lock(&save_mu_);
+      if (job->status().ok()) RememberChunks(job->manifest());
       --outstanding_;
     });
     if (!so.lazy) job->WaitSnapshot().IgnoreError();  // the handle reports it
@@ -323,6 +336,34 @@ class CheckpointerImpl : public Checkpointer {
 
   uint64_t SizeOf(const TensorSpec& t) const { return tensors_.at(t.name).bytes; }
 
+  // Element width of floating-point dtypes (byte grouping pays), else 0.
+  static int FloatElementSize(const std::string& dtype) {
+    if (dtype == "BF16" || dtype == "F16") return 2;
+    if (dtype == "F32") return 4;
+    if (dtype == "F64") return 8;
+    return 0;
+  }
+
+  // Chunk ids of the last committed save, so the next one can reference
+  // unchanged chunks instead of shipping them.
+  struct PreviousChunks {
+    uint64_t bytes = 0;
+    uint64_t chunk_size = 0;
+    std::vector<format::ChunkId> ids;
+  };
+  void RememberChunks(const pb::ShardManifest& m)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(save_mu_) {
+    for (const pb::TensorEntry& t : m.tensors()) {
+      PreviousChunks& p = previous_[t.name()];
+      p.bytes = t.byte_size();
+      p.chunk_size = m.chunk_size();
+      p.ids.clear();
+      for (const pb::ChunkRef& c : t.chunks()) {
+        p.ids.push_back(*format::ChunkId::FromBytes(c.id()));
+      }
+    }
+  }
+
   SnapshotSource* SourceFor(const TensorSpec& t) {
     if (t.device == Device::kCuda) return cuda_sources_.at(t.device_index).get();
     return host_source_.get();
@@ -382,6 +423,7 @@ class CheckpointerImpl : public Checkpointer {
   absl::Mutex save_mu_;
   int outstanding_ ABSL_GUARDED_BY(save_mu_) = 0;
   std::shared_ptr<SaveJob> last_job_ ABSL_GUARDED_BY(save_mu_);
+  std::map<std::string, PreviousChunks> previous_ ABSL_GUARDED_BY(save_mu_);
 };
 
 }  // namespace
@@ -401,9 +443,10 @@ Status ValidateOptions(const CheckpointerOptions& o) {
         "chunk_size ", o.chunk_size,
         " must be a multiple of 4096 in [4096, 64 MiB]"));
   }
-  if (o.codec != "zstd" && o.codec != "raw") {
-    return absl::InvalidArgumentError(
-        absl::StrCat("codec '", o.codec, "' unknown (zstd, raw)"));
+  if (o.codec != "auto" && o.codec != "zstd" && o.codec != "raw" &&
+      o.codec != "bytegroup+zstd") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "codec '", o.codec, "' unknown (auto, zstd, bytegroup+zstd, raw)"));
   }
   if (o.zstd_level < 1 || o.zstd_level > 19) {
     return absl::InvalidArgumentError(

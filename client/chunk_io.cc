@@ -14,31 +14,42 @@ using format::DataOp;
 }  // namespace
 
 ChunkIo::ChunkIo(ServerSet* servers, qos::Executor* executor, std::string job,
-                 format::Codec codec, format::EncodeOptions encode,
+                 std::string codec, format::EncodeOptions encode,
                  size_t max_inflight)
     : servers_(servers),
       executor_(executor),
       job_(std::move(job)),
-      codec_(codec),
+      codec_(std::move(codec)),
       encode_(encode),
       max_inflight_(max_inflight) {}
 
-void ChunkIo::PutAsync(const char* data, size_t len, pb::ChunkRef* ref,
-                       PutStats* stats,
+format::Codec ChunkIo::CodecFor(int element_size) const {
+  bool floats = element_size == 2 || element_size == 4 || element_size == 8;
+  if (codec_ == "raw") return format::Codec::kRaw;
+  if (codec_ == "zstd") return format::Codec::kZstd;
+  // "auto" and "bytegroup+zstd": grouping only means something for floats.
+  return floats ? format::Codec::kByteGroupZstd : format::Codec::kZstd;
+}
+
+void ChunkIo::PutAsync(const char* data, size_t len, const format::ChunkId& id,
+                       int element_size, pb::ChunkRef* ref, PutStats* stats,
                        const std::function<void(bool)>& encoded,
                        std::function<void(const Status&)> done) {
   PendingSend p;
   format::PutChunkRequest req;
   req.job = job_;
-  req.record.chunk_id = format::ChunkId::Of(data, len);
+  req.record.chunk_id = id;
   req.record.raw_length = len;
-  if (codec_ == format::Codec::kRaw) {
+  format::Codec want = CodecFor(element_size);
+  if (want == format::Codec::kRaw) {
     p.payload = std::string_view(data, len);  // sent straight from staging
     req.record.codec = format::Codec::kRaw;
   } else {
     p.owned = std::make_shared<std::string>();
-    auto codec = format::Encode(codec_, std::string_view(data, len),
-                                p.owned.get(), encode_);
+    format::EncodeOptions eo = encode_;
+    eo.element_size = element_size;
+    auto codec = format::Encode(want, std::string_view(data, len),
+                                p.owned.get(), eo);
     if (!codec.ok()) {
       encoded(false);
       done(codec.status());
@@ -57,6 +68,7 @@ void ChunkIo::PutAsync(const char* data, size_t len, pb::ChunkRef* ref,
   stats->bytes_raw += len;
   stats->bytes_shipped += p.payload.size();
   ++stats->chunks;
+  ++stats->codec_chunks[static_cast<int>(req.record.codec)];
   p.server = &servers_->ForChunk(req.record.chunk_id);
   p.header = format::EncodePutChunk(req);
   p.what = absl::StrCat("put chunk ", req.record.chunk_id.ToHex(),

@@ -30,6 +30,8 @@ struct PutStats {
   std::atomic<uint64_t> bytes_raw{0};
   std::atomic<uint64_t> bytes_shipped{0};
   std::atomic<uint64_t> chunks{0};
+  std::atomic<uint64_t> chunks_unchanged{0};
+  std::atomic<uint64_t> codec_chunks[3] = {};  // by format::Codec value
 };
 
 struct FetchItem {
@@ -40,8 +42,10 @@ struct FetchItem {
 class ChunkIo {
  public:
   // None owned.
+  // `codec` is "auto", "zstd", "bytegroup+zstd" or "raw" (validated by
+  // the caller).
   ChunkIo(ServerSet* servers, qos::Executor* executor, std::string job,
-          format::Codec codec, format::EncodeOptions encode,
+          std::string codec, format::EncodeOptions encode,
           size_t max_inflight);
 
   // Fingerprints and encodes `len` bytes at `data` on the calling thread,
@@ -51,8 +55,12 @@ class ChunkIo {
   // reads `data` (it was encoded into a buffer of its own). `done` runs once
   // with the outcome, after the server acknowledged the chunk durable, on a
   // transport thread. `data` must stay valid until `done` when in use.
-  void PutAsync(const char* data, size_t len, pb::ChunkRef* ref,
-                PutStats* stats, const std::function<void(bool)>& encoded,
+  // `id` is the chunk's fingerprint (ChunkId::Of(data, len));
+  // `element_size` is the tensor's element width when it holds floating
+  // point numbers (byte grouping pays), else 0.
+  void PutAsync(const char* data, size_t len, const format::ChunkId& id,
+                int element_size, pb::ChunkRef* ref, PutStats* stats,
+                const std::function<void(bool)>& encoded,
                 std::function<void(const Status&)> done);
 
   // Fetches, verifies and decodes every item. `on_result` (optional) is
@@ -78,7 +86,10 @@ class ChunkIo {
   ServerSet* servers_;
   qos::Executor* executor_;
   std::string job_;
-  format::Codec codec_;
+  // The codec for a chunk of a tensor with this float element width (0:
+  // not floating point).
+  format::Codec CodecFor(int element_size) const;
+  std::string codec_;
   format::EncodeOptions encode_;
   size_t max_inflight_;
   absl::Mutex send_mu_;

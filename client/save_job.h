@@ -21,6 +21,7 @@
 
 #include <chrono>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "absl/synchronization/mutex.h"
@@ -39,6 +40,10 @@ struct SaveChunk {
   size_t len;
   SnapshotSource* source;  // how to copy it
   pb::ChunkRef* ref;       // in the job's manifest
+  int element_size;        // float element width (byte grouping), else 0
+  // The id this chunk had in the previous committed save, if any: when the
+  // bytes hash the same, the chunk is referenced, not shipped.
+  std::optional<format::ChunkId> previous;
 };
 
 struct SaveJobDeps {
@@ -65,6 +70,10 @@ class SaveJob : public std::enable_shared_from_this<SaveJob> {
   Status WaitSnapshot();
 
   std::shared_ptr<SaveHandle::State> handle_state() const { return state_; }
+  // The manifest; complete (chunk ids filled) once Run() has returned OK.
+  const pb::ShardManifest& manifest() const { return manifest_; }
+  // The outcome of Run(); valid once it has returned.
+  const Status& status() const { return status_; }
   // Adds time the caller was blocked (Save, BeforeUpdate) to the stall.
   void AddStall(double s) { state_->AddStall(s); }
 
@@ -83,6 +92,7 @@ class SaveJob : public std::enable_shared_from_this<SaveJob> {
   const Clock::time_point start_;
   std::shared_ptr<SaveHandle::State> state_;
   PutStats put_stats_;
+  Status status_;
 
   absl::Mutex mu_;
   size_t uncaptured_ ABSL_GUARDED_BY(mu_);

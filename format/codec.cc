@@ -7,6 +7,85 @@
 #include "absl/strings/str_cat.h"
 
 namespace stagger::format {
+namespace {
+
+// out[b * n + i] = in[i * w + b] for the n whole elements of width w.
+void Group(const char* in, size_t n, int w, char* out) {
+  for (size_t i = 0; i < n; ++i) {
+    for (int b = 0; b < w; ++b) out[b * n + i] = in[i * w + b];
+  }
+}
+
+void Ungroup(const char* in, size_t n, int w, char* out) {
+  for (size_t i = 0; i < n; ++i) {
+    for (int b = 0; b < w; ++b) out[i * w + b] = in[b * n + i];
+  }
+}
+
+// Specialisations the compiler can unroll for the common widths.
+template <int W>
+void GroupW(const char* in, size_t n, char* out) {
+  for (size_t i = 0; i < n; ++i) {
+    for (int b = 0; b < W; ++b) out[b * n + i] = in[i * W + b];
+  }
+}
+template <int W>
+void UngroupW(const char* in, size_t n, char* out) {
+  for (size_t i = 0; i < n; ++i) {
+    for (int b = 0; b < W; ++b) out[i * W + b] = in[b * n + i];
+  }
+}
+
+void GroupAny(const char* in, size_t n, int w, char* out) {
+  switch (w) {
+    case 2: return GroupW<2>(in, n, out);
+    case 4: return GroupW<4>(in, n, out);
+    case 8: return GroupW<8>(in, n, out);
+    default: return Group(in, n, w, out);
+  }
+}
+
+void UngroupAny(const char* in, size_t n, int w, char* out) {
+  switch (w) {
+    case 2: return UngroupW<2>(in, n, out);
+    case 4: return UngroupW<4>(in, n, out);
+    case 8: return UngroupW<8>(in, n, out);
+    default: return Ungroup(in, n, w, out);
+  }
+}
+
+// Compresses `in` into `out` after `prefix` bytes already there; returns
+// false when zstd fails.
+Status ZstdAppend(std::string_view in, int level, std::string* out,
+                  size_t prefix) {
+  out->resize(prefix + ZSTD_compressBound(in.size()));
+  size_t n = ZSTD_compress(out->data() + prefix, out->size() - prefix,
+                           in.data(), in.size(), level);
+  if (ZSTD_isError(n)) {
+    return absl::InternalError(
+        absl::StrCat("zstd compress: ", ZSTD_getErrorName(n)));
+  }
+  out->resize(prefix + n);
+  return absl::OkStatus();
+}
+
+Status ZstdDecode(std::string_view payload, char* out, size_t raw_length) {
+  unsigned long long frame =
+      ZSTD_getFrameContentSize(payload.data(), payload.size());
+  if (frame == ZSTD_CONTENTSIZE_ERROR || frame != raw_length) {
+    return absl::DataLossError(
+        absl::StrCat("zstd frame does not hold ", raw_length, " bytes"));
+  }
+  size_t n = ZSTD_decompress(out, raw_length, payload.data(), payload.size());
+  if (ZSTD_isError(n) || n != raw_length) {
+    return absl::DataLossError(absl::StrCat(
+        "zstd decode failed: ",
+        ZSTD_isError(n) ? ZSTD_getErrorName(n) : "short output"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
 
 Result<Codec> Encode(Codec codec, std::string_view raw, std::string* out,
                      const EncodeOptions& options) {
@@ -15,17 +94,23 @@ Result<Codec> Encode(Codec codec, std::string_view raw, std::string* out,
         "chunk of ", raw.size(), " bytes exceeds ", kMaxChunkRawBytes));
   }
   if (codec == Codec::kZstd) {
-    out->resize(ZSTD_compressBound(raw.size()));
-    size_t n = ZSTD_compress(out->data(), out->size(), raw.data(), raw.size(),
-                             options.zstd_level);
-    if (ZSTD_isError(n)) {
-      return absl::InternalError(
-          absl::StrCat("zstd compress: ", ZSTD_getErrorName(n)));
+    STAGGER_RETURN_IF_ERROR(ZstdAppend(raw, options.zstd_level, out, 0));
+    if (out->size() < raw.size()) return Codec::kZstd;
+  } else if (codec == Codec::kByteGroupZstd) {
+    const int w = options.element_size;
+    if (w != 2 && w != 4 && w != 8) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("byte grouping needs an element size of 2, 4 or 8, "
+                       "got ", w));
     }
-    if (n < raw.size()) {
-      out->resize(n);
-      return Codec::kZstd;
-    }
+    size_t n = raw.size() / w;
+    std::string grouped(raw.size(), '\0');
+    GroupAny(raw.data(), n, w, grouped.data());
+    std::memcpy(grouped.data() + n * w, raw.data() + n * w,
+                raw.size() - n * w);
+    out->assign(1, static_cast<char>(w));
+    STAGGER_RETURN_IF_ERROR(ZstdAppend(grouped, options.zstd_level, out, 1));
+    if (out->size() < raw.size()) return Codec::kByteGroupZstd;
   }
   out->assign(raw.data(), raw.size());
   return Codec::kRaw;
@@ -42,20 +127,21 @@ Status Decode(Codec codec, std::string_view payload, char* out,
       }
       if (raw_length) std::memcpy(out, payload.data(), raw_length);
       return absl::OkStatus();
-    case Codec::kZstd: {
-      unsigned long long frame =
-          ZSTD_getFrameContentSize(payload.data(), payload.size());
-      if (frame == ZSTD_CONTENTSIZE_ERROR || frame != raw_length) {
+    case Codec::kZstd:
+      return ZstdDecode(payload, out, raw_length);
+    case Codec::kByteGroupZstd: {
+      if (payload.empty()) return absl::DataLossError("empty payload");
+      int w = static_cast<uint8_t>(payload[0]);
+      if (w != 2 && w != 4 && w != 8) {
         return absl::DataLossError(
-            absl::StrCat("zstd frame does not hold ", raw_length, " bytes"));
+            absl::StrCat("bad byte-group element size ", w));
       }
-      size_t n = ZSTD_decompress(out, raw_length, payload.data(),
-                                 payload.size());
-      if (ZSTD_isError(n) || n != raw_length) {
-        return absl::DataLossError(absl::StrCat(
-            "zstd decode failed: ",
-            ZSTD_isError(n) ? ZSTD_getErrorName(n) : "short output"));
-      }
+      std::string grouped(raw_length, '\0');
+      STAGGER_RETURN_IF_ERROR(
+          ZstdDecode(payload.substr(1), grouped.data(), raw_length));
+      size_t n = raw_length / w;
+      UngroupAny(grouped.data(), n, w, out);
+      std::memcpy(out + n * w, grouped.data() + n * w, raw_length - n * w);
       return absl::OkStatus();
     }
   }

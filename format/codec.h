@@ -13,11 +13,14 @@ namespace stagger::format {
 
 struct EncodeOptions {
   int zstd_level = 1;
+  // Element width for kByteGroupZstd: 2 (bf16, f16), 4 (f32) or 8 (f64).
+  int element_size = 4;
 };
 
-// Encodes `raw` with `codec` into `out` (replaced). For kZstd, when the
-// compressed form is not smaller, returns kRaw and the raw bytes instead:
-// the returned codec is the one actually used.
+// Encodes `raw` with `codec` into `out` (replaced). When the encoded form
+// is not smaller, returns kRaw and the raw bytes instead: the returned codec
+// is the one actually used. INVALID_ARGUMENT for an element size other than
+// 2, 4 or 8 with kByteGroupZstd.
 Result<Codec> Encode(Codec codec, std::string_view raw, std::string* out,
                      const EncodeOptions& options = {});
 

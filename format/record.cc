@@ -31,7 +31,7 @@ Status Corrupt(std::string_view what) {
 
 }  // namespace
 
-bool IsKnownCodec(uint8_t codec) { return codec <= 1; }
+bool IsKnownCodec(uint8_t codec) { return codec <= 2; }
 
 std::string_view CodecName(Codec codec) {
   switch (codec) {
@@ -39,6 +39,8 @@ std::string_view CodecName(Codec codec) {
       return "raw";
     case Codec::kZstd:
       return "zstd";
+    case Codec::kByteGroupZstd:
+      return "bytegroup+zstd";
   }
   return "unknown";
 }

@@ -40,6 +40,11 @@ inline constexpr uint64_t kMaxChunkEncodedBytes = kMaxChunkRawBytes + (1 << 20);
 enum class Codec : uint8_t {
   kRaw = 0,
   kZstd = 1,
+  // Byte grouping then zstd: payload = element width (u8: 2, 4 or 8), then a
+  // zstd frame of the chunk with byte k of every element stored together
+  // (all first bytes, then all second bytes, ...). Bytes past the last whole
+  // element follow the grouped ones unchanged.
+  kByteGroupZstd = 2,
 };
 // Returns true for a codec value this build can decode.
 bool IsKnownCodec(uint8_t codec);

@@ -107,7 +107,7 @@ int RunRestore(const RestoreArgs& a) {
                                "cannot create ", a.out, ": ", ec.message())));
   }
   ChunkIo io(session->servers.get(), session->executor.get(), a.job,
-             format::Codec::kRaw, {}, 16);
+             "raw", {}, 16);
   uint64_t bytes = 0;
   for (const pb::ShardManifest& shard : reply->shards()) {
     std::string path =
@@ -131,7 +131,7 @@ int RunVerify(const VerifyArgs& a) {
   auto reply = CompleteStep(*session, a.job, a.step);
   if (!reply.ok()) return Fail("verify", reply.status());
   ChunkIo io(session->servers.get(), session->executor.get(), a.job,
-             format::Codec::kRaw, {}, 16);
+             "raw", {}, 16);
   std::vector<FetchItem> items;
   std::vector<std::string> labels;
   uint64_t bytes = 0;

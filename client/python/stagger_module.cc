@@ -218,6 +218,10 @@ PYBIND11_MODULE(_stagger, m) {
         d["snapshot_s"] = s.snapshot_s;
         d["staging_bytes"] = s.staging_bytes;
         d["staging_limited"] = s.staging_limited;
+        d["chunks_unchanged"] = s.chunks_unchanged;
+        py::dict mix;
+        for (const auto& [name, n] : s.codec_chunks) mix[py::str(name)] = n;
+        d["codec_chunks"] = mix;
         return d;
       });
 
@@ -245,7 +249,7 @@ PYBIND11_MODULE(_stagger, m) {
            }),
            py::arg("servers"), py::arg("job"), py::arg("rank") = 0,
            py::arg("world_size") = 1, py::arg("chunk_size") = 4u << 20,
-           py::arg("codec") = "zstd", py::arg("staging_bytes") = 0,
+           py::arg("codec") = "auto", py::arg("staging_bytes") = 0,
            py::arg("max_outstanding_saves") = 1,
            py::arg("fail_when_busy") = false)
       .def(

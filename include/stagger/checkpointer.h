@@ -16,6 +16,7 @@
 #define STAGGER_CHECKPOINTER_H_
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -35,6 +36,11 @@ struct SaveStats {
   uint64_t bytes_raw = 0;
   uint64_t bytes_shipped = 0;  // payload bytes sent over the data plane
   uint64_t chunks = 0;
+  // Chunks identical to the same chunk of this Checkpointer's previous
+  // committed save: sent as references, not shipped.
+  uint64_t chunks_unchanged = 0;
+  // Shipped chunks per codec name ("raw", "zstd", "bytegroup+zstd").
+  std::map<std::string, uint64_t> codec_chunks;
   uint64_t staging_bytes = 0;  // peak staging memory this save held
   // True when the state did not fit the staging pool at once, so the
   // snapshot waited for earlier chunks to drain (a longer stall).

@@ -19,7 +19,11 @@ struct CheckpointerOptions {
   uint32_t world_size = 1;   // ranks that must commit for a step to exist
 
   uint64_t chunk_size = 4ull << 20;  // bytes per chunk, 4 KiB .. 64 MiB
-  std::string codec = "zstd";        // "zstd" or "raw"
+  // "auto": per chunk, byte-grouped zstd for floating-point tensors (the
+  // bytes of each float grouped by position, so exponent bytes sit
+  // together), zstd otherwise, raw when compression does not pay.
+  // "zstd", "bytegroup+zstd" or "raw" force one.
+  std::string codec = "auto";
   int zstd_level = 1;
   size_t max_inflight_chunks = 16;   // chunks sent and not yet acked
   double rpc_timeout_s = 60;         // per control-plane call
