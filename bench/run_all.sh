@@ -16,7 +16,7 @@ set -u -o pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 bin_dir="${STAGGER_BIN_DIR:-$here/../build/bin}"
-drivers=(stall throughput)
+drivers=(stall throughput incremental)
 
 smoke=0
 size=""
