@@ -135,6 +135,15 @@ class CheckpointerImpl : public Checkpointer {
       }
       ++outstanding_;
     }
+    // Deltas need the previous version of every chunk kept in memory.
+    uint64_t state_bytes = 0;
+    for (const auto& [name, reg] : tensors_) state_bytes += reg.bytes;
+    uint64_t budget = options_.delta_memory_bytes
+                          ? options_.delta_memory_bytes
+                          : StagingPool::DefaultBytes();
+    const bool keep_bytes = options_.delta_chain_max > 0 &&
+                            options_.codec != "raw" &&
+                            2 * state_bytes <= budget;
     pb::ShardManifest m;
     m.set_job(options_.job);
     m.set_step(step);
@@ -164,21 +173,27 @@ class CheckpointerImpl : public Checkpointer {
       const char* base = static_cast<const char*>(reg.spec.data);
       size_t i = 0;
       int element_size = FloatElementSize(reg.spec.dtype);
-      std::vector<format::ChunkId> prev;  // copied: a save may finish now
+      PreviousChunks prev;  // copied: a save may finish meanwhile
       {
         absl::MutexLock lock(&save_mu_);
         auto it = previous_.find(name);
         if (it != previous_.end() && it->second.bytes == reg.bytes &&
             it->second.chunk_size == options_.chunk_size) {
-          prev = it->second.ids;
+          prev = it->second;
         }
       }
       for (uint64_t off = 0; off < reg.bytes; off += options_.chunk_size, ++i) {
         size_t len = std::min<uint64_t>(options_.chunk_size, reg.bytes - off);
-        std::optional<format::ChunkId> was;
-        if (i < prev.size()) was = prev[i];
-        chunks.push_back({base + off, len, SourceFor(reg.spec),
-                          e->mutable_chunks(i), element_size, was});
+        SaveChunk c{base + off, len, SourceFor(reg.spec), e->mutable_chunks(i),
+                    element_size, std::nullopt, nullptr};
+        if (i < prev.ids.size()) {
+          c.previous = prev.ids[i];
+          if (keep_bytes && i < prev.versions.size() &&
+              prev.depth[i] < options_.delta_chain_max) {
+            c.previous_bytes = prev.versions[i];
+          }
+        }
+        chunks.push_back(std::move(c));
       }
     }
     // Order the copies after the caller's queued work (CUDA: an event on
@@ -211,7 +226,7 @@ class CheckpointerImpl : public Checkpointer {
     }
     auto job = std::make_shared<SaveJob>(
         SaveJobDeps{servers_.get(), &io_, pool_.get(), &executor_},
-        std::move(*job_manifest), std::move(chunks), start);
+        std::move(*job_manifest), std::move(chunks), start, keep_bytes);
     {
       absl::MutexLock lock(&save_mu_);
       last_job_ = job;
@@ -219,7 +234,7 @@ class CheckpointerImpl : public Checkpointer {
     driver_.Submit([this, job] {
       job->Run();
       absl::MutexLock lock(&save_mu_);
-      if (job->status().ok()) RememberChunks(job->manifest());
+      if (job->status().ok()) RememberChunks(job->manifest(), job->outcomes());
       --outstanding_;
     });
     if (!so.lazy) job->WaitSnapshot().IgnoreError();  // the handle reports it
@@ -350,16 +365,30 @@ class CheckpointerImpl : public Checkpointer {
     uint64_t bytes = 0;
     uint64_t chunk_size = 0;
     std::vector<format::ChunkId> ids;
+    // With deltas on: each chunk's bytes and how many deltas lead to it.
+    std::vector<std::shared_ptr<const std::string>> versions;
+    std::vector<int> depth;
   };
-  void RememberChunks(const pb::ShardManifest& m)
+  void RememberChunks(const pb::ShardManifest& m,
+                      const std::vector<ChunkOutcome>& outcomes)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(save_mu_) {
+    size_t k = 0;  // index into outcomes, across tensors in manifest order
     for (const pb::TensorEntry& t : m.tensors()) {
       PreviousChunks& p = previous_[t.name()];
+      bool same_layout = p.bytes == t.byte_size() &&
+                         p.chunk_size == m.chunk_size() &&
+                         p.ids.size() == static_cast<size_t>(t.chunks_size());
       p.bytes = t.byte_size();
       p.chunk_size = m.chunk_size();
-      p.ids.clear();
-      for (const pb::ChunkRef& c : t.chunks()) {
-        p.ids.push_back(*format::ChunkId::FromBytes(c.id()));
+      p.ids.resize(t.chunks_size());
+      p.versions.resize(t.chunks_size());
+      p.depth.resize(t.chunks_size(), 0);
+      for (int i = 0; i < t.chunks_size(); ++i, ++k) {
+        p.ids[i] = *format::ChunkId::FromBytes(t.chunks(i).id());
+        const ChunkOutcome& o = outcomes[k];
+        if (o.unchanged && same_layout) continue;  // version and depth stay
+        p.versions[i] = o.bytes;
+        p.depth[i] = o.delta && same_layout ? p.depth[i] + 1 : 0;
       }
     }
   }
@@ -460,6 +489,10 @@ Status ValidateOptions(const CheckpointerOptions& o) {
     return absl::InvalidArgumentError(absl::StrCat(
         "max_outstanding_saves ", o.max_outstanding_saves,
         " out of range [1, 16]"));
+  }
+  if (o.delta_chain_max < 0 || o.delta_chain_max > 32) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "delta_chain_max ", o.delta_chain_max, " out of range [0, 32]"));
   }
   if (o.pipeline_threads < 0 || o.pipeline_threads > 64) {
     return absl::InvalidArgumentError("pipeline_threads must be in [0, 64]");

@@ -11,6 +11,10 @@ namespace {
 using client_internal::Window;
 using format::DataOp;
 
+// A delta chain longer than this is refused as corrupt (writers cap chains
+// far below it); it also stops a cycle of bases.
+constexpr int kMaxDeltaDepth = 64;
+
 }  // namespace
 
 ChunkIo::ChunkIo(ServerSet* servers, qos::Executor* executor, std::string job,
@@ -32,7 +36,8 @@ format::Codec ChunkIo::CodecFor(int element_size) const {
 }
 
 void ChunkIo::PutAsync(const char* data, size_t len, const format::ChunkId& id,
-                       int element_size, pb::ChunkRef* ref, PutStats* stats,
+                       int element_size, const DeltaBase* delta,
+                       pb::ChunkRef* ref, PutStats* stats,
                        const std::function<void(bool)>& encoded,
                        std::function<void(const Status&)> done) {
   PendingSend p;
@@ -41,7 +46,23 @@ void ChunkIo::PutAsync(const char* data, size_t len, const format::ChunkId& id,
   req.record.chunk_id = id;
   req.record.raw_length = len;
   format::Codec want = CodecFor(element_size);
-  if (want == format::Codec::kRaw) {
+  if (delta != nullptr && want != format::Codec::kRaw) {
+    auto owned = std::make_shared<std::string>();
+    format::EncodeOptions eo = encode_;
+    // Plain "zstd" keeps its bytes ungrouped in deltas too.
+    eo.element_size = (element_size > 0 && codec_ != "zstd") ? element_size : 1;
+    auto codec = format::EncodeDelta(std::string_view(data, len),
+                                     *delta->bytes, delta->id, owned.get(), eo);
+    if (codec.ok() && *codec == format::Codec::kXorByteGroupZstd) {
+      p.owned = std::move(owned);
+      req.record.codec = *codec;
+      p.payload = *p.owned;
+      ref->set_base_id(delta->id.ToBytes());
+    }
+  }
+  if (p.owned != nullptr) {
+    // Encoded as a delta above.
+  } else if (want == format::Codec::kRaw) {
     p.payload = std::string_view(data, len);  // sent straight from staging
     req.record.codec = format::Codec::kRaw;
   } else {
@@ -146,35 +167,67 @@ Status ChunkIo::Fetch(
           }
           // Decoding is CPU work: move it off the progress thread.
           auto msg = std::make_shared<transport::Message>(std::move(*reply));
-          executor_->Submit([item, id, msg, finish] {
-            auto r = format::DecodeReply(msg->header);
-            Status s = r.ok() ? r->status : r.status();
-            if (s.ok() && !r->has_record) {
-              s = absl::DataLossError("reply carries no record header");
-            }
-            if (s.ok()) s = format::VerifyPayload(r->record, msg->payload.view());
-            if (s.ok() && (r->record.chunk_id != id ||
-                           r->record.raw_length != item.ref->raw_length())) {
-              s = absl::DataLossError("server returned a different chunk");
-            }
+          executor_->Submit([this, item, id, msg, finish] {
             std::string scratch;
             char* dest = item.dest;
-            if (s.ok() && dest == nullptr) {
-              scratch.resize(r->record.raw_length);
+            if (dest == nullptr) {
+              scratch.resize(item.ref->raw_length());
               dest = scratch.data();
             }
-            if (s.ok()) {
-              s = format::Decode(r->record.codec, msg->payload.view(), dest,
-                                 r->record.raw_length);
-            }
-            if (s.ok() && format::ChunkId::Of(dest, r->record.raw_length) != id) {
-              s = absl::DataLossError("decoded bytes do not match chunk id");
-            }
-            finish(s);
+            finish(DecodeReply(id, item.ref->raw_length(), *msg, dest,
+                               kMaxDeltaDepth));
           });
         });
   }
   return window.Drain();
+}
+
+Status ChunkIo::DecodeReply(const format::ChunkId& id, size_t raw_length,
+                            const transport::Message& msg, char* out,
+                            int depth_left) {
+  auto r = format::DecodeReply(msg.header);
+  Status s = r.ok() ? r->status : r.status();
+  if (s.ok() && !r->has_record) {
+    s = absl::DataLossError("reply carries no record header");
+  }
+  if (s.ok()) s = format::VerifyPayload(r->record, msg.payload.view());
+  if (s.ok() &&
+      (r->record.chunk_id != id || r->record.raw_length != raw_length)) {
+    s = absl::DataLossError("server returned a different chunk");
+  }
+  STAGGER_RETURN_IF_ERROR(s);
+  if (r->record.codec == format::Codec::kXorByteGroupZstd) {
+    if (depth_left <= 0) {
+      return absl::DataLossError("delta chain too long (a cycle?)");
+    }
+    STAGGER_ASSIGN_OR_RETURN(format::ChunkId base_id,
+                             format::DeltaBase(msg.payload.view()));
+    std::string base(raw_length, '\0');
+    STAGGER_RETURN_IF_ERROR(WithContext(
+        FetchSync(base_id, raw_length, base.data(), depth_left - 1),
+        absl::StrCat("delta base ", base_id.ToHex())));
+    STAGGER_RETURN_IF_ERROR(
+        format::DecodeDelta(msg.payload.view(), base, out, raw_length));
+  } else {
+    STAGGER_RETURN_IF_ERROR(
+        format::Decode(r->record.codec, msg.payload.view(), out, raw_length));
+  }
+  if (format::ChunkId::Of(out, raw_length) != id) {
+    return absl::DataLossError("decoded bytes do not match chunk id");
+  }
+  return absl::OkStatus();
+}
+
+Status ChunkIo::FetchSync(const format::ChunkId& id, size_t raw_length,
+                          char* out, int depth_left) {
+  ServerConn& server = servers_->ForChunk(id);
+  auto reply = server.data->CallSync(static_cast<uint16_t>(DataOp::kGetChunk),
+                                     format::EncodeGetChunk({job_, id}),
+                                     std::string_view());
+  STAGGER_RETURN_IF_ERROR(reply.status());
+  return WithContext(DecodeReply(id, raw_length, *reply, out, depth_left),
+                     absl::StrCat("chunk ", id.ToHex(), " from server ",
+                                  server.address));
 }
 
 }  // namespace stagger::client

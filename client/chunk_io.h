@@ -31,7 +31,13 @@ struct PutStats {
   std::atomic<uint64_t> bytes_shipped{0};
   std::atomic<uint64_t> chunks{0};
   std::atomic<uint64_t> chunks_unchanged{0};
-  std::atomic<uint64_t> codec_chunks[3] = {};  // by format::Codec value
+  std::atomic<uint64_t> codec_chunks[4] = {};  // by format::Codec value
+};
+
+// The previous version of a chunk, to encode the new one as a delta.
+struct DeltaBase {
+  std::shared_ptr<const std::string> bytes;
+  format::ChunkId id;
 };
 
 struct FetchItem {
@@ -58,8 +64,11 @@ class ChunkIo {
   // `id` is the chunk's fingerprint (ChunkId::Of(data, len));
   // `element_size` is the tensor's element width when it holds floating
   // point numbers (byte grouping pays), else 0.
+  // With `delta`, the chunk is sent as an XOR delta against it when that
+  // is smaller (ref->base_id is then set).
   void PutAsync(const char* data, size_t len, const format::ChunkId& id,
-                int element_size, pb::ChunkRef* ref, PutStats* stats,
+                int element_size, const DeltaBase* delta, pb::ChunkRef* ref,
+                PutStats* stats,
                 const std::function<void(bool)>& encoded,
                 std::function<void(const Status&)> done);
 
@@ -82,6 +91,14 @@ class ChunkIo {
   void Enqueue(PendingSend p);
   void Send(std::shared_ptr<PendingSend> p);
   void OnSendDone();
+
+  // Fetches chunk `id` synchronously (resolving delta bases, at most
+  // `depth_left` deep) into `out` (raw_length bytes) and verifies it.
+  Status FetchSync(const format::ChunkId& id, size_t raw_length, char* out,
+                   int depth_left);
+  // Verifies and decodes a GetChunk reply for chunk `id` into `out`.
+  Status DecodeReply(const format::ChunkId& id, size_t raw_length,
+                     const transport::Message& msg, char* out, int depth_left);
 
   ServerSet* servers_;
   qos::Executor* executor_;

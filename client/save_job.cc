@@ -15,12 +15,15 @@ double Since(SaveJob::Clock::time_point t) {
 }  // namespace
 
 SaveJob::SaveJob(SaveJobDeps deps, pb::ShardManifest manifest,
-                 std::vector<SaveChunk> chunks, Clock::time_point start)
+                 std::vector<SaveChunk> chunks, Clock::time_point start,
+                 bool keep_bytes)
     : deps_(deps),
       manifest_(std::move(manifest)),
       chunks_(std::move(chunks)),
       start_(start),
       state_(std::make_shared<SaveHandle::State>(manifest_.step())),
+      keep_bytes_(keep_bytes),
+      outcomes_(chunks_.size()),
       uncaptured_(chunks_.size()),
       unfinished_(chunks_.size()) {
   snapshot_done_ = chunks_.empty();
@@ -82,7 +85,9 @@ void SaveJob::Run() {
   stats.bytes_shipped = put_stats_.bytes_shipped;
   stats.chunks = put_stats_.chunks;
   stats.chunks_unchanged = put_stats_.chunks_unchanged;
-  for (int c = 0; c < 3; ++c) {
+  stats.chunks_delta = put_stats_.codec_chunks[static_cast<int>(
+      format::Codec::kXorByteGroupZstd)];
+  for (int c = 0; c < 4; ++c) {
     uint64_t n = put_stats_.codec_chunks[c];
     if (n) stats.codec_chunks[std::string(format::CodecName(static_cast<format::Codec>(c)))] = n;
   }
@@ -175,15 +180,24 @@ void SaveJob::Ship(size_t i, char* slab) {
       c.ref->set_id(id.ToBytes());
       c.ref->set_raw_length(c.len);
       ++self->put_stats_.chunks_unchanged;
+      self->outcomes_[i].unchanged = true;
       ++self->put_stats_.chunks;
       self->put_stats_.bytes_raw += c.len;
       self->ReleaseSlab(slab);
       self->ChunkDone(absl::OkStatus());
       return;
     }
+    if (self->keep_bytes_) {
+      self->outcomes_[i].bytes = std::make_shared<const std::string>(slab, c.len);
+    }
+    std::optional<DeltaBase> delta;
+    if (c.previous && c.previous_bytes && c.previous_bytes->size() == c.len) {
+      delta = DeltaBase{c.previous_bytes, *c.previous};
+    }
     auto released = std::make_shared<bool>(false);
     self->deps_.io->PutAsync(
-        slab, c.len, id, c.element_size, c.ref, &self->put_stats_,
+        slab, c.len, id, c.element_size, delta ? &*delta : nullptr, c.ref,
+        &self->put_stats_,
         [self, slab, released](bool still_in_use) {
           // Encoded into its own buffer: the slab can take the next chunk.
           if (!still_in_use) {
@@ -191,8 +205,9 @@ void SaveJob::Ship(size_t i, char* slab) {
             self->ReleaseSlab(slab);
           }
         },
-        [self, slab, released](const Status& st) {
+        [self, i, slab, released](const Status& st) {
           if (!*released) self->ReleaseSlab(slab);
+          self->outcomes_[i].delta = !self->chunks_[i].ref->base_id().empty();
           self->ChunkDone(st);
         });
   });

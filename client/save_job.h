@@ -44,6 +44,15 @@ struct SaveChunk {
   // The id this chunk had in the previous committed save, if any: when the
   // bytes hash the same, the chunk is referenced, not shipped.
   std::optional<format::ChunkId> previous;
+  // The previous version's bytes, to encode a delta against (deltas on).
+  std::shared_ptr<const std::string> previous_bytes;
+};
+
+// What a committed save leaves for the next one, per chunk.
+struct ChunkOutcome {
+  bool unchanged = false;
+  bool delta = false;
+  std::shared_ptr<const std::string> bytes;  // kept when deltas are on
 };
 
 struct SaveJobDeps {
@@ -58,8 +67,11 @@ class SaveJob : public std::enable_shared_from_this<SaveJob> {
   using Clock = std::chrono::steady_clock;
 
   // `manifest` is complete except for chunk refs, which `chunks` point into.
+  // With `keep_bytes`, each shipped chunk's bytes are kept (outcomes()) so
+  // the next save can encode deltas against them.
   SaveJob(SaveJobDeps deps, pb::ShardManifest manifest,
-          std::vector<SaveChunk> chunks, Clock::time_point start);
+          std::vector<SaveChunk> chunks, Clock::time_point start,
+          bool keep_bytes = false);
 
   // Runs the save on the calling (driver) thread until it is committed or
   // failed, then finishes the handle.
@@ -74,6 +86,8 @@ class SaveJob : public std::enable_shared_from_this<SaveJob> {
   const pb::ShardManifest& manifest() const { return manifest_; }
   // The outcome of Run(); valid once it has returned.
   const Status& status() const { return status_; }
+  // Per chunk, in the order given; valid once Run() has returned OK.
+  const std::vector<ChunkOutcome>& outcomes() const { return outcomes_; }
   // Adds time the caller was blocked (Save, BeforeUpdate) to the stall.
   void AddStall(double s) { state_->AddStall(s); }
 
@@ -93,6 +107,8 @@ class SaveJob : public std::enable_shared_from_this<SaveJob> {
   std::shared_ptr<SaveHandle::State> state_;
   PutStats put_stats_;
   Status status_;
+  const bool keep_bytes_;
+  std::vector<ChunkOutcome> outcomes_;  // slot i written by chunk i only
 
   absl::Mutex mu_;
   size_t uncaptured_ ABSL_GUARDED_BY(mu_);

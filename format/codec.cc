@@ -116,6 +116,72 @@ Result<Codec> Encode(Codec codec, std::string_view raw, std::string* out,
   return Codec::kRaw;
 }
 
+Result<Codec> EncodeDelta(std::string_view raw, std::string_view base,
+                          const ChunkId& base_id, std::string* out,
+                          const EncodeOptions& options) {
+  const int w = options.element_size;
+  if (w != 1 && w != 2 && w != 4 && w != 8) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("delta element size must be 1, 2, 4 or 8, got ", w));
+  }
+  if (raw.size() != base.size() || raw.size() > kMaxChunkRawBytes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "delta of ", raw.size(), " bytes against a base of ", base.size()));
+  }
+  std::string x(raw.size(), '\0');
+  for (size_t i = 0; i < raw.size(); ++i) x[i] = raw[i] ^ base[i];
+  size_t n = raw.size() / w;
+  std::string grouped(raw.size(), '\0');
+  if (w == 1) {
+    grouped.swap(x);
+  } else {
+    GroupAny(x.data(), n, w, grouped.data());
+    std::memcpy(grouped.data() + n * w, x.data() + n * w, raw.size() - n * w);
+  }
+  out->assign(1, static_cast<char>(w));
+  out->append(base_id.ToBytes());
+  STAGGER_RETURN_IF_ERROR(ZstdAppend(grouped, options.zstd_level, out, 17));
+  if (out->size() < raw.size()) return Codec::kXorByteGroupZstd;
+  out->assign(raw.data(), raw.size());
+  return Codec::kRaw;
+}
+
+Result<ChunkId> DeltaBase(std::string_view payload) {
+  if (payload.size() < 17) {
+    return absl::DataLossError("delta payload shorter than its header");
+  }
+  auto id = ChunkId::FromBytes(payload.substr(1, 16));
+  if (!id.ok()) return absl::DataLossError(id.status().message());
+  return *id;
+}
+
+Status DecodeDelta(std::string_view payload, std::string_view base, char* out,
+                   size_t raw_length) {
+  if (payload.size() < 17) {
+    return absl::DataLossError("delta payload shorter than its header");
+  }
+  int w = static_cast<uint8_t>(payload[0]);
+  if (w != 1 && w != 2 && w != 4 && w != 8) {
+    return absl::DataLossError(absl::StrCat("bad delta element size ", w));
+  }
+  if (base.size() != raw_length) {
+    return absl::DataLossError(absl::StrCat("delta base has ", base.size(),
+                                            " bytes, chunk has ", raw_length));
+  }
+  std::string grouped(raw_length, '\0');
+  STAGGER_RETURN_IF_ERROR(
+      ZstdDecode(payload.substr(17), grouped.data(), raw_length));
+  size_t n = raw_length / w;
+  if (w == 1) {
+    std::memcpy(out, grouped.data(), raw_length);
+  } else {
+    UngroupAny(grouped.data(), n, w, out);
+    std::memcpy(out + n * w, grouped.data() + n * w, raw_length - n * w);
+  }
+  for (size_t i = 0; i < raw_length; ++i) out[i] ^= base[i];
+  return absl::OkStatus();
+}
+
 Status Decode(Codec codec, std::string_view payload, char* out,
               size_t raw_length) {
   switch (codec) {
@@ -144,6 +210,9 @@ Status Decode(Codec codec, std::string_view payload, char* out,
       std::memcpy(out + n * w, grouped.data() + n * w, raw_length - n * w);
       return absl::OkStatus();
     }
+    case Codec::kXorByteGroupZstd:
+      return absl::FailedPreconditionError(
+          "a delta chunk needs its base chunk to decode");
   }
   return absl::DataLossError(
       absl::StrCat("unknown codec ", static_cast<int>(codec)));

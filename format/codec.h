@@ -24,8 +24,26 @@ struct EncodeOptions {
 Result<Codec> Encode(Codec codec, std::string_view raw, std::string* out,
                      const EncodeOptions& options = {});
 
+// Encodes `raw` as a delta against `base` (same length, chunk `base_id`):
+// kXorByteGroupZstd with options.element_size (1, 2, 4 or 8). Returns kRaw
+// and the raw bytes when the delta is not smaller. INVALID_ARGUMENT when the
+// lengths differ or the width is not allowed.
+Result<Codec> EncodeDelta(std::string_view raw, std::string_view base,
+                          const ChunkId& base_id, std::string* out,
+                          const EncodeOptions& options);
+
+// The base chunk a kXorByteGroupZstd payload refers to. DATA_LOSS when the
+// payload is too short.
+Result<ChunkId> DeltaBase(std::string_view payload);
+
+// Decodes a kXorByteGroupZstd payload with its base's decoded bytes
+// (`base`, raw_length bytes) into `out`. DATA_LOSS on any mismatch.
+Status DecodeDelta(std::string_view payload, std::string_view base, char* out,
+                   size_t raw_length);
+
 // Decodes `payload` into `out`, which must have exactly `raw_length` bytes
-// of room. DATA_LOSS when the payload does not decode to exactly
+// of room. A delta (kXorByteGroupZstd) needs DecodeDelta: here it is
+// FAILED_PRECONDITION. DATA_LOSS when the payload does not decode to exactly
 // `raw_length` bytes.
 Status Decode(Codec codec, std::string_view payload, char* out,
               size_t raw_length);

@@ -89,6 +89,46 @@ TEST(CodecTest, ByteGroupingRejectsBadWidths) {
             absl::StatusCode::kDataLoss);
 }
 
+TEST(CodecTest, XorDeltaRoundTripsAndBeatsFullEncoding) {
+  std::string base = Floats(1 << 18, 21);
+  std::string next = base;
+  // A small update to every weight: low mantissa bits change.
+  for (size_t i = 0; i < next.size(); i += 4) next[i] ^= 0x15;
+  ChunkId base_id = ChunkId::Of(base.data(), base.size());
+  for (int w : {1, 2, 4, 8}) {
+    EncodeOptions o;
+    o.element_size = w;
+    std::string delta;
+    auto codec = EncodeDelta(next, base, base_id, &delta, o);
+    ASSERT_TRUE(codec.ok()) << codec.status();
+    ASSERT_EQ(*codec, Codec::kXorByteGroupZstd) << w;
+    EXPECT_EQ(*DeltaBase(delta), base_id);
+    std::string out(next.size(), '\0');
+    ASSERT_TRUE(DecodeDelta(delta, base, out.data(), out.size()).ok());
+    EXPECT_EQ(out, next);
+    // Plain Decode cannot do it alone.
+    EXPECT_EQ(Decode(*codec, delta, out.data(), out.size()).code(),
+              absl::StatusCode::kFailedPrecondition);
+  }
+  EncodeOptions o4;
+  o4.element_size = 4;
+  std::string full, delta;
+  ASSERT_TRUE(Encode(Codec::kByteGroupZstd, next, &full, o4).ok());
+  ASSERT_TRUE(EncodeDelta(next, base, base_id, &delta, o4).ok());
+  EXPECT_LT(delta.size() * 3, full.size());
+  // Wrong base bytes or lengths are caught.
+  std::string out(next.size(), '\0');
+  EXPECT_EQ(DecodeDelta(delta, base.substr(1), out.data(), out.size()).code(),
+            absl::StatusCode::kDataLoss);
+  EXPECT_EQ(DecodeDelta(delta.substr(0, 10), base, out.data(), out.size())
+                .code(),
+            absl::StatusCode::kDataLoss);
+  EXPECT_EQ(EncodeDelta(next, base.substr(4), base_id, &delta, o4)
+                .status()
+                .code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
 TEST(CodecTest, DecodeRejectsWrongLengthsAndGarbage) {
   std::string raw(4096, 'a');
   std::string enc;

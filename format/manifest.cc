@@ -27,6 +27,9 @@ Status ValidateTensor(const pb::TensorEntry& t) {
     if (c.id().size() != 16) {
       return absl::InvalidArgumentError("chunk id must be 16 bytes");
     }
+    if (!c.base_id().empty() && c.base_id().size() != 16) {
+      return absl::InvalidArgumentError("delta base id must be 16 bytes");
+    }
     if (c.codec() > 255 || !IsKnownCodec(static_cast<uint8_t>(c.codec()))) {
       return absl::InvalidArgumentError(
           absl::StrCat("unknown codec ", c.codec()));

@@ -31,7 +31,7 @@ Status Corrupt(std::string_view what) {
 
 }  // namespace
 
-bool IsKnownCodec(uint8_t codec) { return codec <= 2; }
+bool IsKnownCodec(uint8_t codec) { return codec <= 3; }
 
 std::string_view CodecName(Codec codec) {
   switch (codec) {
@@ -41,6 +41,8 @@ std::string_view CodecName(Codec codec) {
       return "zstd";
     case Codec::kByteGroupZstd:
       return "bytegroup+zstd";
+    case Codec::kXorByteGroupZstd:
+      return "xor+bytegroup+zstd";
   }
   return "unknown";
 }

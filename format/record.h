@@ -45,6 +45,11 @@ enum class Codec : uint8_t {
   // (all first bytes, then all second bytes, ...). Bytes past the last whole
   // element follow the grouped ones unchanged.
   kByteGroupZstd = 2,
+  // Delta against another chunk of the same length (its base): payload =
+  // element width (u8: 1, 2, 4 or 8), the base's chunk id (16 bytes), then a
+  // zstd frame of (chunk XOR base) byte-grouped as for kByteGroupZstd
+  // (width 1: not grouped). Decoding needs the base's decoded bytes.
+  kXorByteGroupZstd = 3,
 };
 // Returns true for a codec value this build can decode.
 bool IsKnownCodec(uint8_t codec);

@@ -3,6 +3,7 @@
 #include <memory>
 
 #include "absl/strings/str_cat.h"
+#include "format/codec.h"
 #include "format/data_plane.h"
 
 namespace stagger::server {
@@ -114,13 +115,32 @@ void DataService::HandlePut(transport::Message request,
       ReplyStatus(shared.get(), DataOp::kPutChunkReply, absl::OkStatus());
       return;
     }
+    std::optional<format::ChunkId> base;
+    if (r.record.codec == format::Codec::kXorByteGroupZstd) {
+      auto b = format::DeltaBase(payload->view());
+      Status s = b.status();
+      if (s.ok()) {
+        s = meta_->GetChunk(r.job, *b).status();
+        if (absl::IsNotFound(s)) {
+          s = absl::FailedPreconditionError(absl::StrCat(
+              "delta chunk ", r.record.chunk_id.ToHex(), " needs base ",
+              b->ToHex(), ", which is not stored"));
+        }
+      }
+      if (!s.ok()) {
+        ++counters_.bad_requests;
+        ReplyStatus(shared.get(), DataOp::kPutChunkReply, s);
+        return;
+      }
+      base = *b;
+    }
     const std::string job = r.job;
     const format::RecordHeader header = r.record;
     // The store checks the payload against the header (length, crc32c)
     // before queueing it; a mismatch comes back through the callback.
     segments_->Append(
         job, header, std::move(*payload),
-        [this, shared, job, header](Result<ChunkLocation> loc) {
+        [this, shared, job, header, base](Result<ChunkLocation> loc) {
           Status s = loc.status();
           if (s.ok()) {
             ChunkMeta meta;
@@ -128,6 +148,7 @@ void DataService::HandlePut(transport::Message request,
             meta.raw_length = header.raw_length;
             meta.stored_length = header.encoded_length;
             meta.codec = header.codec;
+            meta.base = base;
             s = meta_->PutChunk(job, header.chunk_id, meta);
           }
           if (s.ok()) {

@@ -65,11 +65,12 @@ std::string EncodeChunkMeta(const ChunkMeta& m) {
   PutLE<uint64_t>(&v[24], m.raw_length);
   PutLE<uint64_t>(&v[32], m.stored_length);
   v[40] = static_cast<char>(m.codec);
+  if (m.base) v += m.base->ToBytes();
   return v;
 }
 
 Result<ChunkMeta> DecodeChunkMeta(std::string_view v) {
-  if (v.size() != kChunkMetaSize ||
+  if ((v.size() != kChunkMetaSize && v.size() != kChunkMetaSize + 16) ||
       !format::IsKnownCodec(static_cast<uint8_t>(v[40]))) {
     return absl::DataLossError("corrupt chunk index entry");
   }
@@ -80,6 +81,9 @@ Result<ChunkMeta> DecodeChunkMeta(std::string_view v) {
   m.raw_length = GetLE<uint64_t>(&v[24]);
   m.stored_length = GetLE<uint64_t>(&v[32]);
   m.codec = static_cast<format::Codec>(v[40]);
+  if (v.size() == kChunkMetaSize + 16) {
+    m.base = *format::ChunkId::FromBytes(v.substr(kChunkMetaSize, 16));
+  }
   return m;
 }
 
@@ -165,6 +169,12 @@ Result<pb::StepInfo> MetaStore::CommitShard(pb::ShardManifest m) {
       }
       c.set_codec(static_cast<uint32_t>(meta->codec));
       c.set_stored_length(meta->stored_length);
+      // The base of a delta comes from the index, not from the client.
+      if (meta->base) {
+        c.set_base_id(meta->base->ToBytes());
+      } else {
+        c.clear_base_id();
+      }
       stored += meta->stored_length;
     }
   }

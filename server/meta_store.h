@@ -4,7 +4,7 @@
 // every rank in [0, world_size) has committed its shard.
 //
 // Keys (job names cannot contain '\0'):
-//   c/<job>\0<chunk id 16B>          -> ChunkMeta (fixed 41 bytes)
+//   c/<job>\0<chunk id 16B>          -> ChunkMeta (41 bytes; 57 with a base)
 //   s/<job>\0<step u64 big-endian>   -> pb::StepInfo
 //   m/<job>\0<step BE><rank u32 BE>  -> pb::ShardManifest
 //
@@ -41,6 +41,8 @@ struct ChunkMeta {
   uint64_t raw_length = 0;
   uint64_t stored_length = 0;  // encoded payload bytes
   format::Codec codec = format::Codec::kRaw;
+  // For a delta chunk, the chunk it is a delta of.
+  std::optional<format::ChunkId> base;
 };
 
 class MetaStore {

@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <fstream>
 #include <random>
 #include <vector>
 
@@ -139,6 +140,85 @@ TEST_F(IncrementalTest, TwentyStepsOfDriftingDataLoadBitExact) {
         << "step " << step;
     EXPECT_TRUE(fout == frozen) << "step " << step;
   }
+}
+
+TEST_F(IncrementalTest, DenseUpdatesTravelAsSmallDeltas) {
+  auto ck = Open();
+  std::vector<float> w = Weights(8 * kChunk / 4, 13);
+  ASSERT_TRUE(ck->Register({"w", "F32", {int64_t(w.size())}, w.data()}).ok());
+  auto h1 = ck->Save(1);
+  ASSERT_TRUE(h1.ok() && h1->Wait().ok());
+  const std::vector<float> w1 = w;
+  for (float& x : w) x += x * 1e-3f;  // every weight moves a little
+  auto h2 = ck->Save(2);
+  ASSERT_TRUE(h2.ok() && h2->Wait().ok());
+  SaveStats s1 = h1->stats(), s2 = h2->stats();
+  EXPECT_EQ(s2.chunks_delta, 8u);
+  EXPECT_EQ(s2.codec_chunks["xor+bytegroup+zstd"], 8u);
+  EXPECT_LT(s2.bytes_shipped, s1.bytes_shipped);
+  std::vector<float> out(w.size());
+  ck->ClearRegistrations();
+  ASSERT_TRUE(ck->Register({"w", "F32", {int64_t(out.size())}, out.data()}).ok());
+  ASSERT_EQ(*ck->Load(2), 2);
+  EXPECT_EQ(std::memcmp(out.data(), w.data(), w.size() * 4), 0);
+  ASSERT_EQ(*ck->Load(1), 1);
+  EXPECT_EQ(std::memcmp(out.data(), w1.data(), w.size() * 4), 0);
+}
+
+TEST_F(IncrementalTest, ChainsAreCutByFullChunks) {
+  CheckpointerOptions o;
+  o.servers = "embedded:" + dir_.path();
+  o.job = "chain";
+  o.chunk_size = kChunk;
+  o.delta_chain_max = 2;
+  auto ck = Checkpointer::Open(o);
+  ASSERT_TRUE(ck.ok());
+  std::vector<float> w = Weights(kChunk / 4, 17);
+  ASSERT_TRUE((*ck)->Register({"w", "F32", {int64_t(w.size())}, w.data()}).ok());
+  std::vector<uint64_t> deltas;
+  for (int step = 1; step <= 7; ++step) {
+    for (float& x : w) x += 1e-4f;
+    auto h = (*ck)->Save(step);
+    ASSERT_TRUE(h.ok() && h->Wait().ok());
+    deltas.push_back(h->stats().chunks_delta);
+  }
+  // full, delta, delta, full, delta, delta, full
+  EXPECT_EQ(deltas, (std::vector<uint64_t>{0, 1, 1, 0, 1, 1, 0}));
+}
+
+TEST_F(IncrementalTest, CorruptBaseFailsEveryDependentLoadWithDataLoss) {
+  std::vector<float> w = Weights(4 * kChunk / 4, 19);
+  {
+    auto ck = Open();
+    ASSERT_TRUE(ck->Register({"w", "F32", {int64_t(w.size())}, w.data()}).ok());
+    ASSERT_TRUE(ck->Save(1)->Wait().ok());
+    for (float& x : w) x += x * 1e-3f;
+    auto h = ck->Save(2);
+    ASSERT_TRUE(h->Wait().ok());
+    ASSERT_EQ(h->stats().chunks_delta, 4u);
+  }  // the embedded server stops with its last user
+  // Step 1's records are the first ones written: corrupt the first.
+  std::string seg = dir_.path() + "/segments/incr/00000001.seg";
+  {
+    std::fstream f(seg, std::ios::in | std::ios::out | std::ios::binary);
+    ASSERT_TRUE(f.good()) << seg;
+    f.seekg(64 + 100);
+    char c;
+    f.read(&c, 1);
+    c ^= 0x40;
+    f.seekp(64 + 100);
+    f.write(&c, 1);
+  }
+  auto ck = Open();
+  std::vector<float> out(w.size());
+  ASSERT_TRUE(ck->Register({"w", "F32", {int64_t(out.size())}, out.data()}).ok());
+  for (int64_t step : {1, 2}) {
+    auto r = ck->Load(step);
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kDataLoss) << step;
+  }
+  auto r = ck->Load(2);
+  EXPECT_NE(r.status().message().find("delta base"), std::string::npos)
+      << r.status();
 }
 
 }  // namespace

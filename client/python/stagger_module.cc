@@ -219,6 +219,7 @@ PYBIND11_MODULE(_stagger, m) {
         d["staging_bytes"] = s.staging_bytes;
         d["staging_limited"] = s.staging_limited;
         d["chunks_unchanged"] = s.chunks_unchanged;
+        d["chunks_delta"] = s.chunks_delta;
         py::dict mix;
         for (const auto& [name, n] : s.codec_chunks) mix[py::str(name)] = n;
         d["codec_chunks"] = mix;

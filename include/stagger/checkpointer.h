@@ -39,7 +39,10 @@ struct SaveStats {
   // Chunks identical to the same chunk of this Checkpointer's previous
   // committed save: sent as references, not shipped.
   uint64_t chunks_unchanged = 0;
-  // Shipped chunks per codec name ("raw", "zstd", "bytegroup+zstd").
+  // Chunks shipped as an XOR delta against their previous version.
+  uint64_t chunks_delta = 0;
+  // Shipped chunks per codec name ("raw", "zstd", "bytegroup+zstd",
+  // "xor+bytegroup+zstd").
   std::map<std::string, uint64_t> codec_chunks;
   uint64_t staging_bytes = 0;  // peak staging memory this save held
   // True when the state did not fit the staging pool at once, so the

@@ -24,6 +24,13 @@ struct CheckpointerOptions {
   // together), zstd otherwise, raw when compression does not pay.
   // "zstd", "bytegroup+zstd" or "raw" force one.
   std::string codec = "auto";
+  // Deltas: a changed chunk is sent as XOR against its previous version
+  // (byte-grouped, zstd) when that is smaller. The client keeps the previous
+  // version of the state for this, if it fits delta_memory_bytes (0: min(1
+  // GiB, physical memory / 16)); a chain of deltas is cut by a full chunk
+  // every delta_chain_max saves (0 turns deltas off).
+  uint64_t delta_memory_bytes = 0;
+  int delta_chain_max = 8;
   int zstd_level = 1;
   size_t max_inflight_chunks = 16;   // chunks sent and not yet acked
   double rpc_timeout_s = 60;         // per control-plane call
