@@ -72,4 +72,21 @@ Result<std::vector<pb::StepInfo>> ListSteps(ServerSet& servers,
   return std::vector<pb::StepInfo>(reply.steps().begin(), reply.steps().end());
 }
 
+Result<pb::GcReply> Gc(ServerSet& servers, const std::string& job,
+                       uint32_t keep, int64_t grace_ms) {
+  pb::GcReply reply;
+  // The coordinator holds the job's steps and decides what is live. Chunks
+  // placed on other servers are not collected yet (see client/README.md).
+  pb::GcRequest req;
+  req.set_job(job);
+  req.set_keep(keep);
+  req.set_grace_ms(grace_ms);
+  ServerConn& coord = servers.Coordinator(job);
+  grpc::ClientContext ctx;
+  SetDeadline(&ctx, servers.timeout_s());
+  STAGGER_RETURN_IF_ERROR(FromGrpc(coord.stub->Gc(&ctx, req, &reply),
+                                   absl::StrCat("server ", coord.address)));
+  return reply;
+}
+
 }  // namespace stagger::client

@@ -30,6 +30,9 @@ Result<std::vector<pb::StepInfo>> ListSteps(ServerSet& servers,
                                             const std::string& job,
                                             bool include_partial);
 
+Result<pb::GcReply> Gc(ServerSet& servers, const std::string& job,
+                       uint32_t keep, int64_t grace_ms);
+
 }  // namespace stagger::client
 
 #endif  // STAGGER_CLIENT_CONTROL_H_

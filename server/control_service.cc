@@ -80,4 +80,18 @@ grpc::Status ControlService::ListSteps(grpc::ServerContext*,
   return grpc::Status::OK;
 }
 
+grpc::Status ControlService::Gc(grpc::ServerContext*, const pb::GcRequest* req,
+                                pb::GcReply* reply) {
+  if (req->grace_ms() < 0) {
+    return ToGrpc(absl::InvalidArgumentError("grace must be >= 0"));
+  }
+  auto r = meta_->Gc(req->job(), req->keep(), req->grace_ms());
+  if (!r.ok()) return ToGrpc(r.status());
+  for (int64_t s : r->steps_deleted) reply->add_steps_deleted(s);
+  reply->set_steps_kept(r->steps_kept);
+  reply->set_chunks_deleted(r->chunks_deleted);
+  reply->set_bytes_freed(r->bytes_freed);
+  return grpc::Status::OK;
+}
+
 }  // namespace stagger::server

@@ -31,6 +31,8 @@ class ControlService final : public pb::Stagger::Service {
                        pb::GetStepReply*) override;
   grpc::Status ListSteps(grpc::ServerContext*, const pb::ListStepsRequest*,
                          pb::ListStepsReply*) override;
+  grpc::Status Gc(grpc::ServerContext*, const pb::GcRequest*,
+                  pb::GcReply*) override;
 
  private:
   MetaStore* meta_;

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <chrono>
 #include <filesystem>
+#include <set>
 
 #include "absl/strings/str_cat.h"
 #include "format/internal/endian.h"
@@ -19,7 +20,7 @@ namespace {
 using format_internal::GetLE;
 using format_internal::PutLE;
 
-constexpr size_t kChunkMetaSize = 41;
+constexpr size_t kChunkMetaSize = 49;
 
 Status FromRocks(const rocksdb::Status& s, std::string_view what) {
   if (s.ok()) return absl::OkStatus();
@@ -65,6 +66,7 @@ std::string EncodeChunkMeta(const ChunkMeta& m) {
   PutLE<uint64_t>(&v[24], m.raw_length);
   PutLE<uint64_t>(&v[32], m.stored_length);
   v[40] = static_cast<char>(m.codec);
+  PutLE<uint64_t>(&v[41], static_cast<uint64_t>(m.written_unix_ms));
   if (m.base) v += m.base->ToBytes();
   return v;
 }
@@ -81,6 +83,7 @@ Result<ChunkMeta> DecodeChunkMeta(std::string_view v) {
   m.raw_length = GetLE<uint64_t>(&v[24]);
   m.stored_length = GetLE<uint64_t>(&v[32]);
   m.codec = static_cast<format::Codec>(v[40]);
+  m.written_unix_ms = static_cast<int64_t>(GetLE<uint64_t>(&v[41]));
   if (v.size() == kChunkMetaSize + 16) {
     m.base = *format::ChunkId::FromBytes(v.substr(kChunkMetaSize, 16));
   }
@@ -127,7 +130,8 @@ Result<std::unique_ptr<MetaStore>> MetaStore::Open(const std::string& path) {
 }
 
 Status MetaStore::PutChunk(const std::string& job, const format::ChunkId& id,
-                           const ChunkMeta& meta) {
+                           ChunkMeta meta) {
+  if (meta.written_unix_ms == 0) meta.written_unix_ms = NowMs();
   rocksdb::WriteOptions wo;
   wo.sync = false;
   return FromRocks(db_->Put(wo, ChunkKey(job, id), EncodeChunkMeta(meta)),
@@ -286,6 +290,79 @@ Result<pb::ShardManifest> MetaStore::GetShard(const std::string& job,
   }
   STAGGER_RETURN_IF_ERROR(FromRocks(s, "get shard"));
   return ParseValue<pb::ShardManifest>(v, "shard manifest");
+}
+
+Result<GcResult> MetaStore::Gc(const std::string& job, uint32_t keep,
+                               int64_t grace_ms) {
+  STAGGER_RETURN_IF_ERROR(format::ValidateName("job", job));
+  if (keep == 0) {
+    return absl::InvalidArgumentError("gc must keep at least one step");
+  }
+  absl::MutexLock lock(&commit_mu_);  // no commit while we decide
+  STAGGER_ASSIGN_OR_RETURN(auto steps, ListSteps(job, /*include_partial=*/true));
+  // Keep the newest `keep` complete steps and every partial step newer than
+  // the oldest kept one (a save may still be completing it).
+  std::vector<int64_t> complete;
+  for (const auto& s : steps) {
+    if (s.complete()) complete.push_back(s.step());
+  }
+  GcResult r;
+  if (complete.size() <= keep) {
+    r.steps_kept = steps.size();
+    return r;
+  }
+  int64_t oldest_kept = complete[complete.size() - keep];
+  rocksdb::WriteBatch batch;
+  std::set<std::string> live;  // chunk ids (bytes) still referenced
+  std::vector<std::string> worklist;
+  for (const auto& s : steps) {
+    if (s.step() < oldest_kept) {
+      batch.Delete(StepKey(job, s.step()));
+      for (uint32_t rank : s.committed_ranks()) {
+        batch.Delete(ShardKey(job, s.step(), rank));
+      }
+      r.steps_deleted.push_back(s.step());
+      continue;
+    }
+    ++r.steps_kept;
+    for (uint32_t rank : s.committed_ranks()) {
+      STAGGER_ASSIGN_OR_RETURN(auto shard, GetShard(job, s.step(), rank));
+      for (const auto& t : shard.tensors()) {
+        for (const auto& c : t.chunks()) {
+          if (live.insert(c.id()).second) worklist.push_back(c.id());
+        }
+      }
+    }
+  }
+  // Delta bases are live when a live chunk needs them, transitively.
+  while (!worklist.empty()) {
+    std::string id = std::move(worklist.back());
+    worklist.pop_back();
+    auto meta = GetChunk(job, *format::ChunkId::FromBytes(id));
+    if (!meta.ok() || !meta->base) continue;
+    std::string base = meta->base->ToBytes();
+    if (live.insert(base).second) worklist.push_back(base);
+  }
+  const int64_t cutoff = NowMs() - grace_ms;
+  std::string prefix = JobPrefix('c', job);
+  std::unique_ptr<rocksdb::Iterator> it(
+      db_->NewIterator(rocksdb::ReadOptions()));
+  for (it->Seek(prefix); it->Valid() && it->key().starts_with(prefix);
+       it->Next()) {
+    std::string id = it->key().ToString().substr(prefix.size());
+    if (live.count(id)) continue;
+    auto meta = DecodeChunkMeta(it->value().ToString());
+    // Recently written chunks may belong to a save not yet committed.
+    if (meta.ok() && meta->written_unix_ms > cutoff) continue;
+    batch.Delete(it->key());
+    ++r.chunks_deleted;
+    if (meta.ok()) r.bytes_freed += meta->stored_length;
+  }
+  STAGGER_RETURN_IF_ERROR(FromRocks(it->status(), "gc scan"));
+  rocksdb::WriteOptions wo;
+  wo.sync = true;
+  STAGGER_RETURN_IF_ERROR(FromRocks(db_->Write(wo, &batch), "gc"));
+  return r;
 }
 
 }  // namespace stagger::server

@@ -4,7 +4,7 @@
 // every rank in [0, world_size) has committed its shard.
 //
 // Keys (job names cannot contain '\0'):
-//   c/<job>\0<chunk id 16B>          -> ChunkMeta (41 bytes; 57 with a base)
+//   c/<job>\0<chunk id 16B>          -> ChunkMeta (49 bytes; 65 with a base)
 //   s/<job>\0<step u64 big-endian>   -> pb::StepInfo
 //   m/<job>\0<step BE><rank u32 BE>  -> pb::ShardManifest
 //
@@ -43,6 +43,14 @@ struct ChunkMeta {
   format::Codec codec = format::Codec::kRaw;
   // For a delta chunk, the chunk it is a delta of.
   std::optional<format::ChunkId> base;
+  int64_t written_unix_ms = 0;  // set by PutChunk when 0
+};
+
+struct GcResult {
+  std::vector<int64_t> steps_deleted;
+  uint64_t steps_kept = 0;
+  uint64_t chunks_deleted = 0;
+  uint64_t bytes_freed = 0;  // stored bytes no longer indexed
 };
 
 class MetaStore {
@@ -53,7 +61,7 @@ class MetaStore {
 
   // Records where a durable chunk lives (not synced; see above).
   Status PutChunk(const std::string& job, const format::ChunkId& id,
-                  const ChunkMeta& meta);
+                  ChunkMeta meta);
   // NOT_FOUND when the job has no such chunk.
   Result<ChunkMeta> GetChunk(const std::string& job,
                              const format::ChunkId& id);
@@ -73,6 +81,14 @@ class MetaStore {
   // Steps oldest first; partial ones only when asked.
   Result<std::vector<pb::StepInfo>> ListSteps(const std::string& job,
                                               bool include_partial);
+  // Deletes every step older than the newest `keep` complete ones, and
+  // the index entries of chunks no remaining step references (directly or
+  // as a delta base) and written more than `grace_ms` ago (younger ones
+  // may belong to a save not yet committed). Their segment space is
+  // reclaimed by compaction, not here. INVALID_ARGUMENT for keep == 0.
+  Result<GcResult> Gc(const std::string& job, uint32_t keep,
+                      int64_t grace_ms);
+
   // NOT_FOUND when the rank has not committed that step.
   Result<pb::ShardManifest> GetShard(const std::string& job, int64_t step,
                                      uint32_t rank);

@@ -128,5 +128,51 @@ TEST_F(MetaStoreTest, SurvivesReopen) {
   EXPECT_TRUE(meta_->GetChunk("job", id).ok());
 }
 
+TEST_F(MetaStoreTest, GcKeepsNewestStepsAndWhatTheyNeed) {
+  // Chunk 1 is a full chunk, chunk 2 a delta on it, chunk 3 unrelated.
+  auto c1 = StoreChunk(1);
+  ChunkMeta d;
+  d.location = {1, 8192, 4096};
+  d.raw_length = 4096;
+  d.stored_length = 100;
+  d.codec = format::Codec::kXorByteGroupZstd;
+  d.base = c1;
+  format::ChunkId c2{2, 2};
+  ASSERT_TRUE(meta_->PutChunk("job", c2, d).ok());
+  auto c3 = StoreChunk(3);
+  ASSERT_TRUE(meta_->CommitShard(Shard(1, 0, 1, c1)).ok());
+  ASSERT_TRUE(meta_->CommitShard(Shard(2, 0, 1, c3)).ok());
+  ASSERT_TRUE(meta_->CommitShard(Shard(3, 0, 1, c2)).ok());
+  ASSERT_TRUE(meta_->CommitShard(Shard(4, 0, 2, c2)).ok());  // partial
+
+  EXPECT_EQ(meta_->Gc("job", 0, 0).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  // A grace covering everything frees steps but no chunks.
+  auto g0 = meta_->Gc("job", 2, 3600 * 1000);
+  ASSERT_TRUE(g0.ok()) << g0.status();
+  EXPECT_EQ(g0->steps_deleted, std::vector<int64_t>{1});
+  EXPECT_EQ(g0->chunks_deleted, 0u);
+
+  auto g = meta_->Gc("job", 1, 0);
+  ASSERT_TRUE(g.ok()) << g.status();
+  EXPECT_EQ(g->steps_deleted, std::vector<int64_t>{2});
+  EXPECT_EQ(g->steps_kept, 2u);  // step 3 and the partial step 4
+  EXPECT_EQ(g->chunks_deleted, 1u);  // only chunk 3
+  EXPECT_EQ(meta_->GetStep("job", 2).status().code(),
+            absl::StatusCode::kNotFound);
+  EXPECT_EQ(meta_->GetShard("job", 2, 0).status().code(),
+            absl::StatusCode::kNotFound);
+  EXPECT_TRUE(meta_->GetChunk("job", c2).ok());
+  EXPECT_TRUE(meta_->GetChunk("job", c1).ok());  // base of a live delta
+  EXPECT_EQ(meta_->GetChunk("job", c3).status().code(),
+            absl::StatusCode::kNotFound);
+  EXPECT_EQ(meta_->LatestComplete("job")->step(), 3);
+  // Nothing more to do.
+  auto again = meta_->Gc("job", 1, 0);
+  ASSERT_TRUE(again.ok());
+  EXPECT_TRUE(again->steps_deleted.empty());
+  EXPECT_EQ(again->chunks_deleted, 0u);
+}
+
 }  // namespace
 }  // namespace stagger::server

@@ -8,6 +8,7 @@
 #include <random>
 #include <vector>
 
+#include "client/embedded/embedded.h"
 #include "stagger/checkpointer.h"
 #include "tests/testutil/pattern.h"
 #include "tests/testutil/process.h"
@@ -219,6 +220,53 @@ TEST_F(IncrementalTest, CorruptBaseFailsEveryDependentLoadWithDataLoss) {
   auto r = ck->Load(2);
   EXPECT_NE(r.status().message().find("delta base"), std::string::npos)
       << r.status();
+}
+
+TEST_F(IncrementalTest, GcBetweenSavesNeverBreaksAKeptStep) {
+  CheckpointerOptions o;
+  o.servers = "embedded:" + dir_.path();
+  o.job = "gc";
+  o.chunk_size = kChunk;
+  o.delta_chain_max = 3;
+  auto ck = Checkpointer::Open(o);
+  ASSERT_TRUE(ck.ok());
+  auto resolved = client::ResolveServers(o.servers);  // same server
+  ASSERT_TRUE(resolved.ok());
+  std::vector<float> w = Weights(6 * kChunk / 4, 23);
+  ASSERT_TRUE((*ck)->Register({"w", "F32", {int64_t(w.size())}, w.data()}).ok());
+  std::mt19937 rng(29);
+  std::vector<std::vector<float>> saved;
+  for (int step = 1; step <= 10; ++step) {
+    for (int k = 0; k < 2; ++k) {
+      size_t c = rng() % 6;
+      for (size_t j = 0; j < kChunk / 4; ++j) w[c * kChunk / 4 + j] += 1e-4f;
+    }
+    auto h = (*ck)->Save(step);
+    ASSERT_TRUE(h.ok() && h->Wait().ok()) << step;
+    saved.push_back(w);
+    if (step >= 4) {
+      auto gc = testutil::RunProcess(
+          {testutil::BinDir() + "/stagger", "--server", resolved->addresses,
+           "gc", "--job", "gc", "--keep", "3", "--grace-s", "0"});
+      ASSERT_EQ(gc.exit_code, 0) << gc.out;
+      EXPECT_NE(gc.out.find("kept 3"), std::string::npos) << gc.out;
+    }
+  }
+  auto steps = (*ck)->Steps(true);
+  ASSERT_TRUE(steps.ok());
+  std::vector<int64_t> left;
+  for (const auto& s : *steps) left.push_back(s.step);
+  EXPECT_EQ(left, (std::vector<int64_t>{8, 9, 10}));
+  std::vector<float> out(w.size());
+  (*ck)->ClearRegistrations();
+  ASSERT_TRUE((*ck)->Register({"w", "F32", {int64_t(out.size())}, out.data()}).ok());
+  for (int64_t step : {8, 9, 10}) {
+    auto r = (*ck)->Load(step);
+    ASSERT_TRUE(r.ok()) << step << ": " << r.status();
+    EXPECT_EQ(std::memcmp(out.data(), saved[step - 1].data(), w.size() * 4), 0)
+        << "step " << step;
+  }
+  EXPECT_EQ((*ck)->Load(7).status().code(), absl::StatusCode::kNotFound);
 }
 
 }  // namespace

@@ -32,6 +32,13 @@ struct VerifyArgs {
 };
 int RunVerify(const VerifyArgs& a);
 
+struct GcArgs {
+  std::string server, job;
+  uint32_t keep = 1;
+  double grace_s = 600;
+};
+int RunGc(const GcArgs& a);
+
 struct DemoArgs {
   std::string servers;       // empty: embedded in a temporary directory
   uint32_t ranks = 4;

@@ -88,4 +88,28 @@ int RunLs(const LsArgs& a) {
   return 0;
 }
 
+int RunGc(const GcArgs& a) {
+  if (a.keep == 0) {
+    return Fail("gc", absl::InvalidArgumentError("--keep must be at least 1"));
+  }
+  if (!(a.grace_s >= 0)) {
+    return Fail("gc", absl::InvalidArgumentError("--grace-s must be >= 0"));
+  }
+  auto session = OpenSession(a.server);
+  if (!session.ok()) return Fail("gc", session.status());
+  auto r = Gc(*session->servers, a.job, a.keep,
+              static_cast<int64_t>(a.grace_s * 1000));
+  if (!r.ok()) return Fail("gc", r.status());
+  std::vector<std::string> steps;
+  for (int64_t s : r->steps_deleted()) steps.push_back(absl::StrCat(s));
+  printf("gc job '%s': deleted %d steps [%s], kept %llu; freed %llu chunks "
+         "(%llu stored bytes)\n",
+         a.job.c_str(), r->steps_deleted_size(),
+         absl::StrJoin(steps, ",").c_str(),
+         static_cast<unsigned long long>(r->steps_kept()),
+         static_cast<unsigned long long>(r->chunks_deleted()),
+         static_cast<unsigned long long>(r->bytes_freed()));
+  return 0;
+}
+
 }  // namespace stagger::client

@@ -2,6 +2,7 @@
 //   stagger [--server HOST:PORT] ls --job J [--json]
 //   stagger [--server HOST:PORT] restore --job J --step latest|N --out DIR
 //   stagger [--server HOST:PORT] verify --job J --step latest|N
+//   stagger [--server HOST:PORT] gc --job J --keep N [--grace-s S]
 //   stagger demo [--servers HOST:PORT[,...]]
 #include <CLI/CLI.hpp>
 
@@ -36,6 +37,17 @@ int main(int argc, char** argv) {
   verify_cmd->add_option("--step", verify.step, "latest or a step number")
       ->capture_default_str();
 
+  GcArgs gc;
+  auto* gc_cmd = app.add_subcommand(
+      "gc", "delete all but the newest complete steps and what only they use");
+  gc_cmd->add_option("--job", gc.job, "job name")->required();
+  gc_cmd->add_option("--keep", gc.keep, "complete steps to keep")
+      ->required()
+      ->check(CLI::PositiveNumber);
+  gc_cmd->add_option("--grace-s", gc.grace_s,
+                     "keep chunks written this recently (saves in flight)")
+      ->capture_default_str();
+
   DemoArgs demo;
   auto* demo_cmd = app.add_subcommand(
       "demo", "save, restore and verify simulated training state");
@@ -55,10 +67,11 @@ int main(int argc, char** argv) {
   demo_cmd->add_option("--job", demo.job, "job name")->capture_default_str();
 
   CLI11_PARSE(app, argc, argv);
-  ls.server = restore.server = verify.server = server;
+  ls.server = restore.server = verify.server = gc.server = server;
   if (*ls_cmd) return RunLs(ls);
   if (*restore_cmd) return RunRestore(restore);
   if (*verify_cmd) return RunVerify(verify);
+  if (*gc_cmd) return RunGc(gc);
   if (*demo_cmd) return RunDemo(demo);
   return 1;
 }
