@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <chrono>
+#include <array>
 #include <list>
 #include <map>
 #include <optional>
@@ -186,8 +187,12 @@ class CheckpointerImpl : public Checkpointer {
         size_t len = std::min<uint64_t>(options_.chunk_size, reg.bytes - off);
         SaveChunk c{base + off, len, SourceFor(reg.spec), e->mutable_chunks(i),
                     element_size, std::nullopt, nullptr};
+        c.fingerprint_in_place = reg.spec.device == Device::kCuda;
         if (i < prev.ids.size()) {
           c.previous = prev.ids[i];
+          if (i < prev.fingerprints.size()) {
+            c.previous_fingerprint = prev.fingerprints[i];
+          }
           if (keep_bytes && i < prev.versions.size() &&
               prev.depth[i] < options_.delta_chain_max) {
             c.previous_bytes = prev.versions[i];
@@ -368,6 +373,8 @@ class CheckpointerImpl : public Checkpointer {
     // With deltas on: each chunk's bytes and how many deltas lead to it.
     std::vector<std::shared_ptr<const std::string>> versions;
     std::vector<int> depth;
+    // In-place (device) fingerprints, for CUDA tensors.
+    std::vector<std::optional<std::array<uint64_t, 2>>> fingerprints;
   };
   void RememberChunks(const pb::ShardManifest& m,
                       const std::vector<ChunkOutcome>& outcomes)
@@ -383,9 +390,11 @@ class CheckpointerImpl : public Checkpointer {
       p.ids.resize(t.chunks_size());
       p.versions.resize(t.chunks_size());
       p.depth.resize(t.chunks_size(), 0);
+      p.fingerprints.resize(t.chunks_size());
       for (int i = 0; i < t.chunks_size(); ++i, ++k) {
         p.ids[i] = *format::ChunkId::FromBytes(t.chunks(i).id());
         const ChunkOutcome& o = outcomes[k];
+        p.fingerprints[i] = o.fingerprint;
         if (o.unchanged && same_layout) continue;  // version and depth stay
         p.versions[i] = o.bytes;
         p.depth[i] = o.delta && same_layout ? p.depth[i] + 1 : 0;

@@ -1,6 +1,7 @@
 #include "client/save_job.h"
 
 #include <algorithm>
+#include <map>
 
 #include "absl/strings/str_cat.h"
 #include "client/control.h"
@@ -29,13 +30,54 @@ SaveJob::SaveJob(SaveJobDeps deps, pb::ShardManifest manifest,
   snapshot_done_ = chunks_.empty();
 }
 
+void SaveJob::FingerprintInPlace(std::vector<bool>* unchanged) {
+  std::map<SnapshotSource*, std::vector<size_t>> by_source;
+  for (size_t i = 0; i < chunks_.size(); ++i) {
+    if (chunks_[i].fingerprint_in_place) by_source[chunks_[i].source].push_back(i);
+  }
+  for (auto& [source, idx] : by_source) {
+    std::vector<std::pair<const char*, size_t>> spans;
+    for (size_t i : idx) spans.emplace_back(chunks_[i].src, chunks_[i].len);
+    std::vector<uint64_t> fp;
+    // Without fingerprints every chunk is simply copied and hashed on host.
+    if (!source->Fingerprint(spans, &fp).ok()) continue;
+    for (size_t k = 0; k < idx.size(); ++k) {
+      const size_t i = idx[k];
+      std::array<uint64_t, 2> f = {fp[2 * k], fp[2 * k + 1]};
+      outcomes_[i].fingerprint = f;
+      (*unchanged)[i] = chunks_[i].previous.has_value() &&
+                        chunks_[i].previous_fingerprint == f;
+    }
+  }
+}
+
 void SaveJob::Run() {
   auto self = shared_from_this();
+  // Fingerprints are taken before anything is copied: they must describe
+  // exactly the snapshot (the caller may modify its tensors as soon as the
+  // copies are captured). Unchanged chunks are then not copied at all.
+  std::vector<bool> unchanged(chunks_.size(), false);
+  FingerprintInPlace(&unchanged);
   size_t dispatched = 0;
+  uint64_t snapshotted = 0;
   for (size_t i = 0; i < chunks_.size(); ++i) {
     {
       absl::MutexLock lock(&mu_);
       if (!first_error_.ok()) break;
+    }
+    if (unchanged[i]) {
+      // Same fingerprint where it lives: not copied, referenced as before.
+      const SaveChunk& c = chunks_[i];
+      c.ref->set_id(c.previous->ToBytes());
+      c.ref->set_raw_length(c.len);
+      ++put_stats_.chunks_unchanged;
+      ++put_stats_.chunks;
+      put_stats_.bytes_raw += c.len;
+      outcomes_[i].unchanged = true;
+      ChunkCaptured(absl::OkStatus());
+      ChunkDone(absl::OkStatus());
+      ++dispatched;
+      continue;
     }
     bool waited = false;
     char* slab = deps_.pool->TryAcquire();
@@ -51,6 +93,7 @@ void SaveJob::Run() {
       peak_held_ = std::max(peak_held_, ++held_);
     }
     const SaveChunk& c = chunks_[i];
+    snapshotted += c.len;
     c.source->Copy(
         slab, c.src, c.len, [self](const Status& s) { self->ChunkCaptured(s); },
         [self, i, slab](const Status& s) { self->ChunkInStaging(i, slab, s); });
@@ -85,6 +128,7 @@ void SaveJob::Run() {
   stats.bytes_shipped = put_stats_.bytes_shipped;
   stats.chunks = put_stats_.chunks;
   stats.chunks_unchanged = put_stats_.chunks_unchanged;
+  stats.bytes_snapshotted = snapshotted;
   stats.chunks_delta = put_stats_.codec_chunks[static_cast<int>(
       format::Codec::kXorByteGroupZstd)];
   for (int c = 0; c < 4; ++c) {

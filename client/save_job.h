@@ -19,6 +19,7 @@
 #ifndef STAGGER_CLIENT_SAVE_JOB_H_
 #define STAGGER_CLIENT_SAVE_JOB_H_
 
+#include <array>
 #include <chrono>
 #include <memory>
 #include <optional>
@@ -46,6 +47,10 @@ struct SaveChunk {
   std::optional<format::ChunkId> previous;
   // The previous version's bytes, to encode a delta against (deltas on).
   std::shared_ptr<const std::string> previous_bytes;
+  // Fingerprint the chunk where it lives (device memory) before copying;
+  // when it matches `previous_fingerprint` the chunk is not copied at all.
+  bool fingerprint_in_place = false;
+  std::optional<std::array<uint64_t, 2>> previous_fingerprint;
 };
 
 // What a committed save leaves for the next one, per chunk.
@@ -53,6 +58,7 @@ struct ChunkOutcome {
   bool unchanged = false;
   bool delta = false;
   std::shared_ptr<const std::string> bytes;  // kept when deltas are on
+  std::optional<std::array<uint64_t, 2>> fingerprint;  // in-place, if taken
 };
 
 struct SaveJobDeps {
@@ -96,6 +102,9 @@ class SaveJob : public std::enable_shared_from_this<SaveJob> {
   void ChunkInStaging(size_t i, char* slab, const Status& s);
   void ChunkDone(const Status& s);
   void ReleaseSlab(char* slab);
+  // Fingerprints in place the chunks that ask for it; marks in `unchanged`
+  // those whose fingerprint matches the previous save's.
+  void FingerprintInPlace(std::vector<bool>* unchanged);
   void Ship(size_t i, char* slab);
   // Starts shipping every held-back chunk, and every later one at once.
   void StartDraining();

@@ -17,6 +17,8 @@
 
 #include <cstddef>
 #include <functional>
+#include <utility>
+#include <vector>
 
 #include "stagger/status.h"
 
@@ -40,6 +42,17 @@ class SnapshotSource {
   // once, `captured` first, both with the same error if the copy failed.
   virtual void Copy(char* dst, const char* src, size_t len,
                     CopyCallback captured, CopyCallback on_host) = 0;
+
+  // Fingerprints each {src, len} chunk where it lives, without copying it
+  // out, ordered after the last Fence() like Copy(); `out` gets two 64-bit
+  // words per chunk. A chunk whose fingerprint matches the previous save's
+  // need not be copied at all. UNIMPLEMENTED when the source cannot (host
+  // memory: copying is as cheap as hashing).
+  virtual Status Fingerprint(
+      const std::vector<std::pair<const char*, size_t>>& chunks,
+      std::vector<uint64_t>* out) {
+    return absl::UnimplementedError("no device fingerprints for this source");
+  }
 
   // Memory of this kind that `dst` buffers live in can be registered so
   // copies into it are fast (pinned memory for CUDA). OK when there is

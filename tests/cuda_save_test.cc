@@ -4,6 +4,7 @@
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <vector>
 
 #include "stagger/checkpointer.h"
@@ -104,6 +105,43 @@ TEST_P(CudaSaveTest, LazySaveCapturesBeforeBeforeUpdateReturns) {
   ck->ClearRegistrations();
   ASSERT_TRUE(ck->Register({"w", "U8", {int64_t(n)}, host.data()}).ok());
   ASSERT_TRUE(ck->Load(2).ok());
+  EXPECT_TRUE(host == pattern);
+  cudaFree(dev);
+}
+
+TEST_P(CudaSaveTest, UnchangedDeviceChunksAreNotCopied) {
+  const size_t chunk = 1 << 20, n = 8 * chunk;
+  std::vector<char> pattern(n);
+  testutil::FillPattern(pattern, 77);
+  void* dev = nullptr;
+  ASSERT_EQ(cudaMalloc(&dev, n), cudaSuccess);
+  ASSERT_EQ(cudaMemcpy(dev, pattern.data(), n, cudaMemcpyHostToDevice),
+            cudaSuccess);
+  auto ck = Open();
+  ASSERT_NE(ck, nullptr);
+  TensorSpec t{"w", "U8", {int64_t(n)}, dev, Device::kCuda, 0};
+  ASSERT_TRUE(ck->Register(t).ok());
+  SaveOptions so;
+  so.cuda_stream = stream_;
+  auto h1 = ck->Save(1, so);
+  ASSERT_TRUE(h1.ok() && h1->Wait().ok());
+  EXPECT_EQ(h1->stats().bytes_snapshotted, n);
+  // Chunk 5 changes on the device, queued before the next save.
+  ASSERT_EQ(cudaMemsetAsync(static_cast<char*>(dev) + 5 * chunk + 100, 0x11,
+                            10, stream_),
+            cudaSuccess);
+  std::vector<char> step2 = pattern;
+  std::memset(step2.data() + 5 * chunk + 100, 0x11, 10);
+  auto h2 = ck->Save(2, so);
+  ASSERT_TRUE(h2.ok() && h2->Wait().ok());
+  EXPECT_EQ(h2->stats().chunks_unchanged, 7u);
+  EXPECT_EQ(h2->stats().bytes_snapshotted, chunk);  // only the changed one
+  std::vector<char> host(n, 0);
+  ck->ClearRegistrations();
+  ASSERT_TRUE(ck->Register({"w", "U8", {int64_t(n)}, host.data()}).ok());
+  ASSERT_TRUE(ck->Load(2).ok());
+  EXPECT_TRUE(host == step2);
+  ASSERT_TRUE(ck->Load(1).ok());
   EXPECT_TRUE(host == pattern);
   cudaFree(dev);
 }

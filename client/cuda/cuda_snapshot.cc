@@ -1,4 +1,5 @@
 #include "client/cuda/cuda_snapshot.h"
+#include "client/cuda/internal/chunk_hash.h"
 
 #include <cuda_runtime_api.h>
 
@@ -55,6 +56,8 @@ class CudaSnapshotSourceImpl final : public CudaSnapshotSource {
   Status RegisterStaging(void* base, size_t len) override;
   void UnregisterStaging(void* base) override;
   CudaSnapshotStats stats() const override;
+  Status Fingerprint(const std::vector<std::pair<const char*, size_t>>& chunks,
+                     std::vector<uint64_t>* out) override;
 
  private:
   Status EnqueueDirect(char* dst, const char* src, size_t len, Pending& p)
@@ -185,6 +188,61 @@ Status CudaSnapshotSourceImpl::Fence(void* caller_stream) {
   return CudaStatus(
       cudaStreamWaitEvent(copy_stream_.get(), fence_event_.get(), 0),
       "ordering the snapshot stream after the fence");
+}
+
+Status CudaSnapshotSourceImpl::Fingerprint(
+    const std::vector<std::pair<const char*, size_t>>& chunks,
+    std::vector<uint64_t>* out) {
+  out->assign(2 * chunks.size(), 0);
+  if (chunks.empty()) return absl::OkStatus();
+  ScopedDevice on(device_);
+  STAGGER_RETURN_IF_ERROR(on.status());
+  unsigned long long* results = nullptr;
+  STAGGER_RETURN_IF_ERROR(CudaStatus(
+      cudaMalloc(reinterpret_cast<void**>(&results),
+                 2 * chunks.size() * sizeof(unsigned long long)),
+      "allocating fingerprint results"));
+  Status s;
+  {
+    // On the snapshot stream, after the fence, in order with copies.
+    absl::MutexLock l(&enqueue_mu_);
+    s = CudaStatus(cudaMemsetAsync(results, 0,
+                                   2 * chunks.size() * sizeof(*results),
+                                   copy_stream_.get()),
+                   "clearing fingerprint results");
+    // Consecutive chunks of one tensor (contiguous, equal size but the
+    // last) go in one launch.
+    for (size_t i = 0; i < chunks.size() && s.ok();) {
+      size_t j = i + 1;
+      const size_t size = chunks[i].second;
+      while (j < chunks.size() &&
+             chunks[j].first == chunks[j - 1].first + chunks[j - 1].second &&
+             chunks[j - 1].second == size && chunks[j].second <= size) {
+        ++j;
+      }
+      size_t total = static_cast<size_t>(chunks[j - 1].first - chunks[i].first) +
+                     chunks[j - 1].second;
+      s = CudaStatus(client_internal::LaunchChunkHashes(
+                         chunks[i].first, total, size > 0 ? size : 1,
+                         results + 2 * i, copy_stream_.get()),
+                     "launching the chunk fingerprint kernel");
+      i = j;
+    }
+    if (s.ok()) {
+      s = CudaStatus(cudaMemcpyAsync(out->data(), results,
+                                     out->size() * sizeof(uint64_t),
+                                     cudaMemcpyDeviceToHost,
+                                     copy_stream_.get()),
+                     "copying chunk fingerprints");
+    }
+  }
+  // Our own stream only: never a device-wide sync.
+  if (s.ok()) {
+    s = CudaStatus(cudaStreamSynchronize(copy_stream_.get()),
+                   "waiting for chunk fingerprints");
+  }
+  cudaFree(results);
+  return s;
 }
 
 void CudaSnapshotSourceImpl::Copy(char* dst, const char* src, size_t len,

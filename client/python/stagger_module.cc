@@ -220,6 +220,7 @@ PYBIND11_MODULE(_stagger, m) {
         d["staging_limited"] = s.staging_limited;
         d["chunks_unchanged"] = s.chunks_unchanged;
         d["chunks_delta"] = s.chunks_delta;
+        d["bytes_snapshotted"] = s.bytes_snapshotted;
         py::dict mix;
         for (const auto& [name, n] : s.codec_chunks) mix[py::str(name)] = n;
         d["codec_chunks"] = mix;

@@ -45,6 +45,9 @@ struct SaveStats {
   // "xor+bytegroup+zstd").
   std::map<std::string, uint64_t> codec_chunks;
   uint64_t staging_bytes = 0;  // peak staging memory this save held
+  // Bytes copied into staging. CUDA chunks whose on-device fingerprint is
+  // unchanged since the previous save are not copied at all.
+  uint64_t bytes_snapshotted = 0;
   // True when the state did not fit the staging pool at once, so the
   // snapshot waited for earlier chunks to drain (a longer stall).
   bool staging_limited = false;
