@@ -1,5 +1,7 @@
 #include "server/control_service.h"
 
+#include <cstdio>
+
 #include "absl/strings/str_cat.h"
 #include "format/names.h"
 #include "format/record.h"
@@ -13,10 +15,12 @@ grpc::Status ToGrpc(const Status& s) {
 }
 
 ControlService::ControlService(MetaStore* meta, std::string data_address,
-                               std::string server_id)
+                               std::string server_id,
+                               RetentionPolicy retention)
     : meta_(meta),
       data_address_(std::move(data_address)),
-      server_id_(std::move(server_id)) {}
+      server_id_(std::move(server_id)),
+      retention_(retention) {}
 
 grpc::Status ControlService::Hello(grpc::ServerContext*,
                                    const pb::HelloRequest*,
@@ -38,6 +42,15 @@ grpc::Status ControlService::CommitShard(grpc::ServerContext*,
                                     " rank ", req->manifest().rank())));
   }
   *reply->mutable_step() = *info;
+  if (info->complete() && retention_.keep_last > 0) {
+    auto gc = meta_->Gc(req->manifest().job(), retention_.keep_last,
+                        retention_.grace_ms);
+    if (!gc.ok()) {
+      fprintf(stderr, "stagger-server: retention gc of job '%s': %s\n",
+              req->manifest().job().c_str(),
+              std::string(gc.status().message()).c_str());
+    }
+  }
   return grpc::Status::OK;
 }
 

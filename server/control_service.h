@@ -17,11 +17,19 @@ namespace stagger::server {
 // absl::Status <-> grpc::Status with the same code and message.
 grpc::Status ToGrpc(const Status& s);
 
+struct RetentionPolicy {
+  uint32_t keep_last = 0;  // 0: keep every step
+  int64_t grace_ms = 600 * 1000;
+};
+
 class ControlService final : public pb::Stagger::Service {
  public:
-  // `meta` is not owned. `data_address` is returned by Hello.
+  // `meta` is not owned. `data_address` is returned by Hello. With a
+  // retention policy, the commit that completes a step then collects the
+  // job's old steps (before replying; a failed collection is logged and
+  // does not fail the commit).
   ControlService(MetaStore* meta, std::string data_address,
-                 std::string server_id);
+                 std::string server_id, RetentionPolicy retention = {});
 
   grpc::Status Hello(grpc::ServerContext*, const pb::HelloRequest*,
                      pb::HelloReply*) override;
@@ -38,6 +46,7 @@ class ControlService final : public pb::Stagger::Service {
   MetaStore* meta_;
   std::string data_address_;
   std::string server_id_;
+  RetentionPolicy retention_;
 };
 
 }  // namespace stagger::server

@@ -28,7 +28,18 @@ int main(int argc, char** argv) {
                  "threads serving chunk reads")
       ->check(CLI::Range(1, 64))
       ->capture_default_str();
+  app.add_option("--keep-last", options.keep_last,
+                 "when a step completes, keep only this many newest complete "
+                 "steps of its job (0: keep all)")
+      ->capture_default_str();
+  double gc_grace_s = 600;
+  app.add_option("--gc-grace-s", gc_grace_s,
+                 "retention spares chunks written this recently (saves in "
+                 "flight)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
+  options.gc_grace_ms = static_cast<int64_t>(gc_grace_s * 1000);
 
   // Block the stop signals in every thread; the main thread waits for them.
   sigset_t stop;

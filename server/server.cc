@@ -105,7 +105,8 @@ Result<std::unique_ptr<Server>> Server::Start(const ServerOptions& options) {
   gethostname(host, sizeof host - 1);
   impl->control = std::make_unique<ControlService>(
       impl->meta.get(), impl->listener->address(),
-      absl::StrCat(host, "/", impl->listener->address()));
+      absl::StrCat(host, "/", impl->listener->address()),
+      RetentionPolicy{options.keep_last, options.gc_grace_ms});
   grpc::ServerBuilder builder;
   int bound_port = 0;
   builder.AddListeningPort(options.listen, grpc::InsecureServerCredentials(),

@@ -31,6 +31,11 @@ struct ServerOptions {
   transport::Transport* transport = nullptr;
   int read_threads = 2;
   uint64_t segment_bytes = 1ull << 30;
+  // Retention: when a step completes, keep only the newest `keep_last`
+  // complete steps of its job (0: keep everything), as `stagger gc` does,
+  // sparing chunks written in the last `gc_grace_ms`.
+  uint32_t keep_last = 0;
+  int64_t gc_grace_ms = 600 * 1000;
 };
 
 class Server {

@@ -282,5 +282,32 @@ TEST(IntegrationTest, TrainingProcessKilledDuringBackgroundSave) {
   ExpectAll(RunRanks(s, "d", 2, 2, "load", "latest"), "ok step=1");
 }
 
+TEST(IntegrationTest, ServerRetentionKeepsTheNewestSteps) {
+  TempDir dir;
+  auto server = ServerProcess::Start(dir.path() + "/data",
+                                     {"--keep-last", "2", "--gc-grace-s", "0"});
+  ASSERT_TRUE(server.ok()) << server.status();
+  const std::string s = (*server)->grpc();
+  for (int step = 1; step <= 4; ++step) {
+    ExpectAll(RunRanks(s, "r", 2, 2, "save", std::to_string(step)),
+              "ok step=" + std::to_string(step));
+  }
+  RunResult ls = RunProcess({Cli(), "--server", s, "ls", "--job", "r", "--json"});
+  EXPECT_EQ(ls.out.find("{\"step\":1,"), std::string::npos) << ls.out;
+  EXPECT_EQ(ls.out.find("{\"step\":2,"), std::string::npos) << ls.out;
+  EXPECT_NE(ls.out.find("{\"step\":3,\"state\":\"complete\""),
+            std::string::npos)
+      << ls.out;
+  EXPECT_NE(ls.out.find("{\"step\":4,\"state\":\"complete\""),
+            std::string::npos)
+      << ls.out;
+  ExpectAll(RunRanks(s, "r", 2, 2, "load", "latest"), "ok step=4");
+  ExpectAll(RunRanks(s, "r", 2, 2, "load", "3"), "ok step=3");
+  RunResult gone = RunProcess(RankArgs(s, "r", 0, 2, "load", "1"));
+  EXPECT_NE(gone.out.find("error NOT_FOUND"), std::string::npos) << gone.out;
+  RunResult verify = RunProcess({Cli(), "--server", s, "verify", "--job", "r"});
+  EXPECT_EQ(verify.exit_code, 0) << verify.out;
+}
+
 }  // namespace
 }  // namespace stagger::testutil

@@ -54,11 +54,12 @@ TempDir::~TempDir() {
 }
 
 Result<std::unique_ptr<ServerProcess>> ServerProcess::Start(
-    const std::string& data_dir) {
+    const std::string& data_dir, const std::vector<std::string>& extra_args) {
   int fds[2];
   if (pipe(fds) != 0) return absl::InternalError("pipe failed");
   std::vector<std::string> argv = {BinDir() + "/stagger-server", "--data",
                                    data_dir, "--listen", "127.0.0.1:0"};
+  argv.insert(argv.end(), extra_args.begin(), extra_args.end());
   std::vector<char*> args = Argv(argv);
   pid_t pid = fork();
   if (pid == 0) {

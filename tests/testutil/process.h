@@ -32,7 +32,8 @@ class ServerProcess {
   // Starts stagger-server --data `data_dir` --listen 127.0.0.1:0 and waits
   // (up to 60 s) for its ready line.
   static Result<std::unique_ptr<ServerProcess>> Start(
-      const std::string& data_dir);
+      const std::string& data_dir,
+      const std::vector<std::string>& extra_args = {});
   ~ServerProcess();
 
   const std::string& grpc() const { return grpc_; }
