@@ -38,19 +38,27 @@ void UngroupW(const char* in, size_t n, char* out) {
 
 void GroupAny(const char* in, size_t n, int w, char* out) {
   switch (w) {
-    case 2: return GroupW<2>(in, n, out);
-    case 4: return GroupW<4>(in, n, out);
-    case 8: return GroupW<8>(in, n, out);
-    default: return Group(in, n, w, out);
+    case 2:
+      return GroupW<2>(in, n, out);
+    case 4:
+      return GroupW<4>(in, n, out);
+    case 8:
+      return GroupW<8>(in, n, out);
+    default:
+      return Group(in, n, w, out);
   }
 }
 
 void UngroupAny(const char* in, size_t n, int w, char* out) {
   switch (w) {
-    case 2: return UngroupW<2>(in, n, out);
-    case 4: return UngroupW<4>(in, n, out);
-    case 8: return UngroupW<8>(in, n, out);
-    default: return Ungroup(in, n, w, out);
+    case 2:
+      return UngroupW<2>(in, n, out);
+    case 4:
+      return UngroupW<4>(in, n, out);
+    case 8:
+      return UngroupW<8>(in, n, out);
+    default:
+      return Ungroup(in, n, w, out);
   }
 }
 
@@ -78,9 +86,9 @@ Status ZstdDecode(std::string_view payload, char* out, size_t raw_length) {
   }
   size_t n = ZSTD_decompress(out, raw_length, payload.data(), payload.size());
   if (ZSTD_isError(n) || n != raw_length) {
-    return absl::DataLossError(absl::StrCat(
-        "zstd decode failed: ",
-        ZSTD_isError(n) ? ZSTD_getErrorName(n) : "short output"));
+    return absl::DataLossError(
+        absl::StrCat("zstd decode failed: ",
+                     ZSTD_isError(n) ? ZSTD_getErrorName(n) : "short output"));
   }
   return absl::OkStatus();
 }
@@ -101,13 +109,13 @@ Result<Codec> Encode(Codec codec, std::string_view raw, std::string* out,
     if (w != 2 && w != 4 && w != 8) {
       return absl::InvalidArgumentError(
           absl::StrCat("byte grouping needs an element size of 2, 4 or 8, "
-                       "got ", w));
+                       "got ",
+                       w));
     }
     size_t n = raw.size() / w;
     std::string grouped(raw.size(), '\0');
     GroupAny(raw.data(), n, w, grouped.data());
-    std::memcpy(grouped.data() + n * w, raw.data() + n * w,
-                raw.size() - n * w);
+    std::memcpy(grouped.data() + n * w, raw.data() + n * w, raw.size() - n * w);
     out->assign(1, static_cast<char>(w));
     STAGGER_RETURN_IF_ERROR(ZstdAppend(grouped, options.zstd_level, out, 1));
     if (out->size() < raw.size()) return Codec::kByteGroupZstd;
@@ -128,16 +136,15 @@ Result<Codec> EncodeDelta(std::string_view raw, std::string_view base,
     return absl::InvalidArgumentError(absl::StrCat(
         "delta of ", raw.size(), " bytes against a base of ", base.size()));
   }
-  std::string x(raw.size(), '\0');
-  for (size_t i = 0; i < raw.size(); ++i) x[i] = raw[i] ^ base[i];
-  size_t n = raw.size() / w;
+  // XOR and group in one pass: no intermediate copy of the chunk.
+  const size_t n = raw.size() / w;
   std::string grouped(raw.size(), '\0');
-  if (w == 1) {
-    grouped.swap(x);
-  } else {
-    GroupAny(x.data(), n, w, grouped.data());
-    std::memcpy(grouped.data() + n * w, x.data() + n * w, raw.size() - n * w);
+  for (size_t i = 0; i < n; ++i) {
+    for (int b = 0; b < w; ++b) {
+      grouped[b * n + i] = raw[i * w + b] ^ base[i * w + b];
+    }
   }
+  for (size_t i = n * w; i < raw.size(); ++i) grouped[i] = raw[i] ^ base[i];
   out->assign(1, static_cast<char>(w));
   out->append(base_id.ToBytes());
   STAGGER_RETURN_IF_ERROR(ZstdAppend(grouped, options.zstd_level, out, 17));
@@ -187,9 +194,8 @@ Status Decode(Codec codec, std::string_view payload, char* out,
   switch (codec) {
     case Codec::kRaw:
       if (payload.size() != raw_length) {
-        return absl::DataLossError(absl::StrCat("raw payload is ",
-                                                payload.size(), " bytes, want ",
-                                                raw_length));
+        return absl::DataLossError(absl::StrCat(
+            "raw payload is ", payload.size(), " bytes, want ", raw_length));
       }
       if (raw_length) std::memcpy(out, payload.data(), raw_length);
       return absl::OkStatus();

@@ -39,8 +39,8 @@ void SaveRank(const DemoArgs& a, const std::string& servers,
     return;
   }
   out->ck = std::move(*ck);
-  out->state = std::make_unique<SyntheticState>(a.mib_per_rank << 20,
-                                                1000 + rank);
+  out->state =
+      std::make_unique<SyntheticState>(a.mib_per_rank << 20, 1000 + rank);
   for (SyntheticTensor& t : out->state->tensors()) {
     out->status = out->ck->Register({t.name, t.dtype, t.shape, t.bytes.data()});
     if (!out->status.ok()) return;
@@ -66,8 +66,7 @@ void LoadRank(const DemoArgs& a, RankResult* out) {
   std::vector<std::vector<char>> fresh;
   for (SyntheticTensor& t : state.tensors()) {
     fresh.emplace_back(t.bytes.size(), '\0');
-    out->status =
-        ck->Register({t.name, t.dtype, t.shape, fresh.back().data()});
+    out->status = ck->Register({t.name, t.dtype, t.shape, fresh.back().data()});
     if (!out->status.ok()) return;
   }
   auto loaded = ck->Load(kLatestStep);
@@ -79,6 +78,78 @@ void LoadRank(const DemoArgs& a, RankResult* out) {
   for (size_t i = 0; i < fresh.size(); ++i) {
     out->load_matches &= fresh[i] == state.tensors()[i].bytes;
   }
+}
+
+// Saves, loads, restores and verifies against `servers`; returns the exit
+// code. Everything it creates is gone when it returns.
+int DemoAgainst(const DemoArgs& a, const std::string& servers,
+                const std::string& dir, const std::string& job) {
+  int rc = 0;
+  auto resolved = ResolveServers(servers);
+  if (!resolved.ok()) return Fail("demo", resolved.status());
+  printf("stagger demo: job %s, %u ranks x %llu MiB, %d steps, servers %s\n",
+         job.c_str(), a.ranks, static_cast<unsigned long long>(a.mib_per_rank),
+         a.steps,
+         dir.empty() ? servers.c_str() : ("embedded (" + dir + ")").c_str());
+  auto start = std::chrono::steady_clock::now();
+  std::vector<RankResult> results(a.ranks);
+  std::vector<std::thread> threads;
+  for (uint32_t r = 0; r < a.ranks; ++r) {
+    threads.emplace_back(SaveRank, std::cref(a), std::cref(servers),
+                         std::cref(job), r, &results[r]);
+  }
+  for (auto& t : threads) t.join();
+  threads.clear();
+  bool saved = true;
+  for (const RankResult& r : results) saved &= r.status.ok();
+  for (uint32_t r = 0; r < a.ranks && saved; ++r) {
+    threads.emplace_back(LoadRank, std::cref(a), &results[r]);
+  }
+  for (auto& t : threads) t.join();
+  double total_s =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+          .count();
+  for (uint32_t r = 0; r < a.ranks; ++r) {
+    if (!results[r].status.ok()) {
+      return Fail("demo",
+                  WithContext(results[r].status, absl::StrCat("rank ", r)));
+    }
+  }
+  printf("\n%-6s %12s %14s %8s %12s\n", "STEP", "RAW_MiB", "SHIPPED_MiB",
+         "RATIO", "DURABLE_S");
+  for (int s = 0; s < a.steps; ++s) {
+    uint64_t raw = 0, shipped = 0;
+    double durable = 0;
+    for (const RankResult& r : results) {
+      raw += r.saves[s].bytes_raw;
+      shipped += r.saves[s].bytes_shipped;
+      durable = std::max(durable, r.saves[s].durable_s);
+    }
+    printf("%-6d %12.1f %14.1f %8.2f %12.3f\n", s + 1, raw / 1048576.0,
+           shipped / 1048576.0, shipped ? double(raw) / shipped : 0.0, durable);
+  }
+  bool all_match = true;
+  for (const RankResult& r : results) all_match &= r.load_matches;
+  printf("\nload of step %d on %u ranks: %s\n", a.steps, a.ranks,
+         all_match ? "bit-exact" : "MISMATCH");
+  printf("save+load wall time: %.2f s\n\n", total_s);
+  if (!all_match) rc = 1;
+
+  std::string grpc = resolved->addresses;
+  std::string first = grpc.substr(0, grpc.find(','));
+  char out_tmpl[] = "/tmp/stagger-demo-restore-XXXXXX";
+  if (mkdtemp(out_tmpl) == nullptr) {
+    return Fail("demo",
+                absl::UnavailableError(absl::StrCat(
+                    "cannot create a temporary directory: ", strerror(errno))));
+  }
+  std::string out_dir = out_tmpl;
+  RestoreArgs ra{first, job, "latest", out_dir};
+  if (RunRestore(ra) != 0) rc = 1;
+  VerifyArgs va{first, job, "latest"};
+  if (RunVerify(va) != 0) rc = 1;
+  std::filesystem::remove_all(out_dir);
+  return rc;
 }
 
 }  // namespace
@@ -97,79 +168,11 @@ int RunDemo(const DemoArgs& a) {
     servers = "embedded:" + dir + "/data";
   }
   std::string job =
-      absl::StrCat(a.job, "-", std::chrono::duration_cast<std::chrono::seconds>(
-                                   std::chrono::system_clock::now()
-                                       .time_since_epoch())
-                                   .count());
-  int rc = 0;
-  {
-    auto resolved = ResolveServers(servers);
-    if (!resolved.ok()) return Fail("demo", resolved.status());
-    printf("stagger demo: job %s, %u ranks x %llu MiB, %d steps, servers %s\n",
-           job.c_str(), a.ranks,
-           static_cast<unsigned long long>(a.mib_per_rank), a.steps,
-           dir.empty() ? servers.c_str()
-                       : ("embedded (" + dir + ")").c_str());
-    auto start = std::chrono::steady_clock::now();
-    std::vector<RankResult> results(a.ranks);
-    std::vector<std::thread> threads;
-    for (uint32_t r = 0; r < a.ranks; ++r) {
-      threads.emplace_back(SaveRank, std::cref(a), std::cref(servers),
-                           std::cref(job), r, &results[r]);
-    }
-    for (auto& t : threads) t.join();
-    threads.clear();
-    bool saved = true;
-    for (const RankResult& r : results) saved &= r.status.ok();
-    for (uint32_t r = 0; r < a.ranks && saved; ++r) {
-      threads.emplace_back(LoadRank, std::cref(a), &results[r]);
-    }
-    for (auto& t : threads) t.join();
-    double total_s = std::chrono::duration<double>(
-                         std::chrono::steady_clock::now() - start)
-                         .count();
-    for (uint32_t r = 0; r < a.ranks; ++r) {
-      if (!results[r].status.ok()) {
-        return Fail("demo", WithContext(results[r].status,
-                                        absl::StrCat("rank ", r)));
-      }
-    }
-    printf("\n%-6s %12s %14s %8s %12s\n", "STEP", "RAW_MiB", "SHIPPED_MiB",
-           "RATIO", "DURABLE_S");
-    for (int s = 0; s < a.steps; ++s) {
-      uint64_t raw = 0, shipped = 0;
-      double durable = 0;
-      for (const RankResult& r : results) {
-        raw += r.saves[s].bytes_raw;
-        shipped += r.saves[s].bytes_shipped;
-        durable = std::max(durable, r.saves[s].durable_s);
-      }
-      printf("%-6d %12.1f %14.1f %8.2f %12.3f\n", s + 1, raw / 1048576.0,
-             shipped / 1048576.0, shipped ? double(raw) / shipped : 0.0,
-             durable);
-    }
-    bool all_match = true;
-    for (const RankResult& r : results) all_match &= r.load_matches;
-    printf("\nload of step %d on %u ranks: %s\n", a.steps, a.ranks,
-           all_match ? "bit-exact" : "MISMATCH");
-    printf("save+load wall time: %.2f s\n\n", total_s);
-    if (!all_match) rc = 1;
-
-    std::string grpc = resolved->addresses;
-    std::string first = grpc.substr(0, grpc.find(','));
-    char out_tmpl[] = "/tmp/stagger-demo-restore-XXXXXX";
-    if (mkdtemp(out_tmpl) == nullptr) {
-      return Fail("demo", absl::UnavailableError(absl::StrCat(
-                              "cannot create a temporary directory: ",
-                              strerror(errno))));
-    }
-    std::string out_dir = out_tmpl;
-    RestoreArgs ra{first, job, "latest", out_dir};
-    if (RunRestore(ra) != 0) rc = 1;
-    VerifyArgs va{first, job, "latest"};
-    if (RunVerify(va) != 0) rc = 1;
-    std::filesystem::remove_all(out_dir);
-  }
+      absl::StrCat(a.job, "-",
+                   std::chrono::duration_cast<std::chrono::seconds>(
+                       std::chrono::system_clock::now().time_since_epoch())
+                       .count());
+  int rc = DemoAgainst(a, servers, dir, job);
   if (!dir.empty()) std::filesystem::remove_all(dir);
   printf("stagger demo: %s\n", rc == 0 ? "OK" : "FAILED");
   return rc;

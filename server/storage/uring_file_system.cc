@@ -145,9 +145,9 @@ class UringFile final : public storage_internal::FdFile {
   Status Run(Ring* ring, bool write, std::vector<Op>& ops,
              const IOOptions& io) {
     const char* what = write ? "write" : "read";
-    std::deque<size_t> todo;
+    std::deque<size_t> waiting;
     for (size_t i = 0; i < ops.size(); ++i) {
-      if (ops[i].len > 0) todo.push_back(i);
+      if (ops[i].len > 0) waiting.push_back(i);
     }
     const unsigned depth = fs_->queue_depth();
     const uint16_t prio = io.priority == IOPriority::kLow
@@ -156,11 +156,11 @@ class UringFile final : public storage_internal::FdFile {
     unsigned inflight = 0;
     Status first_error;
     while (true) {
-      while (first_error.ok() && !todo.empty() && inflight < depth) {
+      while (first_error.ok() && !waiting.empty() && inflight < depth) {
         io_uring_sqe* sqe = io_uring_get_sqe(&ring->ring);
         if (sqe == nullptr) break;
-        size_t i = todo.front();
-        todo.pop_front();
+        size_t i = waiting.front();
+        waiting.pop_front();
         Op& op = ops[i];
         char* p = op.data + op.done;
         size_t n = op.len - op.done;
@@ -185,7 +185,7 @@ class UringFile final : public storage_internal::FdFile {
         ++inflight;
       }
       if (inflight == 0) {
-        if (first_error.ok() && !todo.empty()) {
+        if (first_error.ok() && !waiting.empty()) {
           // No entry free with nothing in flight: a previous call left the
           // ring in an unknown state.
           ring->broken = true;
@@ -209,7 +209,7 @@ class UringFile final : public storage_internal::FdFile {
         --inflight;
         Op& op = ops[i];
         if (res == -EINTR || res == -EAGAIN) {
-          todo.push_back(i);
+          waiting.push_back(i);
         } else if (res < 0) {
           if (first_error.ok()) first_error = IoError(what, path(), -res);
         } else if (res == 0) {
@@ -219,7 +219,7 @@ class UringFile final : public storage_internal::FdFile {
           }
         } else {
           op.done += static_cast<size_t>(res);
-          if (op.done < op.len) todo.push_back(i);
+          if (op.done < op.len) waiting.push_back(i);
         }
       }
     }
