@@ -1,9 +1,9 @@
 #include "client/checkpointer_impl.h"
 
 #include <algorithm>
-#include <cstdio>
-#include <chrono>
 #include <array>
+#include <chrono>
+#include <cstdio>
 #include <list>
 #include <map>
 #include <optional>
@@ -13,14 +13,14 @@
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
 #include "client/chunk_io.h"
+#include "client/control.h"
 #include "client/cuda/cuda_copy.h"
 #include "client/cuda/cuda_snapshot.h"
 #include "client/host_snapshot.h"
 #include "client/internal/save_state.h"
 #include "client/save_job.h"
-#include "client/staging_pool.h"
-#include "client/control.h"
 #include "client/server_set.h"
+#include "client/staging_pool.h"
 #include "format/names.h"
 #include "transport/ucx_transport.h"
 
@@ -37,8 +37,7 @@ namespace client {
 namespace {
 
 double Seconds(std::chrono::steady_clock::time_point since) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() -
-                                       since)
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - since)
       .count();
 }
 
@@ -102,9 +101,9 @@ class CheckpointerImpl : public Checkpointer {
     if (t.device == Device::kCuda) {
       auto src = CudaSource(t.device_index);
       if (!src.ok()) {
-        return WithContext(src.status(),
-                           absl::StrCat("tensor '", t.name, "' on cuda:",
-                                        t.device_index));
+        return WithContext(
+            src.status(),
+            absl::StrCat("tensor '", t.name, "' on cuda:", t.device_index));
       }
     }
     if (tensors_.count(t.name)) {
@@ -127,10 +126,10 @@ class CheckpointerImpl : public Checkpointer {
       absl::MutexLock lock(&save_mu_);
       if (outstanding_ >= options_.max_outstanding_saves) {
         if (options_.fail_when_busy) {
-          return absl::ResourceExhaustedError(absl::StrCat(
-              "save of step ", step, ": ", outstanding_,
-              " save(s) already in flight (max_outstanding_saves=",
-              options_.max_outstanding_saves, ")"));
+          return absl::ResourceExhaustedError(
+              absl::StrCat("save of step ", step, ": ", outstanding_,
+                           " save(s) already in flight (max_outstanding_saves=",
+                           options_.max_outstanding_saves, ")"));
         }
         save_mu_.Await(absl::Condition(this, &CheckpointerImpl::HasRoom));
       }
@@ -139,9 +138,8 @@ class CheckpointerImpl : public Checkpointer {
     // Deltas need the previous version of every chunk kept in memory.
     uint64_t state_bytes = 0;
     for (const auto& [name, reg] : tensors_) state_bytes += reg.bytes;
-    uint64_t budget = options_.delta_memory_bytes
-                          ? options_.delta_memory_bytes
-                          : StagingPool::DefaultBytes();
+    uint64_t budget = options_.delta_memory_bytes ? options_.delta_memory_bytes
+                                                  : StagingPool::DefaultBytes();
     const bool keep_bytes = options_.delta_chain_max > 0 &&
                             options_.codec != "raw" &&
                             2 * state_bytes <= budget;
@@ -185,8 +183,13 @@ class CheckpointerImpl : public Checkpointer {
       }
       for (uint64_t off = 0; off < reg.bytes; off += options_.chunk_size, ++i) {
         size_t len = std::min<uint64_t>(options_.chunk_size, reg.bytes - off);
-        SaveChunk c{base + off, len, SourceFor(reg.spec), e->mutable_chunks(i),
-                    element_size, std::nullopt, nullptr};
+        SaveChunk c{base + off,
+                    len,
+                    SourceFor(reg.spec),
+                    e->mutable_chunks(i),
+                    element_size,
+                    std::nullopt,
+                    nullptr};
         c.fingerprint_in_place = reg.spec.device == Device::kCuda;
         if (i < prev.ids.size()) {
           c.previous = prev.ids[i];
@@ -294,17 +297,17 @@ class CheckpointerImpl : public Checkpointer {
     for (const auto& [name, reg] : tensors_) {
       auto it = saved.find(name);
       if (it == saved.end()) {
-        return absl::NotFoundError(absl::StrCat(
-            "tensor '", name, "' is not in step ", shard.step(), " of job '",
-            options_.job, "' rank ", options_.rank));
+        return absl::NotFoundError(
+            absl::StrCat("tensor '", name, "' is not in step ", shard.step(),
+                         " of job '", options_.job, "' rank ", options_.rank));
       }
       const pb::TensorEntry& e = *it->second;
       std::vector<int64_t> shape(e.shape().begin(), e.shape().end());
       if (e.dtype() != reg.spec.dtype || shape != reg.spec.shape) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "tensor '", name, "' was saved as ", e.dtype(), ShapeStr(shape),
-            " but is registered as ", reg.spec.dtype,
-            ShapeStr(reg.spec.shape)));
+        return absl::InvalidArgumentError(
+            absl::StrCat("tensor '", name, "' was saved as ", e.dtype(),
+                         ShapeStr(shape), " but is registered as ",
+                         reg.spec.dtype, ShapeStr(reg.spec.shape)));
       }
       char* base = static_cast<char*>(reg.spec.data);
       if (reg.spec.device == Device::kCuda) {
@@ -324,8 +327,7 @@ class CheckpointerImpl : public Checkpointer {
     STAGGER_RETURN_IF_ERROR(WithContext(io_.Fetch(items, nullptr), what));
     for (const auto& [spec, host] : device_copies) {
       STAGGER_RETURN_IF_ERROR(WithContext(
-          CudaCopyToDevice(spec->device_index, spec->data, host,
-                           SizeOf(*spec)),
+          CudaCopyToDevice(spec->device_index, spec->data, host, SizeOf(*spec)),
           absl::StrCat(what, " tensor '", spec->name, "'")));
     }
     return shard.step();
@@ -354,7 +356,9 @@ class CheckpointerImpl : public Checkpointer {
     uint64_t bytes;
   };
 
-  uint64_t SizeOf(const TensorSpec& t) const { return tensors_.at(t.name).bytes; }
+  uint64_t SizeOf(const TensorSpec& t) const {
+    return tensors_.at(t.name).bytes;
+  }
 
   // Element width of floating-point dtypes (byte grouping pays), else 0.
   static int FloatElementSize(const std::string& dtype) {
@@ -403,7 +407,8 @@ class CheckpointerImpl : public Checkpointer {
   }
 
   SnapshotSource* SourceFor(const TensorSpec& t) {
-    if (t.device == Device::kCuda) return cuda_sources_.at(t.device_index).get();
+    if (t.device == Device::kCuda)
+      return cuda_sources_.at(t.device_index).get();
     return host_source_.get();
   }
 
@@ -434,8 +439,10 @@ class CheckpointerImpl : public Checkpointer {
     Status s = cuda_sources_.begin()->second->RegisterStaging(pool_->base(),
                                                               pool_->size());
     if (!s.ok()) {
-      fprintf(stderr, "stagger: staging memory not pinned (%s); CUDA "
-              "snapshots will be slower\n", std::string(s.message()).c_str());
+      fprintf(stderr,
+              "stagger: staging memory not pinned (%s); CUDA "
+              "snapshots will be slower\n",
+              std::string(s.message()).c_str());
       return;
     }
     pool_pinned_ = true;
@@ -472,14 +479,14 @@ Status ValidateOptions(const CheckpointerOptions& o) {
     return absl::InvalidArgumentError("world_size must be at least 1");
   }
   if (o.rank >= o.world_size) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "rank ", o.rank, " must be < world_size ", o.world_size));
+    return absl::InvalidArgumentError(
+        absl::StrCat("rank ", o.rank, " must be < world_size ", o.world_size));
   }
   if (o.chunk_size < 4096 || o.chunk_size > (64ull << 20) ||
       o.chunk_size % 4096 != 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "chunk_size ", o.chunk_size,
-        " must be a multiple of 4096 in [4096, 64 MiB]"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("chunk_size ", o.chunk_size,
+                     " must be a multiple of 4096 in [4096, 64 MiB]"));
   }
   if (o.codec != "auto" && o.codec != "zstd" && o.codec != "raw" &&
       o.codec != "bytegroup+zstd") {
@@ -495,9 +502,9 @@ Status ValidateOptions(const CheckpointerOptions& o) {
         "max_inflight_chunks must be in [1, 1024]");
   }
   if (o.max_outstanding_saves < 1 || o.max_outstanding_saves > 16) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "max_outstanding_saves ", o.max_outstanding_saves,
-        " out of range [1, 16]"));
+    return absl::InvalidArgumentError(absl::StrCat("max_outstanding_saves ",
+                                                   o.max_outstanding_saves,
+                                                   " out of range [1, 16]"));
   }
   if (o.delta_chain_max < 0 || o.delta_chain_max > 32) {
     return absl::InvalidArgumentError(absl::StrCat(

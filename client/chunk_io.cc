@@ -51,8 +51,8 @@ void ChunkIo::PutAsync(const char* data, size_t len, const format::ChunkId& id,
     format::EncodeOptions eo = encode_;
     // Plain "zstd" keeps its bytes ungrouped in deltas too.
     eo.element_size = (element_size > 0 && codec_ != "zstd") ? element_size : 1;
-    auto codec = format::EncodeDelta(std::string_view(data, len),
-                                     *delta->bytes, delta->id, owned.get(), eo);
+    auto codec = format::EncodeDelta(std::string_view(data, len), *delta->bytes,
+                                     delta->id, owned.get(), eo);
     if (codec.ok() && *codec == format::Codec::kXorByteGroupZstd) {
       p.owned = std::move(owned);
       req.record.codec = *codec;
@@ -69,8 +69,8 @@ void ChunkIo::PutAsync(const char* data, size_t len, const format::ChunkId& id,
     p.owned = std::make_shared<std::string>();
     format::EncodeOptions eo = encode_;
     eo.element_size = element_size;
-    auto codec = format::Encode(want, std::string_view(data, len),
-                                p.owned.get(), eo);
+    auto codec =
+        format::Encode(want, std::string_view(data, len), p.owned.get(), eo);
     if (!codec.ok()) {
       encoded(false);
       done(codec.status());
@@ -81,7 +81,8 @@ void ChunkIo::PutAsync(const char* data, size_t len, const format::ChunkId& id,
   }
   encoded(p.owned == nullptr);
   req.record.encoded_length = p.payload.size();
-  req.record.payload_crc32c = format::Crc32c(p.payload.data(), p.payload.size());
+  req.record.payload_crc32c =
+      format::Crc32c(p.payload.data(), p.payload.size());
   ref->set_id(req.record.chunk_id.ToBytes());
   ref->set_raw_length(len);
   ref->set_codec(static_cast<uint32_t>(req.record.codec));
@@ -111,17 +112,17 @@ void ChunkIo::Enqueue(PendingSend p) {
 }
 
 void ChunkIo::Send(std::shared_ptr<PendingSend> p) {
-  p->server->data->Call(
-      static_cast<uint16_t>(DataOp::kPutChunk), p->header, p->payload,
-      [this, p](Result<transport::Message> reply) {
-        Status s = reply.status();
-        if (s.ok()) {
-          auto r = format::DecodeReply(reply->header);
-          s = r.ok() ? r->status : r.status();
-        }
-        p->done(WithContext(s, p->what));
-        OnSendDone();
-      });
+  p->server->data->Call(static_cast<uint16_t>(DataOp::kPutChunk), p->header,
+                        p->payload,
+                        [this, p](Result<transport::Message> reply) {
+                          Status s = reply.status();
+                          if (s.ok()) {
+                            auto r = format::DecodeReply(reply->header);
+                            s = r.ok() ? r->status : r.status();
+                          }
+                          p->done(WithContext(s, p->what));
+                          OnSendDone();
+                        });
 }
 
 void ChunkIo::OnSendDone() {
@@ -142,7 +143,8 @@ Status ChunkIo::Fetch(
     const std::vector<FetchItem>& items,
     const std::function<void(size_t, const Status&)>& on_result) {
   for (const FetchItem& item : items) {
-    STAGGER_RETURN_IF_ERROR(format::ChunkId::FromBytes(item.ref->id()).status());
+    STAGGER_RETURN_IF_ERROR(
+        format::ChunkId::FromBytes(item.ref->id()).status());
   }
   Window window(max_inflight_, /*stop_on_error=*/!on_result);
   for (size_t i = 0; i < items.size(); ++i) {
@@ -203,9 +205,9 @@ Status ChunkIo::DecodeReply(const format::ChunkId& id, size_t raw_length,
     STAGGER_ASSIGN_OR_RETURN(format::ChunkId base_id,
                              format::DeltaBase(msg.payload.view()));
     std::string base(raw_length, '\0');
-    STAGGER_RETURN_IF_ERROR(WithContext(
-        FetchSync(base_id, raw_length, base.data(), depth_left - 1),
-        absl::StrCat("delta base ", base_id.ToHex())));
+    STAGGER_RETURN_IF_ERROR(
+        WithContext(FetchSync(base_id, raw_length, base.data(), depth_left - 1),
+                    absl::StrCat("delta base ", base_id.ToHex())));
     STAGGER_RETURN_IF_ERROR(
         format::DecodeDelta(msg.payload.view(), base, out, raw_length));
   } else {
@@ -225,9 +227,9 @@ Status ChunkIo::FetchSync(const format::ChunkId& id, size_t raw_length,
                                      format::EncodeGetChunk({job_, id}),
                                      std::string_view());
   STAGGER_RETURN_IF_ERROR(reply.status());
-  return WithContext(DecodeReply(id, raw_length, *reply, out, depth_left),
-                     absl::StrCat("chunk ", id.ToHex(), " from server ",
-                                  server.address));
+  return WithContext(
+      DecodeReply(id, raw_length, *reply, out, depth_left),
+      absl::StrCat("chunk ", id.ToHex(), " from server ", server.address));
 }
 
 }  // namespace stagger::client

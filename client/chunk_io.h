@@ -51,8 +51,7 @@ class ChunkIo {
   // `codec` is "auto", "zstd", "bytegroup+zstd" or "raw" (validated by
   // the caller).
   ChunkIo(ServerSet* servers, qos::Executor* executor, std::string job,
-          std::string codec, format::EncodeOptions encode,
-          size_t max_inflight);
+          std::string codec, format::EncodeOptions encode, size_t max_inflight);
 
   // Fingerprints and encodes `len` bytes at `data` on the calling thread,
   // fills `ref`, and queues the chunk for its server; at most max_inflight
@@ -68,8 +67,7 @@ class ChunkIo {
   // is smaller (ref->base_id is then set).
   void PutAsync(const char* data, size_t len, const format::ChunkId& id,
                 int element_size, const DeltaBase* delta, pb::ChunkRef* ref,
-                PutStats* stats,
-                const std::function<void(bool)>& encoded,
+                PutStats* stats, const std::function<void(bool)>& encoded,
                 std::function<void(const Status&)> done);
 
   // Fetches, verifies and decodes every item. `on_result` (optional) is

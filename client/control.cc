@@ -11,9 +11,9 @@ namespace stagger::client {
 namespace {
 
 void SetDeadline(grpc::ClientContext* ctx, double timeout_s) {
-  ctx->set_deadline(std::chrono::system_clock::now() +
-                    std::chrono::milliseconds(
-                        static_cast<int64_t>(timeout_s * 1000)));
+  ctx->set_deadline(
+      std::chrono::system_clock::now() +
+      std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000)));
 }
 
 }  // namespace

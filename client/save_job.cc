@@ -33,7 +33,8 @@ SaveJob::SaveJob(SaveJobDeps deps, pb::ShardManifest manifest,
 void SaveJob::FingerprintInPlace(std::vector<bool>* unchanged) {
   std::map<SnapshotSource*, std::vector<size_t>> by_source;
   for (size_t i = 0; i < chunks_.size(); ++i) {
-    if (chunks_[i].fingerprint_in_place) by_source[chunks_[i].source].push_back(i);
+    if (chunks_[i].fingerprint_in_place)
+      by_source[chunks_[i].source].push_back(i);
   }
   for (auto& [source, idx] : by_source) {
     std::vector<std::pair<const char*, size_t>> spans;
@@ -129,11 +130,14 @@ void SaveJob::Run() {
   stats.chunks = put_stats_.chunks;
   stats.chunks_unchanged = put_stats_.chunks_unchanged;
   stats.bytes_snapshotted = snapshotted;
-  stats.chunks_delta = put_stats_.codec_chunks[static_cast<int>(
-      format::Codec::kXorByteGroupZstd)];
+  stats.chunks_delta =
+      put_stats_
+          .codec_chunks[static_cast<int>(format::Codec::kXorByteGroupZstd)];
   for (int c = 0; c < 4; ++c) {
     uint64_t n = put_stats_.codec_chunks[c];
-    if (n) stats.codec_chunks[std::string(format::CodecName(static_cast<format::Codec>(c)))] = n;
+    if (n)
+      stats.codec_chunks[std::string(
+          format::CodecName(static_cast<format::Codec>(c)))] = n;
   }
   {
     absl::MutexLock lock(&mu_);
@@ -152,11 +156,10 @@ void SaveJob::Run() {
   }
   stats.durable_s = Since(start_);
   status_ = s;
-  state_->Finish(
-      WithContext(s, absl::StrCat("save of job '", manifest_.job(), "' step ",
-                                  manifest_.step(), " rank ",
-                                  manifest_.rank())),
-      stats);
+  state_->Finish(WithContext(s, absl::StrCat("save of job '", manifest_.job(),
+                                             "' step ", manifest_.step(),
+                                             " rank ", manifest_.rank())),
+                 stats);
 }
 
 Status SaveJob::WaitSnapshot() {
@@ -232,7 +235,8 @@ void SaveJob::Ship(size_t i, char* slab) {
       return;
     }
     if (self->keep_bytes_) {
-      self->outcomes_[i].bytes = std::make_shared<const std::string>(slab, c.len);
+      self->outcomes_[i].bytes =
+          std::make_shared<const std::string>(slab, c.len);
     }
     std::optional<DeltaBase> delta;
     if (c.previous && c.previous_bytes && c.previous_bytes->size() == c.len) {

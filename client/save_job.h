@@ -37,7 +37,7 @@
 namespace stagger::client {
 
 struct SaveChunk {
-  const char* src;         // tensor memory (host or device)
+  const char* src;  // tensor memory (host or device)
   size_t len;
   SnapshotSource* source;  // how to copy it
   pb::ChunkRef* ref;       // in the job's manifest

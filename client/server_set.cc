@@ -38,8 +38,8 @@ Result<std::shared_ptr<ServerSet>> ServerSet::Connect(
     conn->stub = pb::Stagger::NewStub(channel);
     grpc::ClientContext ctx;
     ctx.set_deadline(std::chrono::system_clock::now() +
-                     std::chrono::milliseconds(
-                         static_cast<int64_t>(std::min(timeout_s, 30.0) * 1000)));
+                     std::chrono::milliseconds(static_cast<int64_t>(
+                         std::min(timeout_s, 30.0) * 1000)));
     pb::HelloRequest req;
     req.set_client("stagger client");
     pb::HelloReply reply;

@@ -14,7 +14,8 @@ namespace stagger::client {
 uint64_t StagingPool::DefaultBytes() {
   uint64_t phys = static_cast<uint64_t>(sysconf(_SC_PHYS_PAGES)) *
                   static_cast<uint64_t>(sysconf(_SC_PAGE_SIZE));
-  return std::min<uint64_t>(1ull << 30, std::max<uint64_t>(phys / 16, 64 << 20));
+  return std::min<uint64_t>(1ull << 30,
+                            std::max<uint64_t>(phys / 16, 64 << 20));
 }
 
 Result<std::unique_ptr<StagingPool>> StagingPool::Create(uint64_t total_bytes,
@@ -40,7 +41,8 @@ Result<std::unique_ptr<StagingPool>> StagingPool::Create(uint64_t total_bytes,
 StagingPool::StagingPool(char* base, uint64_t slabs, uint64_t slab_bytes)
     : base_(base), slabs_(slabs), slab_bytes_(slab_bytes) {
   free_.reserve(slabs);
-  for (uint64_t i = slabs; i > 0; --i) free_.push_back(base + (i - 1) * slab_bytes);
+  for (uint64_t i = slabs; i > 0; --i)
+    free_.push_back(base + (i - 1) * slab_bytes);
 }
 
 StagingPool::~StagingPool() { munmap(base_, slabs_ * slab_bytes_); }

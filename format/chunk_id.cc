@@ -23,8 +23,8 @@ ChunkId ChunkId::Of(const void* data, size_t len) {
 
 Result<ChunkId> ChunkId::FromHex(std::string_view hex) {
   if (hex.size() != 32) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("chunk id must be 32 hex digits, got '", AsAbsl(hex), "'"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "chunk id must be 32 hex digits, got '", AsAbsl(hex), "'"));
   }
   uint64_t v[2] = {0, 0};
   for (size_t i = 0; i < 32; ++i) {

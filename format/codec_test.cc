@@ -47,8 +47,8 @@ std::string Floats(size_t n, uint32_t seed) {
 TEST(CodecTest, ByteGroupingRoundTripsEveryWidthAndTail) {
   std::string base = Floats(50000, 9);
   for (int w : {2, 4, 8}) {
-    for (size_t len : {base.size(), base.size() - 1, base.size() - 3, 8ul,
-                       7ul}) {
+    for (size_t len :
+         {base.size(), base.size() - 1, base.size() - 3, 8ul, 7ul}) {
       std::string raw = base.substr(0, len);
       std::string enc;
       EncodeOptions o;
@@ -120,13 +120,12 @@ TEST(CodecTest, XorDeltaRoundTripsAndBeatsFullEncoding) {
   std::string out(next.size(), '\0');
   EXPECT_EQ(DecodeDelta(delta, base.substr(1), out.data(), out.size()).code(),
             absl::StatusCode::kDataLoss);
-  EXPECT_EQ(DecodeDelta(delta.substr(0, 10), base, out.data(), out.size())
-                .code(),
-            absl::StatusCode::kDataLoss);
-  EXPECT_EQ(EncodeDelta(next, base.substr(4), base_id, &delta, o4)
-                .status()
-                .code(),
-            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(
+      DecodeDelta(delta.substr(0, 10), base, out.data(), out.size()).code(),
+      absl::StatusCode::kDataLoss);
+  EXPECT_EQ(
+      EncodeDelta(next, base.substr(4), base_id, &delta, o4).status().code(),
+      absl::StatusCode::kInvalidArgument);
 }
 
 TEST(CodecTest, DecodeRejectsWrongLengthsAndGarbage) {

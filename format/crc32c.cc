@@ -18,7 +18,8 @@ struct Tables {
       t[0][i] = c;
     }
     for (uint32_t i = 0; i < 256; ++i) {
-      for (int s = 1; s < 8; ++s) t[s][i] = (t[s - 1][i] >> 8) ^ t[0][t[s - 1][i] & 0xff];
+      for (int s = 1; s < 8; ++s)
+        t[s][i] = (t[s - 1][i] >> 8) ^ t[0][t[s - 1][i] & 0xff];
     }
   }
 };
@@ -134,8 +135,8 @@ __attribute__((target("sse4.2"))) void ThreeStreams(uint64_t* crc,
 // The crc32 instruction has a latency of three cycles and a throughput of
 // one per cycle: three independent streams keep it busy.
 __attribute__((target("sse4.2"))) uint32_t ExtendHw(uint32_t crc,
-                                                     const uint8_t* p,
-                                                     size_t n) {
+                                                    const uint8_t* p,
+                                                    size_t n) {
   static const ZerosTable long_shift(kLong);
   static const ZerosTable short_shift(kShort);
   uint64_t c0 = crc;

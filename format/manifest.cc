@@ -42,9 +42,8 @@ Status ValidateTensor(const pb::TensorEntry& t) {
     if (covered > t.byte_size()) break;
   }
   if (covered != t.byte_size()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("chunks cover ", covered, " bytes, tensor has ",
-                     t.byte_size()));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "chunks cover ", covered, " bytes, tensor has ", t.byte_size()));
   }
   return absl::OkStatus();
 }

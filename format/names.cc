@@ -16,9 +16,9 @@ Status ValidateName(std::string_view what, std::string_view name) {
   }
   if (!ok) {
     std::string shown(name.substr(0, 160));
-    return absl::InvalidArgumentError(absl::StrCat(
-        "invalid ", AsAbsl(what), " name '", shown,
-        "': must match [A-Za-z0-9._-]{1,128} and not be . or .."));
+    return absl::InvalidArgumentError(
+        absl::StrCat("invalid ", AsAbsl(what), " name '", shown,
+                     "': must match [A-Za-z0-9._-]{1,128} and not be . or .."));
   }
   return absl::OkStatus();
 }
@@ -37,9 +37,9 @@ Result<uint64_t> TensorBytes(std::string_view dtype,
                              const std::vector<int64_t>& shape) {
   STAGGER_ASSIGN_OR_RETURN(size_t esize, DtypeSize(dtype));
   if (shape.size() > kMaxRank) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("shape has ", shape.size(), " dimensions, at most ",
-                     kMaxRank, " allowed"));
+    return absl::InvalidArgumentError(absl::StrCat("shape has ", shape.size(),
+                                                   " dimensions, at most ",
+                                                   kMaxRank, " allowed"));
   }
   uint64_t n = esize;
   for (int64_t d : shape) {

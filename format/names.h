@@ -12,8 +12,8 @@
 namespace stagger::format {
 
 inline constexpr size_t kMaxNameLength = 128;
-inline constexpr size_t kMaxRank = 16;                    // dimensions
-inline constexpr uint64_t kMaxTensorBytes = 1ull << 40;   // 1 TiB
+inline constexpr size_t kMaxRank = 16;                   // dimensions
+inline constexpr uint64_t kMaxTensorBytes = 1ull << 40;  // 1 TiB
 
 // OK when `name` matches [A-Za-z0-9._-]{1,128} and is not "." or ".."
 // (names become directory names on servers); INVALID_ARGUMENT naming the

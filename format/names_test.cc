@@ -10,10 +10,10 @@ namespace {
 TEST(NamesTest, ValidateName) {
   EXPECT_TRUE(ValidateName("job", "llama-7b_run.3").ok());
   EXPECT_TRUE(ValidateName("job", std::string(128, 'a')).ok());
-  for (std::string bad : {std::string(), std::string(129, 'a'),
-                          std::string("a/b"), std::string("a b"),
-                          std::string("..\n"), std::string("x\0y", 3),
-                          std::string("."), std::string("..")}) {
+  for (std::string bad :
+       {std::string(), std::string(129, 'a'), std::string("a/b"),
+        std::string("a b"), std::string("..\n"), std::string("x\0y", 3),
+        std::string("."), std::string("..")}) {
     Status s = ValidateName("job", bad);
     EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << bad;
     EXPECT_NE(s.message().find("invalid job name"), std::string::npos);
@@ -68,7 +68,8 @@ TEST(ManifestTest, RejectsEachBadField) {
   auto expect_bad = [](pb::ShardManifest m, std::string_view needle) {
     Status s = ValidateShardManifest(m);
     EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << needle;
-    EXPECT_NE(s.message().find(AsAbsl(needle)), std::string::npos) << s.message();
+    EXPECT_NE(s.message().find(AsAbsl(needle)), std::string::npos)
+        << s.message();
   };
   pb::ShardManifest m = GoodManifest();
   m.set_rank(2);

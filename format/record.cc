@@ -26,7 +26,8 @@ constexpr size_t kReservedLen = 16;
 constexpr size_t kOffHeaderCrc = 60;
 
 Status Corrupt(std::string_view what) {
-  return absl::DataLossError(absl::StrCat("corrupt chunk record: ", AsAbsl(what)));
+  return absl::DataLossError(
+      absl::StrCat("corrupt chunk record: ", AsAbsl(what)));
 }
 
 }  // namespace
@@ -67,7 +68,8 @@ Result<RecordHeader> DecodeRecordHeader(std::string_view b) {
                                 kRecordHeaderSize, " bytes)"));
   }
   const char* p = b.data();
-  if (GetLE<uint32_t>(p + kOffMagic) != kRecordMagic) return Corrupt("bad magic");
+  if (GetLE<uint32_t>(p + kOffMagic) != kRecordMagic)
+    return Corrupt("bad magic");
   if (Crc32c(p, kOffHeaderCrc) != GetLE<uint32_t>(p + kOffHeaderCrc)) {
     return Corrupt("header checksum mismatch");
   }
@@ -76,7 +78,8 @@ Result<RecordHeader> DecodeRecordHeader(std::string_view b) {
     return Corrupt(absl::StrCat("unsupported format version ", version));
   }
   uint8_t codec = static_cast<uint8_t>(p[kOffCodec]);
-  if (!IsKnownCodec(codec)) return Corrupt(absl::StrCat("unknown codec ", codec));
+  if (!IsKnownCodec(codec))
+    return Corrupt(absl::StrCat("unknown codec ", codec));
   if (p[kOffFlags] != 0) return Corrupt("nonzero flags");
   for (size_t i = 0; i < kReservedLen; ++i) {
     if (p[kOffReserved + i] != 0) return Corrupt("nonzero reserved bytes");
@@ -88,7 +91,8 @@ Result<RecordHeader> DecodeRecordHeader(std::string_view b) {
   h.encoded_length = GetLE<uint64_t>(p + kOffEncodedLength);
   h.payload_crc32c = GetLE<uint32_t>(p + kOffPayloadCrc);
   if (h.raw_length > kMaxChunkRawBytes) {
-    return Corrupt(absl::StrCat("raw length ", h.raw_length, " over the limit"));
+    return Corrupt(
+        absl::StrCat("raw length ", h.raw_length, " over the limit"));
   }
   if (h.encoded_length > kMaxChunkEncodedBytes) {
     return Corrupt(
@@ -131,12 +135,12 @@ Result<RecordHeader> VerifyRecord(std::string_view record) {
                                 total, " bytes) for chunk ",
                                 h.chunk_id.ToHex()));
   }
-  STAGGER_RETURN_IF_ERROR(VerifyPayload(
-      h, record.substr(kRecordHeaderSize, h.encoded_length)));
+  STAGGER_RETURN_IF_ERROR(
+      VerifyPayload(h, record.substr(kRecordHeaderSize, h.encoded_length)));
   for (uint64_t i = kRecordHeaderSize + h.encoded_length; i < total; ++i) {
     if (record[i] != 0) {
-      return Corrupt(absl::StrCat("nonzero padding in chunk ",
-                                  h.chunk_id.ToHex()));
+      return Corrupt(
+          absl::StrCat("nonzero padding in chunk ", h.chunk_id.ToHex()));
     }
   }
   return h;

@@ -45,9 +45,9 @@ TEST(Crc32cTest, KnownVectors) {
 TEST(Crc32cTest, FastPathMatchesTableForEveryLengthAndOffset) {
   std::string data = RandomBytes((3 << 20) + 123, 11);
   // Lengths around the three-stream block sizes (3 x 256, 3 x 8192).
-  for (size_t len : {0ul, 1ul, 7ul, 8ul, 767ul, 768ul, 769ul, 24575ul, 24576ul,
-                     24577ul, 100000ul, 4194304ul - 1 - (1 << 20) - 123,
-                     data.size() - 5}) {
+  for (size_t len :
+       {0ul, 1ul, 7ul, 8ul, 767ul, 768ul, 769ul, 24575ul, 24576ul, 24577ul,
+        100000ul, 4194304ul - 1 - (1 << 20) - 123, data.size() - 5}) {
     for (size_t off : {0ul, 1ul, 5ul}) {
       if (off + len > data.size()) continue;
       EXPECT_EQ(Crc32c(data.data() + off, len),

@@ -15,8 +15,7 @@ grpc::Status ToGrpc(const Status& s) {
 }
 
 ControlService::ControlService(MetaStore* meta, std::string data_address,
-                               std::string server_id,
-                               RetentionPolicy retention)
+                               std::string server_id, RetentionPolicy retention)
     : meta_(meta),
       data_address_(std::move(data_address)),
       server_id_(std::move(server_id)),
@@ -38,8 +37,8 @@ grpc::Status ControlService::CommitShard(grpc::ServerContext*,
   if (!info.ok()) {
     return ToGrpc(WithContext(
         info.status(), absl::StrCat("commit of job '", req->manifest().job(),
-                                    "' step ", req->manifest().step(),
-                                    " rank ", req->manifest().rank())));
+                                    "' step ", req->manifest().step(), " rank ",
+                                    req->manifest().rank())));
   }
   *reply->mutable_step() = *info;
   if (info->complete() && retention_.keep_last > 0) {

@@ -105,7 +105,8 @@ void DataService::HandlePut(transport::Message request,
     return;
   }
   std::shared_ptr<transport::ReplyChannel> shared(std::move(reply));
-  auto payload = std::make_shared<transport::Buffer>(std::move(request.payload));
+  auto payload =
+      std::make_shared<transport::Buffer>(std::move(request.payload));
   // Off the progress thread: the index lookup may touch disk and the store
   // checksums the payload.
   ingest_->Submit([this, shared, payload, r = *req] {
@@ -157,9 +158,9 @@ void DataService::HandlePut(transport::Message request,
           } else if (absl::IsDataLoss(s) || absl::IsInvalidArgument(s)) {
             ++counters_.bad_requests;
           }
-          ReplyStatus(shared.get(), DataOp::kPutChunkReply,
-                      WithContext(s, absl::StrCat("chunk ",
-                                                  header.chunk_id.ToHex())));
+          ReplyStatus(
+              shared.get(), DataOp::kPutChunkReply,
+              WithContext(s, absl::StrCat("chunk ", header.chunk_id.ToHex())));
         });
   });
 }
@@ -186,9 +187,9 @@ void DataService::HandleGet(transport::Message request,
                        " at a record of chunk ", rec->header.chunk_id.ToHex()));
     }
     if (!rec.ok()) {
-      ReplyStatus(shared.get(), DataOp::kGetChunkReply,
-                  WithContext(rec.status(),
-                              absl::StrCat("chunk ", r.id.ToHex())));
+      ReplyStatus(
+          shared.get(), DataOp::kGetChunkReply,
+          WithContext(rec.status(), absl::StrCat("chunk ", r.id.ToHex())));
       return;
     }
     ++counters_.chunks_read;

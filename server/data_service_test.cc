@@ -111,10 +111,10 @@ TEST_F(DataServiceTest, BadRequestsGetErrorsAndNothingIsWritten) {
             absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(ReplyOf(conn_->CallSync(999, "", "")).code(),
             absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(ReplyOf(conn_->CallSync(static_cast<uint16_t>(DataOp::kGetChunk),
-                                    "", ""))
-                .code(),
-            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(
+      ReplyOf(conn_->CallSync(static_cast<uint16_t>(DataOp::kGetChunk), "", ""))
+          .code(),
+      absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(service_->counters().bad_requests.load(), 4u);
   EXPECT_EQ(service_->counters().chunks_written.load(), 0u);
   // Still serving.

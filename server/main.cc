@@ -7,10 +7,9 @@
 // SIGTERM or SIGINT: stop accepting, finish in-flight work, exit 0.
 #include <signal.h>
 
+#include <CLI/CLI.hpp>
 #include <cstdio>
 #include <string>
-
-#include <CLI/CLI.hpp>
 
 #include "server/server.h"
 

@@ -143,8 +143,8 @@ Result<ChunkMeta> MetaStore::GetChunk(const std::string& job,
   std::string v;
   rocksdb::Status s = db_->Get(rocksdb::ReadOptions(), ChunkKey(job, id), &v);
   if (s.IsNotFound()) {
-    return absl::NotFoundError(absl::StrCat("job '", job, "' has no chunk ",
-                                            id.ToHex()));
+    return absl::NotFoundError(
+        absl::StrCat("job '", job, "' has no chunk ", id.ToHex()));
   }
   STAGGER_RETURN_IF_ERROR(FromRocks(s, "get chunk"));
   return DecodeChunkMeta(v);
@@ -166,10 +166,10 @@ Result<pb::StepInfo> MetaStore::CommitShard(pb::ShardManifest m) {
       }
       STAGGER_RETURN_IF_ERROR(meta.status());
       if (meta->raw_length != c.raw_length()) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "tensor '", t.name(), "' chunk ", id.ToHex(), " has ",
-            meta->raw_length, " raw bytes stored, manifest says ",
-            c.raw_length()));
+        return absl::InvalidArgumentError(
+            absl::StrCat("tensor '", t.name(), "' chunk ", id.ToHex(), " has ",
+                         meta->raw_length, " raw bytes stored, manifest says ",
+                         c.raw_length()));
       }
       c.set_codec(static_cast<uint32_t>(meta->codec));
       c.set_stored_length(meta->stored_length);
@@ -189,9 +189,9 @@ Result<pb::StepInfo> MetaStore::CommitShard(pb::ShardManifest m) {
   if (existing.ok()) {
     info = *existing;
     if (info.world_size() != m.world_size()) {
-      return absl::AbortedError(absl::StrCat(
-          "step ", m.step(), " of job '", job, "' has world size ",
-          info.world_size(), ", commit says ", m.world_size()));
+      return absl::AbortedError(
+          absl::StrCat("step ", m.step(), " of job '", job, "' has world size ",
+                       info.world_size(), ", commit says ", m.world_size()));
     }
   } else if (absl::IsNotFound(existing.status())) {
     info.set_step(m.step());
@@ -285,8 +285,8 @@ Result<pb::ShardManifest> MetaStore::GetShard(const std::string& job,
   rocksdb::Status s =
       db_->Get(rocksdb::ReadOptions(), ShardKey(job, step, rank), &v);
   if (s.IsNotFound()) {
-    return absl::NotFoundError(absl::StrCat(
-        "job '", job, "' step ", step, " has no shard from rank ", rank));
+    return absl::NotFoundError(absl::StrCat("job '", job, "' step ", step,
+                                            " has no shard from rank ", rank));
   }
   STAGGER_RETURN_IF_ERROR(FromRocks(s, "get shard"));
   return ParseValue<pb::ShardManifest>(v, "shard manifest");
@@ -299,7 +299,8 @@ Result<GcResult> MetaStore::Gc(const std::string& job, uint32_t keep,
     return absl::InvalidArgumentError("gc must keep at least one step");
   }
   absl::MutexLock lock(&commit_mu_);  // no commit while we decide
-  STAGGER_ASSIGN_OR_RETURN(auto steps, ListSteps(job, /*include_partial=*/true));
+  STAGGER_ASSIGN_OR_RETURN(auto steps,
+                           ListSteps(job, /*include_partial=*/true));
   // Keep the newest `keep` complete steps and every partial step newer than
   // the oldest kept one (a save may still be completing it).
   std::vector<int64_t> complete;

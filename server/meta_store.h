@@ -63,8 +63,7 @@ class MetaStore {
   Status PutChunk(const std::string& job, const format::ChunkId& id,
                   ChunkMeta meta);
   // NOT_FOUND when the job has no such chunk.
-  Result<ChunkMeta> GetChunk(const std::string& job,
-                             const format::ChunkId& id);
+  Result<ChunkMeta> GetChunk(const std::string& job, const format::ChunkId& id);
 
   // Validates `m`, checks every referenced chunk is stored (FAILED_PRECONDITION
   // naming the tensor and chunk otherwise), fills codec/stored_length from
@@ -86,8 +85,7 @@ class MetaStore {
   // as a delta base) and written more than `grace_ms` ago (younger ones
   // may belong to a save not yet committed). Their segment space is
   // reclaimed by compaction, not here. INVALID_ARGUMENT for keep == 0.
-  Result<GcResult> Gc(const std::string& job, uint32_t keep,
-                      int64_t grace_ms);
+  Result<GcResult> Gc(const std::string& job, uint32_t keep, int64_t grace_ms);
 
   // NOT_FOUND when the rank has not committed that step.
   Result<pb::ShardManifest> GetShard(const std::string& job, int64_t step,

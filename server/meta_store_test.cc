@@ -156,7 +156,7 @@ TEST_F(MetaStoreTest, GcKeepsNewestStepsAndWhatTheyNeed) {
   auto g = meta_->Gc("job", 1, 0);
   ASSERT_TRUE(g.ok()) << g.status();
   EXPECT_EQ(g->steps_deleted, std::vector<int64_t>{2});
-  EXPECT_EQ(g->steps_kept, 2u);  // step 3 and the partial step 4
+  EXPECT_EQ(g->steps_kept, 2u);      // step 3 and the partial step 4
   EXPECT_EQ(g->chunks_deleted, 1u);  // only chunk 3
   EXPECT_EQ(meta_->GetStep("job", 2).status().code(),
             absl::StatusCode::kNotFound);

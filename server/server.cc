@@ -88,9 +88,9 @@ Result<std::unique_ptr<Server>> Server::Start(const ServerOptions& options) {
   }
   impl->ingest = std::make_unique<qos::Executor>(2);
   impl->readers = std::make_unique<qos::Executor>(options.read_threads);
-  impl->data = std::make_unique<DataService>(
-      impl->segments.get(), impl->meta.get(), impl->ingest.get(),
-      impl->readers.get());
+  impl->data =
+      std::make_unique<DataService>(impl->segments.get(), impl->meta.get(),
+                                    impl->ingest.get(), impl->readers.get());
 
   transport::Transport* transport = options.transport;
   if (transport == nullptr) {

@@ -24,9 +24,9 @@ class Transport;
 namespace stagger::server {
 
 struct ServerOptions {
-  std::string data_dir;                  // created if missing
-  std::string listen = "127.0.0.1:7700"; // gRPC host:port; port 0 = any
-  std::string data_listen;               // UCX host:port; default host:0
+  std::string data_dir;                   // created if missing
+  std::string listen = "127.0.0.1:7700";  // gRPC host:port; port 0 = any
+  std::string data_listen;                // UCX host:port; default host:0
   // Data-plane transport; nullptr = UCX, owned by the server.
   transport::Transport* transport = nullptr;
   int read_threads = 2;

@@ -49,9 +49,9 @@ TEST_P(CudaSaveTest, SnapshotSeesQueuedWorkAndNotLaterWrites) {
   void* dev = nullptr;
   ASSERT_EQ(cudaMalloc(&dev, n), cudaSuccess);
   // Queued on the caller's stream right before Save(): must be captured.
-  ASSERT_EQ(cudaMemcpyAsync(dev, pattern.data(), n, cudaMemcpyHostToDevice,
-                            stream_),
-            cudaSuccess);
+  ASSERT_EQ(
+      cudaMemcpyAsync(dev, pattern.data(), n, cudaMemcpyHostToDevice, stream_),
+      cudaSuccess);
   auto ck = Open();
   ASSERT_NE(ck, nullptr);
   TensorSpec t{"w", "U8", {int64_t(n)}, dev, Device::kCuda, 0};
@@ -91,8 +91,8 @@ TEST_P(CudaSaveTest, LazySaveCapturesBeforeBeforeUpdateReturns) {
             cudaSuccess);
   auto ck = Open();
   ASSERT_NE(ck, nullptr);
-  ASSERT_TRUE(ck->Register({"w", "U8", {int64_t(n)}, dev, Device::kCuda, 0})
-                  .ok());
+  ASSERT_TRUE(
+      ck->Register({"w", "U8", {int64_t(n)}, dev, Device::kCuda, 0}).ok());
   SaveOptions so;
   so.lazy = true;
   so.cuda_stream = stream_;
@@ -127,8 +127,8 @@ TEST_P(CudaSaveTest, UnchangedDeviceChunksAreNotCopied) {
   ASSERT_TRUE(h1.ok() && h1->Wait().ok());
   EXPECT_EQ(h1->stats().bytes_snapshotted, n);
   // Chunk 5 changes on the device, queued before the next save.
-  ASSERT_EQ(cudaMemsetAsync(static_cast<char*>(dev) + 5 * chunk + 100, 0x11,
-                            10, stream_),
+  ASSERT_EQ(cudaMemsetAsync(static_cast<char*>(dev) + 5 * chunk + 100, 0x11, 10,
+                            stream_),
             cudaSuccess);
   std::vector<char> step2 = pattern;
   std::memset(step2.data() + 5 * chunk + 100, 0x11, 10);

@@ -60,11 +60,12 @@ TEST_F(IncrementalTest, UnchangedChunksAreReferencedNotShipped) {
   EXPECT_EQ(s.bytes_raw, t.size());
   EXPECT_LE(s.bytes_shipped, kChunk);  // at most the one changed chunk
 
-  for (auto [step, want] : {std::pair<int64_t, const std::vector<char>*>{1, &step1},
-                            {2, &t}}) {
+  for (auto [step, want] :
+       {std::pair<int64_t, const std::vector<char>*>{1, &step1}, {2, &t}}) {
     std::vector<char> out(t.size(), 0);
     ck->ClearRegistrations();
-    ASSERT_TRUE(ck->Register({"t", "U8", {int64_t(out.size())}, out.data()}).ok());
+    ASSERT_TRUE(
+        ck->Register({"t", "U8", {int64_t(out.size())}, out.data()}).ok());
     ASSERT_EQ(*ck->Load(step), step);
     EXPECT_TRUE(out == *want) << "step " << step;
   }
@@ -83,7 +84,8 @@ TEST_F(IncrementalTest, FloatsAreByteGroupedAndSmallerThanPlainZstd) {
     o.codec = codec;
     auto ck = Checkpointer::Open(o);
     ASSERT_TRUE(ck.ok());
-    ASSERT_TRUE((*ck)->Register({"w", "F32", {int64_t(w.size())}, w.data()}).ok());
+    ASSERT_TRUE(
+        (*ck)->Register({"w", "F32", {int64_t(w.size())}, w.data()}).ok());
     auto h = (*ck)->Save(1);
     ASSERT_TRUE(h.ok() && h->Wait().ok());
     auto mix = h->stats().codec_chunks;
@@ -95,7 +97,8 @@ TEST_F(IncrementalTest, FloatsAreByteGroupedAndSmallerThanPlainZstd) {
     shipped[i++] = h->stats().bytes_shipped;
     std::vector<float> out(w.size(), 1.0f);
     (*ck)->ClearRegistrations();
-    ASSERT_TRUE((*ck)->Register({"w", "F32", {int64_t(out.size())}, out.data()}).ok());
+    ASSERT_TRUE(
+        (*ck)->Register({"w", "F32", {int64_t(out.size())}, out.data()}).ok());
     ASSERT_TRUE((*ck)->Load(1).ok());
     EXPECT_EQ(std::memcmp(out.data(), w.data(), w.size() * 4), 0);
   }
@@ -132,7 +135,8 @@ TEST_F(IncrementalTest, TwentyStepsOfDriftingDataLoadBitExact) {
   ck->ClearRegistrations();
   std::vector<float> out(w.size());
   std::vector<char> fout(frozen.size());
-  ASSERT_TRUE(ck->Register({"w", "F32", {int64_t(out.size())}, out.data()}).ok());
+  ASSERT_TRUE(
+      ck->Register({"w", "F32", {int64_t(out.size())}, out.data()}).ok());
   ASSERT_TRUE(
       ck->Register({"frozen", "U8", {int64_t(fout.size())}, fout.data()}).ok());
   for (int step = 1; step <= 20; ++step) {
@@ -159,7 +163,8 @@ TEST_F(IncrementalTest, DenseUpdatesTravelAsSmallDeltas) {
   EXPECT_LT(s2.bytes_shipped, s1.bytes_shipped);
   std::vector<float> out(w.size());
   ck->ClearRegistrations();
-  ASSERT_TRUE(ck->Register({"w", "F32", {int64_t(out.size())}, out.data()}).ok());
+  ASSERT_TRUE(
+      ck->Register({"w", "F32", {int64_t(out.size())}, out.data()}).ok());
   ASSERT_EQ(*ck->Load(2), 2);
   EXPECT_EQ(std::memcmp(out.data(), w.data(), w.size() * 4), 0);
   ASSERT_EQ(*ck->Load(1), 1);
@@ -175,7 +180,8 @@ TEST_F(IncrementalTest, ChainsAreCutByFullChunks) {
   auto ck = Checkpointer::Open(o);
   ASSERT_TRUE(ck.ok());
   std::vector<float> w = Weights(kChunk / 4, 17);
-  ASSERT_TRUE((*ck)->Register({"w", "F32", {int64_t(w.size())}, w.data()}).ok());
+  ASSERT_TRUE(
+      (*ck)->Register({"w", "F32", {int64_t(w.size())}, w.data()}).ok());
   std::vector<uint64_t> deltas;
   for (int step = 1; step <= 7; ++step) {
     for (float& x : w) x += 1e-4f;
@@ -212,7 +218,8 @@ TEST_F(IncrementalTest, CorruptBaseFailsEveryDependentLoadWithDataLoss) {
   }
   auto ck = Open();
   std::vector<float> out(w.size());
-  ASSERT_TRUE(ck->Register({"w", "F32", {int64_t(out.size())}, out.data()}).ok());
+  ASSERT_TRUE(
+      ck->Register({"w", "F32", {int64_t(out.size())}, out.data()}).ok());
   for (int64_t step : {1, 2}) {
     auto r = ck->Load(step);
     EXPECT_EQ(r.status().code(), absl::StatusCode::kDataLoss) << step;
@@ -233,7 +240,8 @@ TEST_F(IncrementalTest, GcBetweenSavesNeverBreaksAKeptStep) {
   auto resolved = client::ResolveServers(o.servers);  // same server
   ASSERT_TRUE(resolved.ok());
   std::vector<float> w = Weights(6 * kChunk / 4, 23);
-  ASSERT_TRUE((*ck)->Register({"w", "F32", {int64_t(w.size())}, w.data()}).ok());
+  ASSERT_TRUE(
+      (*ck)->Register({"w", "F32", {int64_t(w.size())}, w.data()}).ok());
   std::mt19937 rng(29);
   std::vector<std::vector<float>> saved;
   for (int step = 1; step <= 10; ++step) {
@@ -259,7 +267,8 @@ TEST_F(IncrementalTest, GcBetweenSavesNeverBreaksAKeptStep) {
   EXPECT_EQ(left, (std::vector<int64_t>{8, 9, 10}));
   std::vector<float> out(w.size());
   (*ck)->ClearRegistrations();
-  ASSERT_TRUE((*ck)->Register({"w", "F32", {int64_t(out.size())}, out.data()}).ok());
+  ASSERT_TRUE(
+      (*ck)->Register({"w", "F32", {int64_t(out.size())}, out.data()}).ok());
   for (int64_t step : {8, 9, 10}) {
     auto r = (*ck)->Load(step);
     ASSERT_TRUE(r.ok()) << step << ": " << r.status();

@@ -25,10 +25,23 @@ std::vector<std::string> RankArgs(const std::string& servers,
                                   uint32_t world, const std::string& mode,
                                   const std::string& step,
                                   uint64_t kib = 3000) {
-  return {RankBin(), "--servers", servers, "--job",  job,
-          "--rank",  std::to_string(rank), "--world", std::to_string(world),
-          "--mode",  mode, "--step", step, "--kib", std::to_string(kib),
-          "--chunk-size", "1048576"};
+  return {RankBin(),
+          "--servers",
+          servers,
+          "--job",
+          job,
+          "--rank",
+          std::to_string(rank),
+          "--world",
+          std::to_string(world),
+          "--mode",
+          mode,
+          "--step",
+          step,
+          "--kib",
+          std::to_string(kib),
+          "--chunk-size",
+          "1048576"};
 }
 
 // Runs ranks [0, n) of `world` concurrently, each as its own process.
@@ -76,7 +89,8 @@ TEST(IntegrationTest, FourRanksSaveLoadRestoreVerify) {
   ExpectAll(RunRanks(s, "job4", 4, 4, "load", "latest"), "ok step=2");
   ExpectAll(RunRanks(s, "job4", 4, 4, "load", "1"), "ok step=1");
 
-  RunResult ls = RunProcess({Cli(), "--server", s, "ls", "--job", "job4", "--json"});
+  RunResult ls =
+      RunProcess({Cli(), "--server", s, "ls", "--job", "job4", "--json"});
   ASSERT_EQ(ls.exit_code, 0) << ls.out;
   EXPECT_NE(ls.out.find("{\"step\":1,\"state\":\"complete\",\"world_size\":4,"
                         "\"ranks_committed\":4"),
@@ -85,19 +99,18 @@ TEST(IntegrationTest, FourRanksSaveLoadRestoreVerify) {
   EXPECT_NE(ls.out.find("{\"step\":2,\"state\":\"complete\""),
             std::string::npos);
 
-  RunResult verify =
-      RunProcess({Cli(), "--server", s, "verify", "--job", "job4", "--step", "2"});
+  RunResult verify = RunProcess(
+      {Cli(), "--server", s, "verify", "--job", "job4", "--step", "2"});
   EXPECT_EQ(verify.exit_code, 0) << verify.out;
   EXPECT_NE(verify.out.find("all 16 chunks good"), std::string::npos)
       << verify.out;
 
   std::string out = dir.path() + "/restored";
-  RunResult restore = RunProcess({Cli(), "--server", s, "restore", "--job", "job4",
-                           "--step", "latest", "--out", out});
+  RunResult restore = RunProcess({Cli(), "--server", s, "restore", "--job",
+                                  "job4", "--step", "latest", "--out", out});
   ASSERT_EQ(restore.exit_code, 0) << restore.out;
   for (uint32_t r = 0; r < 4; ++r) {
-    std::string path =
-        out + "/rank-0000" + std::to_string(r) + ".safetensors";
+    std::string path = out + "/rank-0000" + std::to_string(r) + ".safetensors";
     std::ifstream f(path, std::ios::binary);
     ASSERT_TRUE(f.good()) << path;
     std::string bytes((std::istreambuf_iterator<char>(f)), {});
@@ -127,7 +140,8 @@ TEST(IntegrationTest, StepIsInvisibleUntilEveryRankCommits) {
   const std::string s = (*server)->grpc();
   ExpectAll(RunRanks(s, "p", 2, 2, "save", "1"), "ok step=1");
   ExpectAll(RunRanks(s, "p", 1, 2, "save", "2"), "ok step=2");  // rank 0 only
-  RunResult ls = RunProcess({Cli(), "--server", s, "ls", "--job", "p", "--json"});
+  RunResult ls =
+      RunProcess({Cli(), "--server", s, "ls", "--job", "p", "--json"});
   EXPECT_NE(ls.out.find("{\"step\":2,\"state\":\"partial\",\"world_size\":2,"
                         "\"ranks_committed\":1"),
             std::string::npos)
@@ -138,7 +152,7 @@ TEST(IntegrationTest, StepIsInvisibleUntilEveryRankCommits) {
   EXPECT_NE(partial.out.find("error NOT_FOUND"), std::string::npos)
       << partial.out;
   RunResult restore = RunProcess({Cli(), "--server", s, "restore", "--job", "p",
-                           "--step", "2", "--out", dir.path() + "/o"});
+                                  "--step", "2", "--out", dir.path() + "/o"});
   EXPECT_EQ(restore.exit_code, 1);
   EXPECT_NE(restore.out.find("not complete"), std::string::npos);
 }
@@ -162,8 +176,8 @@ TEST(IntegrationTest, BadInputGetsClearErrorsAndServerStaysUp) {
   RunResult ls = RunProcess({Cli(), "--server", s, "ls", "--job", "a b"});
   EXPECT_EQ(ls.exit_code, 1);
   EXPECT_NE(ls.out.find("INVALID_ARGUMENT"), std::string::npos) << ls.out;
-  RunResult step = RunProcess({Cli(), "--server", s, "verify", "--job", "j",
-                        "--step", "-3"});
+  RunResult step = RunProcess(
+      {Cli(), "--server", s, "verify", "--job", "j", "--step", "-3"});
   EXPECT_NE(step.out.find("step must be 'latest' or a number"),
             std::string::npos)
       << step.out;
@@ -211,7 +225,7 @@ TEST(IntegrationTest, FlippedSegmentByteIsDetectedNeverReturned) {
   EXPECT_EQ(load.exit_code, 1) << load.out;
   EXPECT_NE(load.out.find("error DATA_LOSS"), std::string::npos) << load.out;
   RunResult restore = RunProcess({Cli(), "--server", s, "restore", "--job", "c",
-                           "--out", dir.path() + "/o"});
+                                  "--out", dir.path() + "/o"});
   EXPECT_EQ(restore.exit_code, 1);
   EXPECT_NE(restore.out.find("DATA_LOSS"), std::string::npos) << restore.out;
   EXPECT_FALSE(fs::exists(dir.path() + "/o/rank-00000.safetensors"));
@@ -243,7 +257,8 @@ TEST(IntegrationTest, SigkillDuringSaveKeepsLastCompleteStep) {
   server = ServerProcess::Start(data);
   ASSERT_TRUE(server.ok()) << server.status();
   s = (*server)->grpc();
-  RunResult ls = RunProcess({Cli(), "--server", s, "ls", "--job", "k", "--json"});
+  RunResult ls =
+      RunProcess({Cli(), "--server", s, "ls", "--job", "k", "--json"});
   EXPECT_NE(ls.out.find("{\"step\":1,\"state\":\"complete\""),
             std::string::npos)
       << ls.out;
@@ -266,13 +281,14 @@ TEST(IntegrationTest, TrainingProcessKilledDuringBackgroundSave) {
   ExpectAll(RunRanks(s, "d", 2, 2, "save", "1"), "ok step=1");
   // Both ranks take the step-2 snapshot and die while it drains.
   for (uint32_t r = 0; r < 2; ++r) {
-    RunResult died = RunProcess(RankArgs(s, "d", r, 2, "save-and-die", "2",
-                                         100000));
+    RunResult died =
+        RunProcess(RankArgs(s, "d", r, 2, "save-and-die", "2", 100000));
     EXPECT_EQ(died.exit_code, -1) << died.out;  // killed by its signal
     EXPECT_NE(died.out.find("snapshot taken, dying"), std::string::npos)
         << died.out;
   }
-  RunResult ls = RunProcess({Cli(), "--server", s, "ls", "--job", "d", "--json"});
+  RunResult ls =
+      RunProcess({Cli(), "--server", s, "ls", "--job", "d", "--json"});
   EXPECT_NE(ls.out.find("{\"step\":1,\"state\":\"complete\""),
             std::string::npos)
       << ls.out;
@@ -292,7 +308,8 @@ TEST(IntegrationTest, ServerRetentionKeepsTheNewestSteps) {
     ExpectAll(RunRanks(s, "r", 2, 2, "save", std::to_string(step)),
               "ok step=" + std::to_string(step));
   }
-  RunResult ls = RunProcess({Cli(), "--server", s, "ls", "--job", "r", "--json"});
+  RunResult ls =
+      RunProcess({Cli(), "--server", s, "ls", "--job", "r", "--json"});
   EXPECT_EQ(ls.out.find("{\"step\":1,"), std::string::npos) << ls.out;
   EXPECT_EQ(ls.out.find("{\"step\":2,"), std::string::npos) << ls.out;
   EXPECT_NE(ls.out.find("{\"step\":3,\"state\":\"complete\""),

@@ -2,20 +2,19 @@
 // multi-process tests. Saves deterministic state for (rank, step), or loads
 // a step and checks every byte against what that step's save wrote.
 //
-//   stagger_test_rank --servers S --job J --rank R --world W --mode save --step N
-//   stagger_test_rank ... --mode load [--step N|latest]
-//   stagger_test_rank ... --mode save-and-die --step N   (SIGKILLs itself
+//   stagger_test_rank --servers S --job J --rank R --world W --mode save --step
+//   N stagger_test_rank ... --mode load [--step N|latest] stagger_test_rank ...
+//   --mode save-and-die --step N   (SIGKILLs itself
 //                                   right after Save() returns)
 // Prints "ok step=N" and exits 0; "error CODE: message" and exits 1; or
 // "mismatch tensor=NAME" and exits 3.
 #include <signal.h>
 #include <unistd.h>
 
+#include <CLI/CLI.hpp>
 #include <cstdio>
 #include <string>
 #include <vector>
-
-#include <CLI/CLI.hpp>
 
 #include "absl/strings/str_cat.h"
 #include "stagger/checkpointer.h"
@@ -54,8 +53,10 @@ int main(int argc, char** argv) {
   if (!ck.ok()) return Error(ck.status());
   std::vector<char> a(kib * 1024 * 3 / 4), b(kib * 1024 / 4);
   auto reg = [&] {
-    stagger::Status s = (*ck)->Register(
-        {"layer.weight", "F32", {static_cast<int64_t>(a.size() / 4)}, a.data()});
+    stagger::Status s = (*ck)->Register({"layer.weight",
+                                         "F32",
+                                         {static_cast<int64_t>(a.size() / 4)},
+                                         a.data()});
     if (s.ok()) {
       s = (*ck)->Register(
           {"layer.bias", "U8", {static_cast<int64_t>(b.size())}, b.data()});
@@ -81,8 +82,8 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (mode == "load") {
-    int64_t step = step_text == "latest" ? stagger::kLatestStep
-                                         : std::stoll(step_text);
+    int64_t step =
+        step_text == "latest" ? stagger::kLatestStep : std::stoll(step_text);
     auto loaded = (*ck)->Load(step);
     if (!loaded.ok()) return Error(loaded.status());
     std::vector<char> ea(a.size()), eb(b.size());

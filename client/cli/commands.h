@@ -40,7 +40,7 @@ struct GcArgs {
 int RunGc(const GcArgs& a);
 
 struct DemoArgs {
-  std::string servers;       // empty: embedded in a temporary directory
+  std::string servers;  // empty: embedded in a temporary directory
   uint32_t ranks = 4;
   int steps = 3;
   uint64_t mib_per_rank = 16;

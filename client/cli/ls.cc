@@ -64,9 +64,9 @@ int RunLs(const LsArgs& a) {
           "{\"step\":", s.step(), ",\"state\":\"",
           s.complete() ? "complete" : "partial", "\",\"world_size\":",
           s.world_size(), ",\"ranks_committed\":", s.committed_ranks_size(),
-          ",\"raw_bytes\":", s.raw_bytes(), ",\"stored_bytes\":",
-          s.stored_bytes(), ",\"created\":\"", Time(s.created_unix_ms()),
-          "\"}"));
+          ",\"raw_bytes\":", s.raw_bytes(),
+          ",\"stored_bytes\":", s.stored_bytes(), ",\"created\":\"",
+          Time(s.created_unix_ms()), "\"}"));
     }
     printf("{\"job\":\"%s\",\"steps\":[%s]}\n", a.job.c_str(),
            absl::StrJoin(rows, ",").c_str());
@@ -102,13 +102,13 @@ int RunGc(const GcArgs& a) {
   if (!r.ok()) return Fail("gc", r.status());
   std::vector<std::string> steps;
   for (int64_t s : r->steps_deleted()) steps.push_back(absl::StrCat(s));
-  printf("gc job '%s': deleted %d steps [%s], kept %llu; freed %llu chunks "
-         "(%llu stored bytes)\n",
-         a.job.c_str(), r->steps_deleted_size(),
-         absl::StrJoin(steps, ",").c_str(),
-         static_cast<unsigned long long>(r->steps_kept()),
-         static_cast<unsigned long long>(r->chunks_deleted()),
-         static_cast<unsigned long long>(r->bytes_freed()));
+  printf(
+      "gc job '%s': deleted %d steps [%s], kept %llu; freed %llu chunks "
+      "(%llu stored bytes)\n",
+      a.job.c_str(), r->steps_deleted_size(), absl::StrJoin(steps, ",").c_str(),
+      static_cast<unsigned long long>(r->steps_kept()),
+      static_cast<unsigned long long>(r->chunks_deleted()),
+      static_cast<unsigned long long>(r->bytes_freed()));
   return 0;
 }
 

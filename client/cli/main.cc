@@ -27,8 +27,7 @@ int main(int argc, char** argv) {
   restore_cmd->add_option("--job", restore.job, "job name")->required();
   restore_cmd->add_option("--step", restore.step, "latest or a step number")
       ->capture_default_str();
-  restore_cmd->add_option("--out", restore.out, "output directory")
-      ->required();
+  restore_cmd->add_option("--out", restore.out, "output directory")->required();
 
   VerifyArgs verify;
   auto* verify_cmd = app.add_subcommand(
@@ -44,8 +43,9 @@ int main(int argc, char** argv) {
   gc_cmd->add_option("--keep", gc.keep, "complete steps to keep")
       ->required()
       ->check(CLI::PositiveNumber);
-  gc_cmd->add_option("--grace-s", gc.grace_s,
-                     "keep chunks written this recently (saves in flight)")
+  gc_cmd
+      ->add_option("--grace-s", gc.grace_s,
+                   "keep chunks written this recently (saves in flight)")
       ->capture_default_str();
 
   DemoArgs demo;
@@ -60,8 +60,8 @@ int main(int argc, char** argv) {
   demo_cmd->add_option("--steps", demo.steps, "steps to save")
       ->check(CLI::Range(1, 1000))
       ->capture_default_str();
-  demo_cmd->add_option("--mib-per-rank", demo.mib_per_rank,
-                       "state per rank in MiB")
+  demo_cmd
+      ->add_option("--mib-per-rank", demo.mib_per_rank, "state per rank in MiB")
       ->check(CLI::Range(1, 65536))
       ->capture_default_str();
   demo_cmd->add_option("--job", demo.job, "job name")->capture_default_str();

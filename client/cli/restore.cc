@@ -85,10 +85,10 @@ Result<pb::GetStepReply> CompleteStep(Session& session, const std::string& job,
   STAGGER_ASSIGN_OR_RETURN(pb::GetStepReply reply,
                            GetStep(*session.servers, job, step, true, {}));
   if (!reply.step().complete()) {
-    return absl::NotFoundError(absl::StrCat(
-        "step ", reply.step().step(), " of job '", job, "' is not complete (",
-        reply.step().committed_ranks_size(), " of ",
-        reply.step().world_size(), " ranks committed)"));
+    return absl::NotFoundError(
+        absl::StrCat("step ", reply.step().step(), " of job '", job,
+                     "' is not complete (", reply.step().committed_ranks_size(),
+                     " of ", reply.step().world_size(), " ranks committed)"));
   }
   return reply;
 }
@@ -106,15 +106,16 @@ int RunRestore(const RestoreArgs& a) {
     return Fail("restore", absl::FailedPreconditionError(absl::StrCat(
                                "cannot create ", a.out, ": ", ec.message())));
   }
-  ChunkIo io(session->servers.get(), session->executor.get(), a.job,
-             "raw", {}, 16);
+  ChunkIo io(session->servers.get(), session->executor.get(), a.job, "raw", {},
+             16);
   uint64_t bytes = 0;
   for (const pb::ShardManifest& shard : reply->shards()) {
     std::string path =
         absl::StrFormat("%s/rank-%05d.safetensors", a.out, shard.rank());
     Status s = WriteShard(io, shard, path);
     if (!s.ok()) {
-      return Fail("restore", WithContext(s, absl::StrCat("rank ", shard.rank())));
+      return Fail("restore",
+                  WithContext(s, absl::StrCat("rank ", shard.rank())));
     }
     for (const auto& t : shard.tensors()) bytes += t.byte_size();
     printf("wrote %s\n", path.c_str());
@@ -130,8 +131,8 @@ int RunVerify(const VerifyArgs& a) {
   if (!session.ok()) return Fail("verify", session.status());
   auto reply = CompleteStep(*session, a.job, a.step);
   if (!reply.ok()) return Fail("verify", reply.status());
-  ChunkIo io(session->servers.get(), session->executor.get(), a.job,
-             "raw", {}, 16);
+  ChunkIo io(session->servers.get(), session->executor.get(), a.job, "raw", {},
+             16);
   std::vector<FetchItem> items;
   std::vector<std::string> labels;
   uint64_t bytes = 0;
@@ -157,8 +158,8 @@ int RunVerify(const VerifyArgs& a) {
   });
   long long step = static_cast<long long>(reply->step().step());
   if (bad > 0 || !first.ok()) {
-    printf("verify job '%s' step %lld: %zu of %zu chunks bad\n",
-           a.job.c_str(), step, bad, items.size());
+    printf("verify job '%s' step %lld: %zu of %zu chunks bad\n", a.job.c_str(),
+           step, bad, items.size());
     return 1;
   }
   printf("verify job '%s' step %lld: all %zu chunks good (%llu bytes)\n",

@@ -19,7 +19,9 @@ float FromBf16(uint16_t b) {
   return f;
 }
 
-float* F32(SyntheticTensor& t) { return reinterpret_cast<float*>(t.bytes.data()); }
+float* F32(SyntheticTensor& t) {
+  return reinterpret_cast<float*>(t.bytes.data());
+}
 uint16_t* BF16(SyntheticTensor& t) {
   return reinterpret_cast<uint16_t*>(t.bytes.data());
 }
@@ -63,8 +65,8 @@ SyntheticState::SyntheticState(uint64_t bytes, uint64_t seed) : rng_(seed) {
     int64_t r = static_cast<int64_t>(bytes * share / (cols * elem));
     return r < 1 ? 1 : r;
   };
-  tensors_.push_back(Make("dense.bf16", "BF16", rows_for(0.30, 2), cols,
-                          "dense_bf16"));
+  tensors_.push_back(
+      Make("dense.bf16", "BF16", rows_for(0.30, 2), cols, "dense_bf16"));
   int64_t fr = rows_for(0.12, 4);
   tensors_.push_back(Make("dense.fp32", "F32", fr, cols, "dense_fp32_adam"));
   tensors_.push_back(

@@ -20,7 +20,7 @@ struct SyntheticTensor {
   std::string name;
   std::string dtype;  // "BF16" or "F32"
   std::vector<int64_t> shape;
-  std::string cls;    // tensor class: dense_bf16, dense_fp32_adam, ...
+  std::string cls;  // tensor class: dense_bf16, dense_fp32_adam, ...
   std::vector<char> bytes;
 };
 

@@ -1,13 +1,13 @@
 // The on-device chunk fingerprint: equal bytes give equal fingerprints
 // wherever they sit, and any change gives a different one.
+#include "client/cuda/internal/chunk_hash.h"
+
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
 #include <array>
 #include <random>
 #include <vector>
-
-#include "client/cuda/internal/chunk_hash.h"
 
 namespace stagger::client_internal {
 namespace {

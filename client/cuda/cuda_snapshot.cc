@@ -1,5 +1,4 @@
 #include "client/cuda/cuda_snapshot.h"
-#include "client/cuda/internal/chunk_hash.h"
 
 #include <cuda_runtime_api.h>
 
@@ -14,6 +13,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
+#include "client/cuda/internal/chunk_hash.h"
 #include "client/cuda/internal/cuda_util.h"
 #include "client/cuda/internal/ring_allocator.h"
 
@@ -198,18 +198,18 @@ Status CudaSnapshotSourceImpl::Fingerprint(
   ScopedDevice on(device_);
   STAGGER_RETURN_IF_ERROR(on.status());
   unsigned long long* results = nullptr;
-  STAGGER_RETURN_IF_ERROR(CudaStatus(
-      cudaMalloc(reinterpret_cast<void**>(&results),
-                 2 * chunks.size() * sizeof(unsigned long long)),
-      "allocating fingerprint results"));
+  STAGGER_RETURN_IF_ERROR(
+      CudaStatus(cudaMalloc(reinterpret_cast<void**>(&results),
+                            2 * chunks.size() * sizeof(unsigned long long)),
+                 "allocating fingerprint results"));
   Status s;
   {
     // On the snapshot stream, after the fence, in order with copies.
     absl::MutexLock l(&enqueue_mu_);
-    s = CudaStatus(cudaMemsetAsync(results, 0,
-                                   2 * chunks.size() * sizeof(*results),
-                                   copy_stream_.get()),
-                   "clearing fingerprint results");
+    s = CudaStatus(
+        cudaMemsetAsync(results, 0, 2 * chunks.size() * sizeof(*results),
+                        copy_stream_.get()),
+        "clearing fingerprint results");
     // Consecutive chunks of one tensor (contiguous, equal size but the
     // last) go in one launch.
     for (size_t i = 0; i < chunks.size() && s.ok();) {
@@ -220,8 +220,9 @@ Status CudaSnapshotSourceImpl::Fingerprint(
              chunks[j - 1].second == size && chunks[j].second <= size) {
         ++j;
       }
-      size_t total = static_cast<size_t>(chunks[j - 1].first - chunks[i].first) +
-                     chunks[j - 1].second;
+      size_t total =
+          static_cast<size_t>(chunks[j - 1].first - chunks[i].first) +
+          chunks[j - 1].second;
       s = CudaStatus(client_internal::LaunchChunkHashes(
                          chunks[i].first, total, size > 0 ? size : 1,
                          results + 2 * i, copy_stream_.get()),
@@ -229,11 +230,10 @@ Status CudaSnapshotSourceImpl::Fingerprint(
       i = j;
     }
     if (s.ok()) {
-      s = CudaStatus(cudaMemcpyAsync(out->data(), results,
-                                     out->size() * sizeof(uint64_t),
-                                     cudaMemcpyDeviceToHost,
-                                     copy_stream_.get()),
-                     "copying chunk fingerprints");
+      s = CudaStatus(
+          cudaMemcpyAsync(out->data(), results, out->size() * sizeof(uint64_t),
+                          cudaMemcpyDeviceToHost, copy_stream_.get()),
+          "copying chunk fingerprints");
     }
   }
   // Our own stream only: never a device-wide sync.

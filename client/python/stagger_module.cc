@@ -50,14 +50,15 @@ void Check(const Status& s) {
 // Maps a buffer's struct format and item size to a stagger dtype.
 Result<std::string> DtypeOf(const py::buffer_info& b, const std::string& name) {
   std::string f = b.format;
-  if (!f.empty() && (f[0] == '<' || f[0] == '=' || f[0] == '@')) f = f.substr(1);
+  if (!f.empty() && (f[0] == '<' || f[0] == '=' || f[0] == '@'))
+    f = f.substr(1);
   if (f == "f" && b.itemsize == 4) return std::string("F32");
   if (f == "d" && b.itemsize == 8) return std::string("F64");
   if (f == "e" && b.itemsize == 2) return std::string("F16");
   if (f == "?" && b.itemsize == 1) return std::string("BOOL");
-  static const char* kSigned[] = {nullptr, "I8", "I16", nullptr, "I32",
+  static const char* kSigned[] = {nullptr, "I8",    "I16",   nullptr, "I32",
                                   nullptr, nullptr, nullptr, "I64"};
-  static const char* kUnsigned[] = {nullptr, "U8", "U16", nullptr, "U32",
+  static const char* kUnsigned[] = {nullptr, "U8",    "U16",   nullptr, "U32",
                                     nullptr, nullptr, nullptr, "U64"};
   if (f.size() == 1 && b.itemsize <= 8) {
     if (std::string("bhilq").find(f[0]) != std::string::npos &&
@@ -69,9 +70,9 @@ Result<std::string> DtypeOf(const py::buffer_info& b, const std::string& name) {
       return std::string(kUnsigned[b.itemsize]);
     }
   }
-  return absl::InvalidArgumentError(absl::StrCat(
-      "tensor '", name, "' has an unsupported element format '", b.format,
-      "' (itemsize ", b.itemsize, ")"));
+  return absl::InvalidArgumentError(
+      absl::StrCat("tensor '", name, "' has an unsupported element format '",
+                   b.format, "' (itemsize ", b.itemsize, ")"));
 }
 
 // Maps a __cuda_array_interface__ typestr ("<f4", "|u1", ...) to a dtype.
@@ -97,10 +98,12 @@ TensorSpec CudaSpec(const std::string& name, const py::object& obj,
   py::dict cai = obj.attr("__cuda_array_interface__");
   TensorSpec spec;
   spec.name = name;
-  for (auto d : py::tuple(cai["shape"])) spec.shape.push_back(d.cast<int64_t>());
+  for (auto d : py::tuple(cai["shape"]))
+    spec.shape.push_back(d.cast<int64_t>());
   std::string typestr = py::str(cai["typestr"]);
-  spec.dtype = dtypes.contains(py::str(name)) ? std::string(py::str(dtypes[py::str(name)]))
-                                             : Check(DtypeOfTypestr(typestr, name));
+  spec.dtype = dtypes.contains(py::str(name))
+                   ? std::string(py::str(dtypes[py::str(name)]))
+                   : Check(DtypeOfTypestr(typestr, name));
   if (cai.contains("strides") && !cai["strides"].is_none()) {
     int64_t expect = std::stoi(typestr.substr(2));
     py::tuple strides = cai["strides"];
@@ -127,7 +130,8 @@ void RegisterAll(Checkpointer& ck, const py::dict& tensors, bool writable,
   for (auto item : tensors) {
     std::string name = py::str(item.first);
     if (py::hasattr(item.second, "__cuda_array_interface__")) {
-      Check(ck.Register(CudaSpec(name, py::reinterpret_borrow<py::object>(item.second), dtypes)));
+      Check(ck.Register(CudaSpec(
+          name, py::reinterpret_borrow<py::object>(item.second), dtypes)));
       continue;
     }
     py::buffer buf = py::reinterpret_borrow<py::object>(item.second);
@@ -168,13 +172,12 @@ void RegisterAll(Checkpointer& ck, const py::dict& tensors, bool writable,
 int64_t ParseStep(const py::object& step) {
   if (py::isinstance<py::str>(step)) {
     if (step.cast<std::string>() == "latest") return kLatestStep;
-    Raise(absl::InvalidArgumentError(
-        "step must be an int >= 0 or \"latest\""));
+    Raise(absl::InvalidArgumentError("step must be an int >= 0 or \"latest\""));
   }
   int64_t s = step.cast<int64_t>();
   if (s < 0) {
-    Raise(absl::InvalidArgumentError(
-        absl::StrCat("step must be >= 0, got ", s)));
+    Raise(
+        absl::InvalidArgumentError(absl::StrCat("step must be >= 0, got ", s)));
   }
   return s;
 }
@@ -256,8 +259,8 @@ PYBIND11_MODULE(_stagger, m) {
            py::arg("fail_when_busy") = false)
       .def(
           "save",
-          [](py::object self, const py::dict& tensors, int64_t step,
-             bool lazy, const py::dict& dtypes, uintptr_t cuda_stream) {
+          [](py::object self, const py::dict& tensors, int64_t step, bool lazy,
+             const py::dict& dtypes, uintptr_t cuda_stream) {
             Checkpointer& ck = self.cast<Checkpointer&>();
             auto held = std::make_shared<std::vector<py::buffer_info>>();
             RegisterAll(ck, tensors, false, dtypes, held.get());

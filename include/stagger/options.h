@@ -14,9 +14,9 @@ struct CheckpointerOptions {
   // process, storing under DIR (shared by every Checkpointer of the process
   // that names the same DIR).
   std::string servers;
-  std::string job;           // [A-Za-z0-9._-]{1,128}
-  uint32_t rank = 0;         // this process's rank, < world_size
-  uint32_t world_size = 1;   // ranks that must commit for a step to exist
+  std::string job;          // [A-Za-z0-9._-]{1,128}
+  uint32_t rank = 0;        // this process's rank, < world_size
+  uint32_t world_size = 1;  // ranks that must commit for a step to exist
 
   uint64_t chunk_size = 4ull << 20;  // bytes per chunk, 4 KiB .. 64 MiB
   // "auto": per chunk, byte-grouped zstd for floating-point tensors (the
@@ -32,8 +32,8 @@ struct CheckpointerOptions {
   uint64_t delta_memory_bytes = 0;
   int delta_chain_max = 8;
   int zstd_level = 1;
-  size_t max_inflight_chunks = 16;   // chunks sent and not yet acked
-  double rpc_timeout_s = 60;         // per control-plane call
+  size_t max_inflight_chunks = 16;  // chunks sent and not yet acked
+  double rpc_timeout_s = 60;        // per control-plane call
 
   // Host staging memory for snapshots (pinned when CUDA is present),
   // allocated once at Open. 0: allocated at the first Save(), sized to the

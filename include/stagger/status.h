@@ -49,8 +49,8 @@ inline Status WithContext(const Status& s, absl::string_view context) {
 
 // Evaluates `rexpr` (a Result<T>); on error returns its status, otherwise
 // moves the value into `lhs` (which may be a declaration).
-#define STAGGER_ASSIGN_OR_RETURN(lhs, rexpr)                                  \
-  STAGGER_ASSIGN_OR_RETURN_IMPL_(                                             \
+#define STAGGER_ASSIGN_OR_RETURN(lhs, rexpr) \
+  STAGGER_ASSIGN_OR_RETURN_IMPL_(            \
       STAGGER_STATUS_CONCAT_(stagger_result_, __LINE__), lhs, rexpr)
 #define STAGGER_ASSIGN_OR_RETURN_IMPL_(result, lhs, rexpr) \
   auto result = (rexpr);                                   \

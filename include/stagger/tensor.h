@@ -12,8 +12,8 @@ namespace stagger {
 enum class Device { kHost, kCuda };
 
 struct TensorSpec {
-  std::string name;            // [A-Za-z0-9._-]{1,128}, unique
-  std::string dtype;           // "F32", "BF16", "F16", "F64", "I64", ... "U8", "BOOL"
+  std::string name;   // [A-Za-z0-9._-]{1,128}, unique
+  std::string dtype;  // "F32", "BF16", "F16", "F64", "I64", ... "U8", "BOOL"
   std::vector<int64_t> shape;  // this rank's slice
   void* data = nullptr;        // contiguous, row-major
   Device device = Device::kHost;

@@ -34,11 +34,11 @@ struct ChunkLocation {
 };
 
 struct SegmentStoreOptions {
-  std::string dir;                        // root of the segment tree
-  FileSystem* fs = nullptr;               // not owned; nullptr = default
-  uint64_t segment_bytes = 1ull << 30;    // roll to a new segment past this
-  size_t max_batch_bytes = 64ull << 20;   // bytes per group commit
-  size_t queue_depth = 32;                // writes in flight
+  std::string dir;                       // root of the segment tree
+  FileSystem* fs = nullptr;              // not owned; nullptr = default
+  uint64_t segment_bytes = 1ull << 30;   // roll to a new segment past this
+  size_t max_batch_bytes = 64ull << 20;  // bytes per group commit
+  size_t queue_depth = 32;               // writes in flight
 };
 
 struct StoredRecord {

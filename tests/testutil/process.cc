@@ -19,7 +19,8 @@ namespace {
 // Built before fork(): the child of a threaded process must not allocate.
 std::vector<char*> Argv(const std::vector<std::string>& argv) {
   std::vector<char*> args;
-  for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  for (const std::string& a : argv)
+    args.push_back(const_cast<char*>(a.c_str()));
   args.push_back(nullptr);
   return args;
 }
@@ -42,8 +43,7 @@ std::string BinDir() {
 
 TempDir::TempDir() {
   std::string tmpl =
-      (std::filesystem::temp_directory_path() / "stagger-test-XXXXXX")
-          .string();
+      (std::filesystem::temp_directory_path() / "stagger-test-XXXXXX").string();
   char* p = mkdtemp(tmpl.data());
   path_ = p ? p : "";
 }
@@ -74,9 +74,10 @@ Result<std::unique_ptr<ServerProcess>> ServerProcess::Start(
   std::string line;
   auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
   while (line.find('\n') == std::string::npos) {
-    int left = static_cast<int>(std::chrono::duration_cast<std::chrono::milliseconds>(
-                                    deadline - std::chrono::steady_clock::now())
-                                    .count());
+    int left =
+        static_cast<int>(std::chrono::duration_cast<std::chrono::milliseconds>(
+                             deadline - std::chrono::steady_clock::now())
+                             .count());
     struct pollfd pfd = {fds[0], POLLIN, 0};
     if (left <= 0 || poll(&pfd, 1, left) <= 0) break;
     char buf[256];

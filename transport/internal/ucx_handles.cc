@@ -76,8 +76,8 @@ Result<SockAddr> ResolveSockAddr(const std::string& host, uint16_t port) {
   if (rc != 0 || found == nullptr) {
     // A resolver that is temporarily unreachable is worth a retry; a name
     // that does not exist is the caller's mistake.
-    std::string why = absl::StrCat("cannot resolve host \"", host,
-                                   "\": ", gai_strerror(rc));
+    std::string why =
+        absl::StrCat("cannot resolve host \"", host, "\": ", gai_strerror(rc));
     return rc == EAI_AGAIN ? absl::UnavailableError(why)
                            : absl::InvalidArgumentError(why);
   }

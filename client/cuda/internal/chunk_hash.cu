@@ -74,8 +74,8 @@ cudaError_t LaunchChunkHashes(const void* base, size_t total, size_t chunk,
   size_t chunks = total == 0 ? 1 : (total + chunk - 1) / chunk;
   size_t words = chunk / 8;
   // Enough blocks per chunk to fill the GPU when there are few chunks.
-  unsigned bx = static_cast<unsigned>((words + kThreads * 32 - 1) /
-                                      (kThreads * 32));
+  unsigned bx =
+      static_cast<unsigned>((words + kThreads * 32 - 1) / (kThreads * 32));
   if (bx < 1) bx = 1;
   if (bx > 64) bx = 64;
   const unsigned char* p = static_cast<const unsigned char*>(base);
