@@ -12,12 +12,6 @@ uint16_t ToBf16(float f) {
   u += 0x7fff + ((u >> 16) & 1);  // round to nearest even
   return static_cast<uint16_t>(u >> 16);
 }
-float FromBf16(uint16_t b) {
-  uint32_t u = static_cast<uint32_t>(b) << 16;
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
 
 float* F32(SyntheticTensor& t) {
   return reinterpret_cast<float*>(t.bytes.data());
@@ -83,23 +77,47 @@ SyntheticState::SyntheticState(uint64_t bytes, uint64_t seed) : rng_(seed) {
   for (SyntheticTensor& t : tensors_) {
     size_t n = Count(t);
     if (t.dtype == "BF16") {
-      for (size_t i = 0; i < n; ++i) BF16(t)[i] = ToBf16(0.02f * Normal());
-    } else if (t.name == "dense.fp32.exp_avg") {
-      for (size_t i = 0; i < n; ++i) F32(t)[i] = 1e-3f * Normal();
-    } else if (t.name == "dense.fp32.exp_avg_sq") {
+      // Mixed precision: the bf16 tensor is the rounded copy of an fp32
+      // master that Adam updates; master and moments are not saved here.
+      bf16_master_.resize(n);
+      bf16_m_.resize(n);
+      bf16_v_.resize(n);
       for (size_t i = 0; i < n; ++i) {
-        float g = 1e-3f * Normal();
-        F32(t)[i] = g * g + 1e-8f;
+        bf16_master_[i] = 0.02f * Normal();
+        BF16(t)[i] = ToBf16(bf16_master_[i]);
+        WarmMoments(&bf16_m_[i], &bf16_v_[i]);
       }
+    } else if (t.name == "dense.fp32.exp_avg") {
+      float* v = F32(tensors_[&t - tensors_.data() + 1]);
+      for (size_t i = 0; i < n; ++i) WarmMoments(&F32(t)[i], &v[i]);
+    } else if (t.name == "dense.fp32.exp_avg_sq") {
+      // Filled with exp_avg.
     } else {
       for (size_t i = 0; i < n; ++i) F32(t)[i] = 0.02f * Normal();
     }
   }
 }
 
+void SyntheticState::WarmMoments(float* m, float* v) {
+  // Gradient scales spread over about an order of magnitude across
+  // elements; the moments are the steady state of their moving averages:
+  // exp_avg_sq ~ scale^2, exp_avg ~ sqrt((1-b1)/(1+b1)) * scale * N(0,1).
+  float scale = 1e-3f * std::exp(0.6f * Normal());
+  *v = scale * scale;
+  *m = 0.23f * scale * Normal();
+}
+
 void SyntheticState::Step() {
   ++step_;
-  const float lr = 1e-4f, b1 = 0.9f, b2 = 0.999f;
+  // Adam in mid-training (moments warm, no bias correction) at a typical
+  // peak learning rate for large models.
+  const float lr = 3e-4f, b1 = 0.9f, b2 = 0.999f;
+  auto adam = [&](float* w, float* m, float* v, size_t i) {
+    float g = std::sqrt(v[i]) * Normal();  // the element's gradient scale
+    m[i] = b1 * m[i] + (1 - b1) * g;
+    v[i] = b2 * v[i] + (1 - b2) * g * g;
+    w[i] -= lr * m[i] / (std::sqrt(v[i]) + 1e-8f);
+  };
   SyntheticTensor* w = nullptr;
   SyntheticTensor* m = nullptr;
   SyntheticTensor* v = nullptr;
@@ -112,8 +130,8 @@ void SyntheticState::Step() {
     size_t n = Count(t);
     if (t.cls == "dense_bf16") {
       for (size_t i = 0; i < n; ++i) {
-        float x = FromBf16(BF16(t)[i]);
-        BF16(t)[i] = ToBf16(x - lr * 10 * Normal());
+        adam(bf16_master_.data(), bf16_m_.data(), bf16_v_.data(), i);
+        BF16(t)[i] = ToBf16(bf16_master_[i]);
       }
     } else if (t.cls == "embedding_sparse") {
       int64_t rows = t.shape[0];
@@ -129,14 +147,7 @@ void SyntheticState::Step() {
   }
   if (w && m && v) {
     size_t n = Count(*w);
-    for (size_t i = 0; i < n; ++i) {
-      float g = 1e-3f * Normal();
-      float mi = b1 * F32(*m)[i] + (1 - b1) * g;
-      float vi = b2 * F32(*v)[i] + (1 - b2) * g * g;
-      F32(*m)[i] = mi;
-      F32(*v)[i] = vi;
-      F32(*w)[i] -= lr * mi / (std::sqrt(vi) + 1e-8f);
-    }
+    for (size_t i = 0; i < n; ++i) adam(F32(*w), F32(*m), F32(*v), i);
   }
 }
 

@@ -1,7 +1,8 @@
 // SyntheticState: training-like model state for the demo and benchmarks
 // (BENCHMARKS.md "Realistic data"). Random bytes do not compress and zeros
 // compress too well; this behaves like a model being trained:
-//   dense.bf16        bf16 weights, small updates each step
+//   dense.bf16        bf16 weights: the rounded copy of an fp32 master
+//                     that Adam updates each step (mixed precision)
 //   dense.fp32        fp32 weights with Adam moments exp_avg / exp_avg_sq
 //   embedding         fp32 table; a few percent of rows change per step
 //   frozen.base       fp32 weights that never change (fine-tuning base)
@@ -37,11 +38,15 @@ class SyntheticState {
 
  private:
   float Normal();
+  // Adam moments of one element in mid-training.
+  void WarmMoments(float* m, float* v);
   uint64_t Next();
   std::vector<SyntheticTensor> tensors_;
   uint64_t rng_;
   int64_t step_ = 0;
   int64_t embedding_dim_ = 256;
+  // fp32 master weights and Adam moments behind dense.bf16.
+  std::vector<float> bf16_master_, bf16_m_, bf16_v_;
 };
 
 }  // namespace stagger::client
