@@ -130,6 +130,10 @@ int Main(int argc, char** argv) {
          "codec the dense classes are also saved with (--compare= for none)"}},
        {"pipeline-threads",
         {"0", "CheckpointerOptions.pipeline_threads (0: auto)"}},
+       {"adaptive",
+        {"0",
+         "1: CheckpointerOptions.adaptive_codec (auto may send raw where "
+         "encoding is the bottleneck); 0: every chunk encoded"}},
        {"seed", {"1", "SyntheticState seed"}}});
   Status s = flags.Parse(argc, argv);
   if (!s.ok()) return Fail("incremental", s);
@@ -187,6 +191,9 @@ int Main(int argc, char** argv) {
     o.job = JobName(r.cls, r.codec);
     o.chunk_size = *chunk_size;
     o.codec = r.codec;
+    // The question is bytes: every chunk encoded, whatever the link speed
+    // (--adaptive to let "auto" send raw where encoding is the bottleneck).
+    o.adaptive_codec = flags.Get("adaptive") == "1";
     // The comparison is the codec alone on each full chunk: no deltas.
     if (r.codec != codec) o.delta_chain_max = 0;
     o.pipeline_threads = atoi(flags.Get("pipeline-threads").c_str());

@@ -67,9 +67,13 @@ class CheckpointerImpl : public Checkpointer {
         driver_(options.max_outstanding_saves),
         host_source_(NewHostSnapshotSource(
             std::clamp<int>(std::thread::hardware_concurrency(), 1, 4))),
+        policy_(
+            std::min<int>(PipelineThreads(options),
+                          std::max(1u, std::thread::hardware_concurrency()))),
         io_(servers_.get(), &executor_, options.job, options.codec,
             format::EncodeOptions{options.zstd_level},
-            options.max_inflight_chunks) {}
+            options.max_inflight_chunks,
+            options.adaptive_codec ? &policy_ : nullptr) {}
 
   ~CheckpointerImpl() override {
     WaitAll();
@@ -459,6 +463,7 @@ class CheckpointerImpl : public Checkpointer {
   std::unique_ptr<SnapshotSource> host_source_;
   std::map<int, std::unique_ptr<SnapshotSource>> cuda_sources_;
   bool pool_pinned_ = false;
+  CodecPolicy policy_;
   ChunkIo io_;
   std::map<std::string, Registered> tensors_;
 

@@ -1,5 +1,7 @@
 #include "client/chunk_io.h"
 
+#include <chrono>
+
 #include "absl/strings/str_cat.h"
 #include "client/internal/window.h"
 #include "format/crc32c.h"
@@ -15,17 +17,24 @@ using format::DataOp;
 // far below it); it also stops a cycle of bases.
 constexpr int kMaxDeltaDepth = 64;
 
+int64_t NowNs() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
 }  // namespace
 
 ChunkIo::ChunkIo(ServerSet* servers, qos::Executor* executor, std::string job,
                  std::string codec, format::EncodeOptions encode,
-                 size_t max_inflight)
+                 size_t max_inflight, CodecPolicy* policy)
     : servers_(servers),
       executor_(executor),
       job_(std::move(job)),
       codec_(std::move(codec)),
       encode_(encode),
-      max_inflight_(max_inflight) {}
+      max_inflight_(max_inflight),
+      policy_(codec_ == "auto" ? policy : nullptr) {}
 
 format::Codec ChunkIo::CodecFor(int element_size) const {
   bool floats = element_size == 2 || element_size == 4 || element_size == 8;
@@ -46,6 +55,10 @@ void ChunkIo::PutAsync(const char* data, size_t len, const format::ChunkId& id,
   req.record.chunk_id = id;
   req.record.raw_length = len;
   format::Codec want = CodecFor(element_size);
+  if (policy_ != nullptr && !policy_->ShouldEncode()) {
+    want = format::Codec::kRaw;  // encoding is the bottleneck just now
+  }
+  const int64_t encode_start_ns = NowNs();
   if (delta != nullptr && want != format::Codec::kRaw) {
     auto owned = std::make_shared<std::string>();
     format::EncodeOptions eo = encode_;
@@ -79,6 +92,10 @@ void ChunkIo::PutAsync(const char* data, size_t len, const format::ChunkId& id,
     req.record.codec = *codec;
     p.payload = *p.owned;
   }
+  if (policy_ != nullptr && want != format::Codec::kRaw) {
+    policy_->OnEncoded(len, p.payload.size(),
+                       (NowNs() - encode_start_ns) * 1e-9);
+  }
   encoded(p.owned == nullptr);
   req.record.encoded_length = p.payload.size();
   req.record.payload_crc32c =
@@ -106,29 +123,36 @@ void ChunkIo::Enqueue(PendingSend p) {
       send_queue_.push_back(std::move(p));
       return;
     }
-    ++sends_in_flight_;
+    if (sends_in_flight_++ == 0) wire_mark_ns_ = NowNs();
   }
   Send(std::make_shared<PendingSend>(std::move(p)));
 }
 
 void ChunkIo::Send(std::shared_ptr<PendingSend> p) {
-  p->server->data->Call(static_cast<uint16_t>(DataOp::kPutChunk), p->header,
-                        p->payload,
-                        [this, p](Result<transport::Message> reply) {
-                          Status s = reply.status();
-                          if (s.ok()) {
-                            auto r = format::DecodeReply(reply->header);
-                            s = r.ok() ? r->status : r.status();
-                          }
-                          p->done(WithContext(s, p->what));
-                          OnSendDone();
-                        });
+  const size_t wire_bytes = p->header.size() + p->payload.size();
+  p->server->data->Call(
+      static_cast<uint16_t>(DataOp::kPutChunk), p->header, p->payload,
+      [this, p, wire_bytes](Result<transport::Message> reply) {
+        Status s = reply.status();
+        if (s.ok()) {
+          auto r = format::DecodeReply(reply->header);
+          s = r.ok() ? r->status : r.status();
+        }
+        p->done(WithContext(s, p->what));
+        OnSendDone(wire_bytes);
+      });
 }
 
-void ChunkIo::OnSendDone() {
+void ChunkIo::OnSendDone(size_t wire_bytes) {
   std::shared_ptr<PendingSend> next;
   {
     absl::MutexLock lock(&send_mu_);
+    if (policy_ != nullptr) {
+      // The wire was busy from the mark to now and completed these bytes.
+      int64_t now = NowNs();
+      policy_->OnWire(wire_bytes, (now - wire_mark_ns_) * 1e-9);
+      wire_mark_ns_ = now;
+    }
     if (send_queue_.empty()) {
       --sends_in_flight_;
       return;

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "absl/synchronization/mutex.h"
+#include "client/codec_policy.h"
 #include "client/server_set.h"
 #include "format/codec.h"
 #include "format/manifest.pb.h"
@@ -49,9 +50,11 @@ class ChunkIo {
  public:
   // None owned.
   // `codec` is "auto", "zstd", "bytegroup+zstd" or "raw" (validated by
-  // the caller).
+  // the caller). With "auto" and a `policy`, each chunk is encoded or sent
+  // raw as the policy says, and the policy is fed encode and wire timings.
   ChunkIo(ServerSet* servers, qos::Executor* executor, std::string job,
-          std::string codec, format::EncodeOptions encode, size_t max_inflight);
+          std::string codec, format::EncodeOptions encode, size_t max_inflight,
+          CodecPolicy* policy = nullptr);
 
   // Fingerprints and encodes `len` bytes at `data` on the calling thread,
   // fills `ref`, and queues the chunk for its server; at most max_inflight
@@ -88,7 +91,7 @@ class ChunkIo {
   };
   void Enqueue(PendingSend p);
   void Send(std::shared_ptr<PendingSend> p);
-  void OnSendDone();
+  void OnSendDone(size_t wire_bytes);
 
   // Fetches chunk `id` synchronously (resolving delta bases, at most
   // `depth_left` deep) into `out` (raw_length bytes) and verifies it.
@@ -109,6 +112,10 @@ class ChunkIo {
   size_t max_inflight_;
   absl::Mutex send_mu_;
   size_t sends_in_flight_ ABSL_GUARDED_BY(send_mu_) = 0;
+  CodecPolicy* policy_;
+  // Since when the wire has been busy without a break (sends in flight),
+  // or its last completion within that stretch.
+  int64_t wire_mark_ns_ ABSL_GUARDED_BY(send_mu_) = 0;
   std::deque<PendingSend> send_queue_ ABSL_GUARDED_BY(send_mu_);
 };
 

@@ -24,6 +24,11 @@ struct CheckpointerOptions {
   // together), zstd otherwise, raw when compression does not pay.
   // "zstd", "bytegroup+zstd" or "raw" force one.
   std::string codec = "auto";
+  // With "auto": when encoding, not the link or the storage, limits how
+  // fast a save becomes durable, send some chunks raw (the share that
+  // makes the save fastest, measured as it runs), so encoding never makes
+  // a save slower than sending raw. false: encode every chunk.
+  bool adaptive_codec = true;
   // Deltas: a changed chunk is sent as XOR against its previous version
   // (byte-grouped, zstd) when that is smaller. The client keeps the previous
   // version of the state for this, if it fits delta_memory_bytes (0: min(1

@@ -1,0 +1,62 @@
+// CodecPolicy: with codec "auto", decides chunk by chunk whether to encode
+// (byte-grouped zstd, or an XOR delta) or to send the raw bytes, so that
+// encoding never makes a save slower end to end than sending raw.
+//
+// Model. With T encoder threads each encoding E raw bytes/s, encoded
+// chunks r times their raw size, and a wire (link + server + disk) moving
+// W bytes/s, encoding a fraction f of the chunks moves raw bytes at
+//   X(f) = min(T*E / f, W / (1 - f*(1 - r)))
+// (encoders limit the first term, the wire the second). X is largest at
+//   f* = T*E / (W + T*E*(1 - r)), capped at 1,
+// where X(f*) = W + T*E*(1 - r) >= W: never slower than all-raw, and every
+// chunk is encoded whenever the wire, not encoding, is the bottleneck (a
+// paced or slow link, a busy disk). f* > 0 always, so E and r keep being
+// measured. Until the first measurements of both sides arrive, every chunk
+// is encoded.
+//
+// E and r come from the chunks encoded (OnEncoded), W from the wire's
+// completions while it was busy (OnWire); each is an exponential moving
+// average. Chunks are assigned with a deterministic accumulator, so over
+// any n chunks the encoded count is within one of n*f.
+//
+// Thread-safe.
+#ifndef STAGGER_CLIENT_CODEC_POLICY_H_
+#define STAGGER_CLIENT_CODEC_POLICY_H_
+
+#include <cstdint>
+
+#include "absl/synchronization/mutex.h"
+
+namespace stagger::client {
+
+class CodecPolicy {
+ public:
+  // `encoder_threads`: threads encoding in parallel (at least 1).
+  explicit CodecPolicy(int encoder_threads);
+
+  // True: encode the next chunk; false: send it raw.
+  bool ShouldEncode();
+  // One chunk encoded: `raw` bytes in, `encoded` bytes out, taking
+  // `seconds` on one thread.
+  void OnEncoded(uint64_t raw, uint64_t encoded, double seconds);
+  // The wire completed `bytes` over `busy_seconds` during which it always
+  // had something in flight.
+  void OnWire(uint64_t bytes, double busy_seconds);
+
+  // The current f* (1 until measured).
+  double encode_fraction() const;
+
+ private:
+  double FractionLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  const int threads_;
+  mutable absl::Mutex mu_;
+  double encode_Bps_ ABSL_GUARDED_BY(mu_) = 0;  // per thread; 0: unknown
+  double ratio_ ABSL_GUARDED_BY(mu_) = 1;       // encoded / raw
+  double wire_Bps_ ABSL_GUARDED_BY(mu_) = 0;    // 0: unknown
+  double credit_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+}  // namespace stagger::client
+
+#endif  // STAGGER_CLIENT_CODEC_POLICY_H_
