@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <array>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <list>
 #include <map>
@@ -57,12 +58,14 @@ class CheckpointerImpl : public Checkpointer {
                    std::shared_ptr<void> keepalive,
                    std::shared_ptr<transport::Transport> transport,
                    std::shared_ptr<ServerSet> servers,
-                   std::unique_ptr<StagingPool> pool)
+                   std::unique_ptr<StagingPool> pool,
+                   std::unique_ptr<Shaping> shaping)
       : options_(options),
         keepalive_(std::move(keepalive)),
         transport_(std::move(transport)),
         servers_(std::move(servers)),
         pool_(std::move(pool)),
+        shaping_(std::move(shaping)),
         executor_(PipelineThreads(options)),
         driver_(options.max_outstanding_saves),
         host_source_(NewHostSnapshotSource(
@@ -73,7 +76,7 @@ class CheckpointerImpl : public Checkpointer {
         io_(servers_.get(), &executor_, options.job, options.codec,
             format::EncodeOptions{options.zstd_level},
             options.max_inflight_chunks,
-            options.adaptive_codec ? &policy_ : nullptr) {}
+            options.adaptive_codec ? &policy_ : nullptr, shaping_.get()) {}
 
   ~CheckpointerImpl() override {
     WaitAll();
@@ -125,6 +128,9 @@ class CheckpointerImpl : public Checkpointer {
     if (step < 0) {
       return absl::InvalidArgumentError(
           absl::StrCat("step must be >= 0, got ", step));
+    }
+    if (!std::isfinite(so.deadline_s)) {
+      return absl::InvalidArgumentError("SaveOptions.deadline_s is not finite");
     }
     {
       absl::MutexLock lock(&save_mu_);
@@ -236,8 +242,12 @@ class CheckpointerImpl : public Checkpointer {
       pool_ = std::move(*pool);
       PinPool();
     }
+    shaping_->StartSave(state_bytes, so.deadline_s >= 0
+                                         ? so.deadline_s
+                                         : options_.qos_deadline_s);
     auto job = std::make_shared<SaveJob>(
-        SaveJobDeps{servers_.get(), &io_, pool_.get(), &executor_},
+        SaveJobDeps{servers_.get(), &io_, pool_.get(), &executor_,
+                    shaping_.get()},
         std::move(*job_manifest), std::move(chunks), start, keep_bytes);
     {
       absl::MutexLock lock(&save_mu_);
@@ -253,6 +263,10 @@ class CheckpointerImpl : public Checkpointer {
     job->AddStall(Seconds(start));
     return SaveHandle(job->handle_state());
   }
+
+  void CollectiveBegin() override { shaping_->CollectiveBegin(); }
+  void CollectiveEnd() override { shaping_->CollectiveEnd(); }
+  void IterationBegin() override { shaping_->IterationBegin(); }
 
   Status BeforeUpdate() override {
     auto start = std::chrono::steady_clock::now();
@@ -458,6 +472,7 @@ class CheckpointerImpl : public Checkpointer {
   std::shared_ptr<transport::Transport> transport_;
   std::shared_ptr<ServerSet> servers_;
   std::unique_ptr<StagingPool> pool_;
+  std::unique_ptr<Shaping> shaping_;
   qos::Executor executor_;  // fingerprint, encode, decode
   qos::Executor driver_;    // one thread per outstanding save
   std::unique_ptr<SnapshotSource> host_source_;
@@ -548,14 +563,16 @@ Result<std::unique_ptr<Checkpointer>> NewCheckpointer(
   STAGGER_ASSIGN_OR_RETURN(
       auto set,
       ServerSet::Connect(servers, transport.get(), options.rpc_timeout_s));
+  STAGGER_ASSIGN_OR_RETURN(std::unique_ptr<Shaping> shaping,
+                           Shaping::Make(options));
   std::unique_ptr<StagingPool> pool;
   if (options.staging_bytes != 0) {
     STAGGER_ASSIGN_OR_RETURN(
         pool, StagingPool::Create(options.staging_bytes, options.chunk_size));
   }
-  return std::unique_ptr<Checkpointer>(
-      new CheckpointerImpl(options, std::move(keepalive), std::move(transport),
-                           std::move(set), std::move(pool)));
+  return std::unique_ptr<Checkpointer>(new CheckpointerImpl(
+      options, std::move(keepalive), std::move(transport), std::move(set),
+      std::move(pool), std::move(shaping)));
 }
 
 }  // namespace client

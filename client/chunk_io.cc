@@ -27,14 +27,15 @@ int64_t NowNs() {
 
 ChunkIo::ChunkIo(ServerSet* servers, qos::Executor* executor, std::string job,
                  std::string codec, format::EncodeOptions encode,
-                 size_t max_inflight, CodecPolicy* policy)
+                 size_t max_inflight, CodecPolicy* policy, Shaping* shaping)
     : servers_(servers),
       executor_(executor),
       job_(std::move(job)),
       codec_(std::move(codec)),
       encode_(encode),
       max_inflight_(max_inflight),
-      policy_(codec_ == "auto" ? policy : nullptr) {}
+      policy_(codec_ == "auto" ? policy : nullptr),
+      sender_(max_inflight, policy_, shaping) {}
 
 format::Codec ChunkIo::CodecFor(int element_size) const {
   bool floats = element_size == 2 || element_size == 4 || element_size == 8;
@@ -49,7 +50,7 @@ void ChunkIo::PutAsync(const char* data, size_t len, const format::ChunkId& id,
                        pb::ChunkRef* ref, PutStats* stats,
                        const std::function<void(bool)>& encoded,
                        std::function<void(const Status&)> done) {
-  PendingSend p;
+  SendItem p;
   format::PutChunkRequest req;
   req.job = job_;
   req.record.chunk_id = id;
@@ -112,55 +113,9 @@ void ChunkIo::PutAsync(const char* data, size_t len, const format::ChunkId& id,
   p.header = format::EncodePutChunk(req);
   p.what = absl::StrCat("put chunk ", req.record.chunk_id.ToHex(),
                         " to server ", p.server->address);
+  p.raw_bytes = len;
   p.done = std::move(done);
-  Enqueue(std::move(p));
-}
-
-void ChunkIo::Enqueue(PendingSend p) {
-  {
-    absl::MutexLock lock(&send_mu_);
-    if (sends_in_flight_ >= max_inflight_) {
-      send_queue_.push_back(std::move(p));
-      return;
-    }
-    if (sends_in_flight_++ == 0) wire_mark_ns_ = NowNs();
-  }
-  Send(std::make_shared<PendingSend>(std::move(p)));
-}
-
-void ChunkIo::Send(std::shared_ptr<PendingSend> p) {
-  const size_t wire_bytes = p->header.size() + p->payload.size();
-  p->server->data->Call(
-      static_cast<uint16_t>(DataOp::kPutChunk), p->header, p->payload,
-      [this, p, wire_bytes](Result<transport::Message> reply) {
-        Status s = reply.status();
-        if (s.ok()) {
-          auto r = format::DecodeReply(reply->header);
-          s = r.ok() ? r->status : r.status();
-        }
-        p->done(WithContext(s, p->what));
-        OnSendDone(wire_bytes);
-      });
-}
-
-void ChunkIo::OnSendDone(size_t wire_bytes) {
-  std::shared_ptr<PendingSend> next;
-  {
-    absl::MutexLock lock(&send_mu_);
-    if (policy_ != nullptr) {
-      // The wire was busy from the mark to now and completed these bytes.
-      int64_t now = NowNs();
-      policy_->OnWire(wire_bytes, (now - wire_mark_ns_) * 1e-9);
-      wire_mark_ns_ = now;
-    }
-    if (send_queue_.empty()) {
-      --sends_in_flight_;
-      return;
-    }
-    next = std::make_shared<PendingSend>(std::move(send_queue_.front()));
-    send_queue_.pop_front();
-  }
-  Send(std::move(next));
+  sender_.Enqueue(std::move(p));
 }
 
 Status ChunkIo::Fetch(

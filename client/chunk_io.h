@@ -20,7 +20,9 @@
 
 #include "absl/synchronization/mutex.h"
 #include "client/codec_policy.h"
+#include "client/sender.h"
 #include "client/server_set.h"
+#include "client/shaping.h"
 #include "format/codec.h"
 #include "format/manifest.pb.h"
 #include "qos/executor.h"
@@ -52,9 +54,10 @@ class ChunkIo {
   // `codec` is "auto", "zstd", "bytegroup+zstd" or "raw" (validated by
   // the caller). With "auto" and a `policy`, each chunk is encoded or sent
   // raw as the policy says, and the policy is fed encode and wire timings.
+  // With `shaping`, puts go on the wire as its QoS allows (sender.h).
   ChunkIo(ServerSet* servers, qos::Executor* executor, std::string job,
           std::string codec, format::EncodeOptions encode, size_t max_inflight,
-          CodecPolicy* policy = nullptr);
+          CodecPolicy* policy = nullptr, Shaping* shaping = nullptr);
 
   // Fingerprints and encodes `len` bytes at `data` on the calling thread,
   // fills `ref`, and queues the chunk for its server; at most max_inflight
@@ -81,18 +84,6 @@ class ChunkIo {
                const std::function<void(size_t, const Status&)>& on_result);
 
  private:
-  struct PendingSend {
-    ServerConn* server;
-    std::string header;
-    std::string_view payload;
-    std::shared_ptr<std::string> owned;  // the payload, when encoded
-    std::string what;
-    std::function<void(const Status&)> done;
-  };
-  void Enqueue(PendingSend p);
-  void Send(std::shared_ptr<PendingSend> p);
-  void OnSendDone(size_t wire_bytes);
-
   // Fetches chunk `id` synchronously (resolving delta bases, at most
   // `depth_left` deep) into `out` (raw_length bytes) and verifies it.
   Status FetchSync(const format::ChunkId& id, size_t raw_length, char* out,
@@ -110,13 +101,8 @@ class ChunkIo {
   std::string codec_;
   format::EncodeOptions encode_;
   size_t max_inflight_;
-  absl::Mutex send_mu_;
-  size_t sends_in_flight_ ABSL_GUARDED_BY(send_mu_) = 0;
   CodecPolicy* policy_;
-  // Since when the wire has been busy without a break (sends in flight),
-  // or its last completion within that stretch.
-  int64_t wire_mark_ns_ ABSL_GUARDED_BY(send_mu_) = 0;
-  std::deque<PendingSend> send_queue_ ABSL_GUARDED_BY(send_mu_);
+  Sender sender_;
 };
 
 }  // namespace stagger::client

@@ -23,6 +23,7 @@ SaveJob::SaveJob(SaveJobDeps deps, pb::ShardManifest manifest,
       chunks_(std::move(chunks)),
       start_(start),
       state_(std::make_shared<SaveHandle::State>(manifest_.step())),
+      shaping_start_(deps.shaping->Now()),
       keep_bytes_(keep_bytes),
       outcomes_(chunks_.size()),
       uncaptured_(chunks_.size()),
@@ -74,6 +75,7 @@ void SaveJob::Run() {
       ++put_stats_.chunks_unchanged;
       ++put_stats_.chunks;
       put_stats_.bytes_raw += c.len;
+      deps_.shaping->Skip(c.len);  // its share of the schedule, not sent
       outcomes_[i].unchanged = true;
       ChunkCaptured(absl::OkStatus());
       ChunkDone(absl::OkStatus());
@@ -139,6 +141,10 @@ void SaveJob::Run() {
       stats.codec_chunks[std::string(
           format::CodecName(static_cast<format::Codec>(c)))] = n;
   }
+  ShapingStats qos = deps_.shaping->Since(shaping_start_);
+  stats.yield_s = qos.yield_s;
+  stats.paced_rate_Bps = qos.paced_rate_Bps;
+  stats.windows = qos.windows;
   {
     absl::MutexLock lock(&mu_);
     stats.snapshot_s = snapshot_s_;
@@ -227,6 +233,7 @@ void SaveJob::Ship(size_t i, char* slab) {
       c.ref->set_id(id.ToBytes());
       c.ref->set_raw_length(c.len);
       ++self->put_stats_.chunks_unchanged;
+      self->deps_.shaping->Skip(c.len);
       self->outcomes_[i].unchanged = true;
       ++self->put_stats_.chunks;
       self->put_stats_.bytes_raw += c.len;

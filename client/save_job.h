@@ -29,6 +29,7 @@
 #include "client/chunk_io.h"
 #include "client/internal/save_state.h"
 #include "client/server_set.h"
+#include "client/shaping.h"
 #include "client/snapshot_source.h"
 #include "client/staging_pool.h"
 #include "format/manifest.pb.h"
@@ -66,6 +67,7 @@ struct SaveJobDeps {
   ChunkIo* io;
   StagingPool* pool;
   qos::Executor* pipeline;
+  Shaping* shaping;  // QoS of the sender (the save's stats read it)
 };
 
 class SaveJob : public std::enable_shared_from_this<SaveJob> {
@@ -115,6 +117,7 @@ class SaveJob : public std::enable_shared_from_this<SaveJob> {
   const Clock::time_point start_;
   std::shared_ptr<SaveHandle::State> state_;
   PutStats put_stats_;
+  const Shaping::Mark shaping_start_;
   Status status_;
   const bool keep_bytes_;
   std::vector<ChunkOutcome> outcomes_;  // slot i written by chunk i only

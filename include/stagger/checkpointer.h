@@ -51,6 +51,12 @@ struct SaveStats {
   // True when the state did not fit the staging pool at once, so the
   // snapshot waited for earlier chunks to drain (a longer stall).
   bool staging_limited = false;
+  // QoS: time the sender held chunks back for the training job's
+  // collectives, the pacing rate it ended with (0: not paced), and the idle
+  // windows between collectives it sent in.
+  double yield_s = 0;
+  double paced_rate_Bps = 0;
+  uint64_t windows = 0;
 };
 
 class SaveHandle {
@@ -118,6 +124,30 @@ class Checkpointer {
 
   // Complete steps, oldest first (partial ones too when asked).
   virtual Result<std::vector<StepSummary>> Steps(bool include_partial) = 0;
+
+  // QoS marks from the training loop (any thread, cheap, never block).
+  // CollectiveBegin/End bracket a collective of the job (e.g. a gradient
+  // all-reduce): checkpoint traffic yields while it runs (options
+  // qos_yield). Calls nest. IterationBegin marks the start of a training
+  // iteration, from which the sender learns when collectives come.
+  virtual void CollectiveBegin() = 0;
+  virtual void CollectiveEnd() = 0;
+  virtual void IterationBegin() = 0;
+};
+
+// Marks a collective for its scope:
+//   { stagger::CollectiveScope c(ck.get()); all_reduce(...); }
+class CollectiveScope {
+ public:
+  explicit CollectiveScope(Checkpointer* ck) : ck_(ck) {
+    ck_->CollectiveBegin();
+  }
+  ~CollectiveScope() { ck_->CollectiveEnd(); }
+  CollectiveScope(const CollectiveScope&) = delete;
+  CollectiveScope& operator=(const CollectiveScope&) = delete;
+
+ private:
+  Checkpointer* ck_;
 };
 
 }  // namespace stagger

@@ -56,6 +56,41 @@ struct CheckpointerOptions {
   // to host, so the stall is the HBM copy. Used only when enough free device
   // memory is available; otherwise the snapshot goes straight to host.
   bool device_snapshot = false;
+
+  // QoS: how checkpoint traffic shares the fabric with training (DESIGN.md
+  // section 6; qos/README.md). All rates in bytes per second.
+  //
+  // Deadline pacing: a save should be durable this many seconds after
+  // Save() (e.g. the checkpoint interval). The sender spreads the bytes
+  // over that time, rate = remaining bytes / remaining time, at least
+  // qos_floor_Bps and at most qos_max_Bps (0: no cap). 0: no deadline, send
+  // as fast as the other limits allow. SaveOptions::deadline_s overrides it
+  // for one save.
+  double qos_deadline_s = 0;
+  double qos_floor_Bps = 1 << 20;
+  double qos_max_Bps = 0;
+  // Stagger: with a deadline, ranks start at offsets spread over this share
+  // of it (by node first, then rank within the node), so that all ranks do
+  // not hit the storage at once. 0: everyone starts at once.
+  double qos_stagger = 0.5;
+  // Ranks per node, for the stagger and the node rate limit. 0: from the
+  // LOCAL_WORLD_SIZE environment variable (as torchrun sets it), else 1.
+  uint32_t ranks_per_node = 0;
+  // Yield to the training job's collectives (CollectiveBegin/End):
+  //   "off"    ignore the marks;
+  //   "pause"  stop sending while a marked collective runs;
+  //   "learn"  also learn the iteration's busy phases from the marks and
+  //            stop before a predicted collective starts (default).
+  // While yielding the sender stops, or drops to qos_yield_floor_Bps.
+  std::string qos_yield = "learn";
+  double qos_yield_floor_Bps = 0;
+  // Hard caps set by the operator: this client, and all clients on this
+  // host together (shared through /dev/shm). 0: none.
+  double rate_limit_Bps = 0;
+  double node_rate_limit_Bps = 0;
+  // The file holding the node cap's state; every process of the node using
+  // the same file shares the cap. Empty: /dev/shm/stagger-node-default.
+  std::string node_rate_limit_file;
 };
 
 // Options of one Save() call.
@@ -66,6 +101,9 @@ struct SaveOptions {
   // The caller's CUDA stream (a cudaStream_t) whose queued work the snapshot
   // must see; nullptr is the legacy default stream. Ignored without CUDA.
   void* cuda_stream = nullptr;
+  // Deadline of this save in seconds (overrides
+  // CheckpointerOptions::qos_deadline_s); negative: use the option.
+  double deadline_s = -1;
 };
 
 }  // namespace stagger

@@ -1,0 +1,81 @@
+// Sender: puts encoded chunks on the data plane in the order they are
+// queued, at most `max_inflight` unacknowledged at once.
+//
+// Without shaping, a chunk is sent from the thread that queues it (or from
+// the transport thread that completes an earlier one). With shaping
+// (client/shaping.h), a sender thread of its own takes chunks in order and
+// sends each only once the pacer, the caps and the collective gate allow
+// it; while a learned collective window is coming, it also keeps the bytes
+// in flight small enough to drain before the window closes, so that queued
+// bytes do not delay the collective.
+//
+// It measures the wire: bytes completed over the time it was busy, fed to
+// the codec policy and to the shaping as the link rate.
+//
+// Thread-safety: thread-safe. The destructor sends every queued chunk
+// (their callbacks run) and then stops the thread.
+#ifndef STAGGER_CLIENT_SENDER_H_
+#define STAGGER_CLIENT_SENDER_H_
+
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "absl/synchronization/mutex.h"
+#include "client/codec_policy.h"
+#include "client/server_set.h"
+#include "client/shaping.h"
+
+namespace stagger::client {
+
+struct SendItem {
+  ServerConn* server = nullptr;
+  std::string header;
+  std::string_view payload;
+  std::shared_ptr<std::string> owned;  // the payload, when encoded
+  uint64_t raw_bytes = 0;              // what the chunk holds decoded
+  std::string what;                    // for error messages
+  std::function<void(const Status&)> done;
+};
+
+class Sender {
+ public:
+  // `policy` and `shaping` may be null; neither is owned.
+  Sender(size_t max_inflight, CodecPolicy* policy, Shaping* shaping);
+  ~Sender();
+  Sender(const Sender&) = delete;
+  Sender& operator=(const Sender&) = delete;
+
+  void Enqueue(SendItem item);
+
+  // The measured wire throughput in bytes/s (0 until measured).
+  double wire_Bps() const;
+
+ private:
+  void Send(std::shared_ptr<SendItem> item);
+  void OnSendDone(size_t wire_bytes);
+  void ShapedLoop();
+  bool Ready() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  const size_t max_inflight_;
+  CodecPolicy* const policy_;
+  Shaping* const shaping_;
+
+  mutable absl::Mutex mu_;
+  std::deque<SendItem> queue_ ABSL_GUARDED_BY(mu_);
+  size_t in_flight_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t in_flight_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  // Since when the wire has been busy without a break, or its last
+  // completion within that stretch.
+  int64_t wire_mark_ns_ ABSL_GUARDED_BY(mu_) = 0;
+  double wire_Bps_ ABSL_GUARDED_BY(mu_) = 0;
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  std::thread thread_;  // with shaping only
+};
+
+}  // namespace stagger::client
+
+#endif  // STAGGER_CLIENT_SENDER_H_

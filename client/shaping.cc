@@ -1,0 +1,176 @@
+#include "client/shaping.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <limits>
+
+#include "absl/strings/str_cat.h"
+#include "qos/stagger_schedule.h"
+
+namespace stagger::client {
+namespace {
+
+constexpr int64_t kSecond = 1'000'000'000;
+
+Status CheckRate(const char* field, double v) {
+  if (std::isfinite(v) && v >= 0) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrCat(field, " must be a finite number >= 0, got ", v));
+}
+
+uint32_t RanksPerNode(const CheckpointerOptions& o) {
+  if (o.ranks_per_node > 0) return o.ranks_per_node;
+  const char* env = getenv("LOCAL_WORLD_SIZE");
+  long n = env != nullptr ? strtol(env, nullptr, 10) : 0;
+  return n > 0 && n < (1 << 20) ? static_cast<uint32_t>(n) : 1;
+}
+
+// A bucket lets one chunk, or 50 ms of its rate, through at once.
+uint64_t Burst(double rate, uint64_t chunk_size) {
+  return std::max<uint64_t>(chunk_size, static_cast<uint64_t>(rate * 0.05));
+}
+
+}  // namespace
+
+Result<std::unique_ptr<Shaping>> Shaping::Make(const CheckpointerOptions& o,
+                                               qos::Clock* clock) {
+  STAGGER_RETURN_IF_ERROR(CheckRate("qos_deadline_s", o.qos_deadline_s));
+  STAGGER_RETURN_IF_ERROR(CheckRate("qos_floor_Bps", o.qos_floor_Bps));
+  STAGGER_RETURN_IF_ERROR(CheckRate("qos_max_Bps", o.qos_max_Bps));
+  STAGGER_RETURN_IF_ERROR(
+      CheckRate("qos_yield_floor_Bps", o.qos_yield_floor_Bps));
+  STAGGER_RETURN_IF_ERROR(CheckRate("rate_limit_Bps", o.rate_limit_Bps));
+  STAGGER_RETURN_IF_ERROR(
+      CheckRate("node_rate_limit_Bps", o.node_rate_limit_Bps));
+  if (!(o.qos_stagger >= 0 && o.qos_stagger <= 1)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("qos_stagger must be in [0, 1], got ", o.qos_stagger));
+  }
+  if (o.qos_yield != "off" && o.qos_yield != "pause" &&
+      o.qos_yield != "learn") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("qos_yield must be \"off\", \"pause\" or \"learn\", got "
+                     "\"",
+                     o.qos_yield, "\""));
+  }
+  auto s = std::unique_ptr<Shaping>(new Shaping());
+  s->clock_ = clock != nullptr ? clock : qos::RealClock::Get();
+  s->options_ = o;
+
+  qos::StaggerOptions so;
+  so.rank = static_cast<int>(o.rank);
+  so.world_size = static_cast<int>(o.world_size);
+  so.ranks_per_node = static_cast<int>(RanksPerNode(o));
+  so.window_ns = kSecond;  // slots as shares of whatever the deadline is
+  so.spread = o.qos_stagger;
+  STAGGER_ASSIGN_OR_RETURN(qos::StaggerSlot slot, qos::ComputeStaggerSlot(so));
+  s->slot_start_ = static_cast<double>(slot.start_offset_ns) / kSecond;
+  s->slot_end_ = static_cast<double>(slot.deadline_offset_ns) / kSecond;
+
+  if (o.qos_yield != "off") {
+    qos::CollectiveGateOptions go;
+    go.learn = o.qos_yield == "learn";
+    go.floor_Bps = o.qos_yield_floor_Bps;
+    s->gate_ = std::make_unique<qos::CollectiveGate>(go);
+  }
+  if (o.rate_limit_Bps > 0) {
+    s->client_bucket_ = std::make_unique<qos::TokenBucket>(
+        o.rate_limit_Bps, Burst(o.rate_limit_Bps, o.chunk_size));
+  }
+  if (o.node_rate_limit_Bps > 0) {
+    std::string path = o.node_rate_limit_file;
+    if (path.empty()) {
+      STAGGER_ASSIGN_OR_RETURN(path,
+                               qos::SharedTokenBucket::NodePath("default"));
+    }
+    auto bucket = qos::SharedTokenBucket::Open(
+        path, o.node_rate_limit_Bps,
+        Burst(o.node_rate_limit_Bps, o.chunk_size));
+    if (!bucket.ok()) {
+      return WithContext(bucket.status(), "node_rate_limit_file");
+    }
+    s->node_bucket_ = std::move(*bucket);
+  }
+  qos::ShaperOptions pace;
+  pace.clock = s->clock_;
+  pace.pacer = &s->pacer_;
+  s->pace_ = std::make_unique<qos::Shaper>(pace);
+  qos::ShaperOptions wire;
+  wire.clock = s->clock_;
+  wire.client_bucket = s->client_bucket_.get();
+  wire.node_bucket = s->node_bucket_.get();
+  wire.gate = s->gate_.get();
+  s->wire_ = std::make_unique<qos::Shaper>(wire);
+  return s;
+}
+
+void Shaping::StartSave(uint64_t raw_bytes, double deadline_s) {
+  const int64_t now = clock_->NowNs();
+  if (deadline_s <= 0) {
+    pacer_.Start(now, raw_bytes, 0, options_.qos_floor_Bps,
+                 options_.qos_max_Bps);
+    return;
+  }
+  const double window_ns = deadline_s * kSecond;
+  pacer_.Start(now + static_cast<int64_t>(slot_start_ * window_ns), raw_bytes,
+               now + static_cast<int64_t>(slot_end_ * window_ns),
+               options_.qos_floor_Bps, options_.qos_max_Bps);
+}
+
+void Shaping::SetLinkRateHint(double Bps) {
+  link_Bps_ = Bps;
+  wire_->SetLinkRateHint(Bps);
+}
+
+bool Shaping::FitsWindow(uint64_t bytes) const {
+  const double rate = link_Bps_;
+  if (gate_ == nullptr || rate <= 0) return true;
+  const int64_t now = clock_->NowNs();
+  const int64_t until = gate_->OpenUntilNs(now);
+  if (until == std::numeric_limits<int64_t>::max()) return true;
+  return static_cast<double>(bytes) * 1e9 / rate <=
+         static_cast<double>(until - now);
+}
+
+Status Shaping::Pace(uint64_t raw_bytes) { return pace_->Acquire(raw_bytes); }
+
+void Shaping::Skip(uint64_t raw_bytes) {
+  pacer_.Reserve(clock_->NowNs(), raw_bytes);
+}
+
+Status Shaping::Admit(uint64_t wire_bytes) {
+  return wire_->Acquire(wire_bytes);
+}
+
+void Shaping::CollectiveBegin() {
+  if (gate_) gate_->CollectiveBegin(clock_->NowNs());
+}
+void Shaping::CollectiveEnd() {
+  if (gate_) gate_->CollectiveEnd(clock_->NowNs());
+}
+void Shaping::IterationBegin() {
+  if (gate_) gate_->IterationBegin(clock_->NowNs());
+}
+
+Shaping::Mark Shaping::Now() const {
+  qos::ShaperStats w = wire_->stats();
+  return {w.yield_ns, w.windows};
+}
+
+ShapingStats Shaping::Since(const Mark& start) const {
+  Mark now = Now();
+  ShapingStats s;
+  s.yield_s = static_cast<double>(now.yield_ns - start.yield_ns) * 1e-9;
+  s.windows = now.windows - start.windows;
+  double rate = pacer_.last_rate_Bps();
+  s.paced_rate_Bps = std::isfinite(rate) ? rate : 0;
+  return s;
+}
+
+void Shaping::Cancel() {
+  pace_->Cancel();
+  wire_->Cancel();
+}
+
+}  // namespace stagger::client

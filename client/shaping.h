@@ -1,0 +1,96 @@
+// Shaping: the client's QoS (DESIGN.md section 6) built from the qos/
+// parts for one Checkpointer, from its options:
+//
+//   pacer      DeadlinePacer over the save's raw bytes: a save with a
+//              deadline spreads its chunks so the last is sent by the
+//              deadline (raw bytes, so what the encoder saves lowers the
+//              rate on the wire instead of finishing early);
+//   stagger    the pacer of rank r starts at its StaggerSlot offset;
+//   gate       CollectiveGate fed by the training loop's marks;
+//   buckets    client and node TokenBuckets (hard caps on wire bytes).
+//
+// The sender (ChunkIo) calls Pace(raw bytes) and then Admit(wire bytes)
+// before each chunk goes on the wire; chunks found unchanged are booked
+// with Skip() so the schedule covers the whole save.
+//
+// Thread-safety: thread-safe. Marks never block.
+#ifndef STAGGER_CLIENT_SHAPING_H_
+#define STAGGER_CLIENT_SHAPING_H_
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+
+#include "qos/clock.h"
+#include "qos/collective_gate.h"
+#include "qos/pacer.h"
+#include "qos/shaper.h"
+#include "qos/token_bucket.h"
+#include "stagger/options.h"
+#include "stagger/status.h"
+
+namespace stagger::client {
+
+// Counters of one save, from Shaping::Mark() to Shaping::Since().
+struct ShapingStats {
+  double yield_s = 0;
+  double paced_rate_Bps = 0;  // 0: not paced
+  uint64_t windows = 0;
+};
+
+class Shaping {
+ public:
+  // INVALID_ARGUMENT naming the option when one is out of range;
+  // the node bucket's file errors as they come. `clock` (not owned) for
+  // tests; nullptr: the real clock.
+  static Result<std::unique_ptr<Shaping>> Make(const CheckpointerOptions& o,
+                                               qos::Clock* clock = nullptr);
+
+  // A save of `raw_bytes` starts now, with `deadline_s` (<= 0: none).
+  void StartSave(uint64_t raw_bytes, double deadline_s);
+  // Blocks until `raw_bytes` of the save may go (pacing and stagger).
+  Status Pace(uint64_t raw_bytes);
+  // Books chunks that will not be sent (unchanged), without waiting.
+  void Skip(uint64_t raw_bytes);
+  // Blocks until `wire_bytes` may go (caps and the collective gate).
+  Status Admit(uint64_t wire_bytes);
+  // The link's throughput, so chunks are fitted into idle windows.
+  void SetLinkRateHint(double Bps);
+  // Whether `bytes` put on the wire now would drain before the collective
+  // gate's current idle window closes (true without a gate, a prediction
+  // or a link rate).
+  bool FitsWindow(uint64_t bytes) const;
+
+  void CollectiveBegin();
+  void CollectiveEnd();
+  void IterationBegin();
+
+  // Cumulative counters; a save subtracts the values at its start.
+  struct Mark {
+    int64_t yield_ns = 0;
+    uint64_t windows = 0;
+  };
+  Mark Now() const;
+  ShapingStats Since(const Mark& start) const;
+
+  // Makes waiting calls return CANCELLED (shutdown).
+  void Cancel();
+
+ private:
+  Shaping() = default;
+  qos::Clock* clock_ = nullptr;
+  CheckpointerOptions options_;
+  // This rank's stagger slot, as shares of the save's deadline.
+  double slot_start_ = 0, slot_end_ = 1;
+  qos::DeadlinePacer pacer_;
+  std::unique_ptr<qos::CollectiveGate> gate_;
+  std::unique_ptr<qos::TokenBucket> client_bucket_;
+  std::unique_ptr<qos::TokenBucket> node_bucket_;
+  std::unique_ptr<qos::Shaper> pace_;
+  std::unique_ptr<qos::Shaper> wire_;
+  std::atomic<double> link_Bps_{0};
+};
+
+}  // namespace stagger::client
+
+#endif  // STAGGER_CLIENT_SHAPING_H_

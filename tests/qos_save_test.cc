@@ -1,0 +1,123 @@
+// QoS through the SDK against an embedded server: a deadline spreads a save,
+// a marked collective holds it back, and the save still lands intact.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <thread>
+#include <vector>
+
+#include "stagger/checkpointer.h"
+#include "tests/testutil/pattern.h"
+#include "tests/testutil/process.h"
+
+namespace stagger {
+namespace {
+
+constexpr size_t kBytes = 16 << 20;
+
+class QosSaveTest : public ::testing::Test {
+ protected:
+  std::unique_ptr<Checkpointer> Open(CheckpointerOptions o) {
+    o.servers = "embedded:" + dir_.path();
+    o.job = "qos";
+    o.chunk_size = 1 << 20;
+    o.codec = "raw";
+    o.qos_floor_Bps = 0;
+    auto ck = Checkpointer::Open(o);
+    EXPECT_TRUE(ck.ok()) << ck.status();
+    if (ck.ok()) {
+      testutil::FillPattern(data_, 7);
+      EXPECT_TRUE(
+          (*ck)->Register({"t", "U8", {int64_t(kBytes)}, data_.data()}).ok());
+    }
+    return ck.ok() ? std::move(*ck) : nullptr;
+  }
+
+  void ExpectLoadsBack(Checkpointer& ck, int64_t step) {
+    std::vector<char> out(kBytes, 0);
+    ck.ClearRegistrations();
+    ASSERT_TRUE(ck.Register({"t", "U8", {int64_t(kBytes)}, out.data()}).ok());
+    auto loaded = ck.Load(step);
+    ASSERT_TRUE(loaded.ok()) << loaded.status();
+    EXPECT_EQ(out, data_);
+  }
+
+  testutil::TempDir dir_;
+  std::vector<char> data_ = std::vector<char>(kBytes);
+};
+
+TEST_F(QosSaveTest, DeadlineSpreadsTheSave) {
+  CheckpointerOptions o;
+  o.qos_deadline_s = 1.0;
+  auto ck = Open(o);
+  ASSERT_NE(ck, nullptr);
+  auto h = ck->Save(1);
+  ASSERT_TRUE(h.ok());
+  ASSERT_TRUE(h->Wait().ok());
+  SaveStats s = h->stats();
+  // 16 chunks over 1 s: the last one may not start before 15/16 s.
+  EXPECT_GE(s.durable_s, 0.9);
+  EXPECT_GT(s.paced_rate_Bps, 0);
+  EXPECT_EQ(s.bytes_shipped, kBytes);
+  ExpectLoadsBack(*ck, 1);
+}
+
+TEST_F(QosSaveTest, PerSaveDeadlineOverridesTheOption) {
+  CheckpointerOptions o;
+  o.qos_deadline_s = 30;
+  auto ck = Open(o);
+  ASSERT_NE(ck, nullptr);
+  SaveOptions so;
+  so.deadline_s = 0;  // this one as fast as possible
+  auto h = ck->Save(1, so);
+  ASSERT_TRUE(h.ok());
+  ASSERT_TRUE(h->Wait().ok());
+  EXPECT_LT(h->stats().durable_s, 25);
+  EXPECT_EQ(h->stats().paced_rate_Bps, 0);
+  so.deadline_s = -5.0 / 0.0;
+  EXPECT_EQ(ck->Save(2, so).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+TEST_F(QosSaveTest, ACollectiveHoldsTheSaveBack) {
+  CheckpointerOptions o;
+  o.qos_yield = "pause";
+  auto ck = Open(o);
+  ASSERT_NE(ck, nullptr);
+  ck->CollectiveBegin();
+  auto h = ck->Save(1);
+  ASSERT_TRUE(h.ok());
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  // Snapshotted, but nothing may go on the wire during the collective.
+  EXPECT_FALSE(h->Done());
+  ck->CollectiveEnd();
+  ASSERT_TRUE(h->Wait().ok());
+  EXPECT_GE(h->stats().yield_s, 0.25);
+  ExpectLoadsBack(*ck, 1);
+}
+
+TEST_F(QosSaveTest, ScopedCollectiveAndOffMode) {
+  CheckpointerOptions o;
+  o.qos_yield = "off";
+  auto ck = Open(o);
+  ASSERT_NE(ck, nullptr);
+  CollectiveScope c(ck.get());
+  auto h = ck->Save(1);  // "off": the open collective does not matter
+  ASSERT_TRUE(h.ok());
+  ASSERT_TRUE(h->Wait().ok());
+  EXPECT_EQ(h->stats().yield_s, 0);
+}
+
+TEST_F(QosSaveTest, BadQosOptionsAreRejectedAtOpen) {
+  CheckpointerOptions o;
+  o.servers = "embedded:" + dir_.path();
+  o.job = "qos";
+  o.qos_yield = "always";
+  auto ck = Checkpointer::Open(o);
+  ASSERT_FALSE(ck.ok());
+  EXPECT_EQ(ck.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(ck.status().message().find("qos_yield"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace stagger
