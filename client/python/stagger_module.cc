@@ -6,17 +6,17 @@
 //   ck.load({"w": out_array}, step="latest")  -> step loaded
 //   ck.steps()                                -> [complete steps]
 //
-// Arrays travel through the buffer protocol without a copy; they must be
-// C-contiguous (and writable for load). A bad status raises stagger.Error
-// with .code (e.g. "NOT_FOUND") and the status message.
+// Arrays travel without a copy (tensors.h: buffer protocol, CUDA array
+// interface, DLPack); they must be C-contiguous (and writable for load). A
+// bad status raises stagger.Error with .code (e.g. "NOT_FOUND") and the
+// status message.
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
 #include <string>
 
 #include "absl/strings/str_cat.h"
-#include "client/cuda/cuda_copy.h"
-#include "format/names.h"
+#include "client/python/tensors.h"
 #include "stagger/checkpointer.h"
 
 namespace py = pybind11;
@@ -24,150 +24,10 @@ namespace py = pybind11;
 namespace stagger {
 namespace {
 
-py::object& ErrorType() {
-  static py::object* type = new py::object();
-  return *type;
-}
-
-[[noreturn]] void Raise(const Status& s) {
-  std::string code = absl::StatusCodeToString(s.code());
-  py::object e =
-      ErrorType()(absl::StrCat(code, ": ", std::string(s.message())));
-  e.attr("code") = code;
-  PyErr_SetObject(ErrorType().ptr(), e.ptr());
-  throw py::error_already_set();
-}
-
-template <typename T>
-T Check(Result<T> r) {
-  if (!r.ok()) Raise(r.status());
-  return std::move(*r);
-}
-void Check(const Status& s) {
-  if (!s.ok()) Raise(s);
-}
-
-// Maps a buffer's struct format and item size to a stagger dtype.
-Result<std::string> DtypeOf(const py::buffer_info& b, const std::string& name) {
-  std::string f = b.format;
-  if (!f.empty() && (f[0] == '<' || f[0] == '=' || f[0] == '@'))
-    f = f.substr(1);
-  if (f == "f" && b.itemsize == 4) return std::string("F32");
-  if (f == "d" && b.itemsize == 8) return std::string("F64");
-  if (f == "e" && b.itemsize == 2) return std::string("F16");
-  if (f == "?" && b.itemsize == 1) return std::string("BOOL");
-  static const char* kSigned[] = {nullptr, "I8",    "I16",   nullptr, "I32",
-                                  nullptr, nullptr, nullptr, "I64"};
-  static const char* kUnsigned[] = {nullptr, "U8",    "U16",   nullptr, "U32",
-                                    nullptr, nullptr, nullptr, "U64"};
-  if (f.size() == 1 && b.itemsize <= 8) {
-    if (std::string("bhilq").find(f[0]) != std::string::npos &&
-        kSigned[b.itemsize]) {
-      return std::string(kSigned[b.itemsize]);
-    }
-    if (std::string("BHILQ").find(f[0]) != std::string::npos &&
-        kUnsigned[b.itemsize]) {
-      return std::string(kUnsigned[b.itemsize]);
-    }
-  }
-  return absl::InvalidArgumentError(
-      absl::StrCat("tensor '", name, "' has an unsupported element format '",
-                   b.format, "' (itemsize ", b.itemsize, ")"));
-}
-
-// Maps a __cuda_array_interface__ typestr ("<f4", "|u1", ...) to a dtype.
-Result<std::string> DtypeOfTypestr(const std::string& t,
-                                   const std::string& name) {
-  static const std::pair<const char*, const char*> kMap[] = {
-      {"f8", "F64"}, {"f4", "F32"}, {"f2", "F16"}, {"i8", "I64"},
-      {"i4", "I32"}, {"i2", "I16"}, {"i1", "I8"},  {"u8", "U64"},
-      {"u4", "U32"}, {"u2", "U16"}, {"u1", "U8"},  {"b1", "BOOL"}};
-  if (t.size() == 3 && t[0] != '>') {
-    for (const auto& [k, v] : kMap) {
-      if (t.compare(1, 2, k) == 0) return std::string(v);
-    }
-  }
-  return absl::InvalidArgumentError(absl::StrCat(
-      "tensor '", name, "' has an unsupported CUDA typestr '", t, "'"));
-}
-
-// A CUDA array (anything with __cuda_array_interface__: CuPy, Numba, torch
-// CUDA tensors) as a TensorSpec; C-contiguous only.
-TensorSpec CudaSpec(const std::string& name, const py::object& obj,
-                    const py::dict& dtypes) {
-  py::dict cai = obj.attr("__cuda_array_interface__");
-  TensorSpec spec;
-  spec.name = name;
-  for (auto d : py::tuple(cai["shape"]))
-    spec.shape.push_back(d.cast<int64_t>());
-  std::string typestr = py::str(cai["typestr"]);
-  spec.dtype = dtypes.contains(py::str(name))
-                   ? std::string(py::str(dtypes[py::str(name)]))
-                   : Check(DtypeOfTypestr(typestr, name));
-  if (cai.contains("strides") && !cai["strides"].is_none()) {
-    int64_t expect = std::stoi(typestr.substr(2));
-    py::tuple strides = cai["strides"];
-    for (size_t d = spec.shape.size(); d-- > 0;) {
-      if (spec.shape[d] > 1 && strides[d].cast<int64_t>() != expect) {
-        Raise(absl::InvalidArgumentError(
-            absl::StrCat("tensor '", name, "' is not C-contiguous")));
-      }
-      expect *= spec.shape[d];
-    }
-  }
-  uintptr_t ptr = py::tuple(cai["data"])[0].cast<uintptr_t>();
-  spec.data = reinterpret_cast<void*>(ptr);
-  spec.device = Device::kCuda;
-  spec.device_index = ptr ? Check(client::CudaPointerDevice(spec.data)) : 0;
-  return spec;
-}
-
-// Registers every entry of `tensors` ({name: buffer}); keeps the buffers in
-// `held` while the Checkpointer uses them.
-void RegisterAll(Checkpointer& ck, const py::dict& tensors, bool writable,
-                 const py::dict& dtypes, std::vector<py::buffer_info>* held) {
-  ck.ClearRegistrations();
-  for (auto item : tensors) {
-    std::string name = py::str(item.first);
-    if (py::hasattr(item.second, "__cuda_array_interface__")) {
-      Check(ck.Register(CudaSpec(
-          name, py::reinterpret_borrow<py::object>(item.second), dtypes)));
-      continue;
-    }
-    py::buffer buf = py::reinterpret_borrow<py::object>(item.second);
-    py::buffer_info info = buf.request(writable);
-    // C-contiguity check: strides must be those of a row-major array.
-    py::ssize_t expect = info.itemsize;
-    for (py::ssize_t d = info.ndim - 1; d >= 0; --d) {
-      if (info.shape[d] > 1 && info.strides[d] != expect) {
-        Raise(absl::InvalidArgumentError(
-            absl::StrCat("tensor '", name, "' is not C-contiguous")));
-      }
-      expect *= info.shape[d];
-    }
-    TensorSpec spec;
-    spec.name = name;
-    if (dtypes.contains(item.first)) {
-      spec.dtype = py::str(dtypes[item.first]);
-      auto esize = format::DtypeSize(spec.dtype);
-      if (!esize.ok()) {
-        Raise(WithContext(esize.status(), absl::StrCat("tensor '", name, "'")));
-      }
-      if (static_cast<py::ssize_t>(*esize) != info.itemsize) {
-        Raise(absl::InvalidArgumentError(absl::StrCat(
-            "tensor '", name, "': dtype ", spec.dtype, " has ", *esize,
-            "-byte elements but the array's are ", info.itemsize,
-            " bytes; pass a view with matching element size")));
-      }
-    } else {
-      spec.dtype = Check(DtypeOf(info, name));
-    }
-    spec.shape.assign(info.shape.begin(), info.shape.end());
-    spec.data = info.ptr;
-    Check(ck.Register(spec));
-    held->push_back(std::move(info));
-  }
-}
+using python::Check;
+using python::Held;
+using python::Raise;
+using python::RegisterAll;
 
 int64_t ParseStep(const py::object& step) {
   if (py::isinstance<py::str>(step)) {
@@ -182,9 +42,15 @@ int64_t ParseStep(const py::object& step) {
   return s;
 }
 
+// `with ck.collective():` marks a collective for its block.
+struct CollectiveContext {
+  Checkpointer* ck;
+  py::object owner;  // keeps the Checkpointer alive
+};
+
 struct PySaveHandle {
   SaveHandle handle;
-  std::shared_ptr<std::vector<py::buffer_info>> held;
+  std::shared_ptr<Held> held;
 };
 
 }  // namespace
@@ -193,9 +59,20 @@ struct PySaveHandle {
 PYBIND11_MODULE(_stagger, m) {
   using namespace stagger;
   m.doc() = "stagger: checkpoints for deep-learning training";
-  ErrorType() = py::reinterpret_steal<py::object>(
+  python::ErrorType() = py::reinterpret_steal<py::object>(
       PyErr_NewException("stagger.Error", PyExc_RuntimeError, nullptr));
-  m.attr("Error") = ErrorType();
+  m.attr("Error") = python::ErrorType();
+
+  py::class_<CollectiveContext>(m, "CollectiveContext")
+      .def("__enter__",
+           [](CollectiveContext& c) {
+             c.ck->CollectiveBegin();
+             return &c;
+           })
+      .def("__exit__", [](CollectiveContext& c, py::args) {
+        c.ck->CollectiveEnd();
+        return false;
+      });
 
   py::class_<PySaveHandle>(m, "SaveHandle")
       .def("wait",
@@ -224,6 +101,9 @@ PYBIND11_MODULE(_stagger, m) {
         d["chunks_unchanged"] = s.chunks_unchanged;
         d["chunks_delta"] = s.chunks_delta;
         d["bytes_snapshotted"] = s.bytes_snapshotted;
+        d["yield_s"] = s.yield_s;
+        d["paced_rate_Bps"] = s.paced_rate_Bps;
+        d["windows"] = s.windows;
         py::dict mix;
         for (const auto& [name, n] : s.codec_chunks) mix[py::str(name)] = n;
         d["codec_chunks"] = mix;
@@ -234,7 +114,13 @@ PYBIND11_MODULE(_stagger, m) {
       .def(py::init([](const std::string& servers, const std::string& job,
                        uint32_t rank, uint32_t world_size, uint64_t chunk_size,
                        const std::string& codec, uint64_t staging_bytes,
-                       int max_outstanding_saves, bool fail_when_busy) {
+                       int max_outstanding_saves, bool fail_when_busy,
+                       bool adaptive_codec, double qos_deadline_s,
+                       double qos_floor_Bps, double qos_max_Bps,
+                       double qos_stagger, uint32_t ranks_per_node,
+                       const std::string& qos_yield, double qos_yield_floor_Bps,
+                       double rate_limit_Bps, double node_rate_limit_Bps,
+                       const std::string& node_rate_limit_file) {
              CheckpointerOptions o;
              o.servers = servers;
              o.job = job;
@@ -245,6 +131,17 @@ PYBIND11_MODULE(_stagger, m) {
              o.staging_bytes = staging_bytes;
              o.max_outstanding_saves = max_outstanding_saves;
              o.fail_when_busy = fail_when_busy;
+             o.adaptive_codec = adaptive_codec;
+             o.qos_deadline_s = qos_deadline_s;
+             o.qos_floor_Bps = qos_floor_Bps;
+             o.qos_max_Bps = qos_max_Bps;
+             o.qos_stagger = qos_stagger;
+             o.ranks_per_node = ranks_per_node;
+             o.qos_yield = qos_yield;
+             o.qos_yield_floor_Bps = qos_yield_floor_Bps;
+             o.rate_limit_Bps = rate_limit_Bps;
+             o.node_rate_limit_Bps = node_rate_limit_Bps;
+             o.node_rate_limit_file = node_rate_limit_file;
              Result<std::unique_ptr<Checkpointer>> ck;
              {
                py::gil_scoped_release release;
@@ -256,13 +153,39 @@ PYBIND11_MODULE(_stagger, m) {
            py::arg("world_size") = 1, py::arg("chunk_size") = 4u << 20,
            py::arg("codec") = "auto", py::arg("staging_bytes") = 0,
            py::arg("max_outstanding_saves") = 1,
-           py::arg("fail_when_busy") = false)
+           py::arg("fail_when_busy") = false, py::arg("adaptive_codec") = true,
+           py::arg("qos_deadline_s") = 0.0,
+           py::arg("qos_floor_Bps") = double(1 << 20),
+           py::arg("qos_max_Bps") = 0.0, py::arg("qos_stagger") = 0.5,
+           py::arg("ranks_per_node") = 0, py::arg("qos_yield") = "learn",
+           py::arg("qos_yield_floor_Bps") = 0.0,
+           py::arg("rate_limit_Bps") = 0.0,
+           py::arg("node_rate_limit_Bps") = 0.0,
+           py::arg("node_rate_limit_file") = "",
+           "Options as in stagger/options.h (CheckpointerOptions).")
+      .def(
+          "collective_begin", [](Checkpointer& ck) { ck.CollectiveBegin(); },
+          "Mark the start of a collective (checkpoint traffic yields).")
+      .def(
+          "collective_end", [](Checkpointer& ck) { ck.CollectiveEnd(); },
+          "Mark the end of a collective.")
+      .def(
+          "iteration_begin", [](Checkpointer& ck) { ck.IterationBegin(); },
+          "Mark the start of a training iteration (the QoS gate learns the "
+          "iteration's busy phases from these marks).")
+      .def(
+          "collective",
+          [](py::object self) {
+            return CollectiveContext{&self.cast<Checkpointer&>(), self};
+          },
+          "Context manager marking a collective: `with ck.collective(): "
+          "all_reduce(...)`.")
       .def(
           "save",
           [](py::object self, const py::dict& tensors, int64_t step, bool lazy,
-             const py::dict& dtypes, uintptr_t cuda_stream) {
+             const py::dict& dtypes, uintptr_t cuda_stream, double deadline_s) {
             Checkpointer& ck = self.cast<Checkpointer&>();
-            auto held = std::make_shared<std::vector<py::buffer_info>>();
+            auto held = std::make_shared<Held>();
             RegisterAll(ck, tensors, false, dtypes, held.get());
             Result<SaveHandle> h = absl::UnknownError("unset");
             {
@@ -270,6 +193,7 @@ PYBIND11_MODULE(_stagger, m) {
               SaveOptions so;
               so.lazy = lazy;
               so.cuda_stream = reinterpret_cast<void*>(cuda_stream);
+              so.deadline_s = deadline_s;
               h = ck.Save(step, so);
             }
             ck.ClearRegistrations();
@@ -281,6 +205,7 @@ PYBIND11_MODULE(_stagger, m) {
           },
           py::arg("tensors"), py::arg("step"), py::arg("lazy") = false,
           py::arg("dtypes") = py::dict(), py::arg("cuda_stream") = 0,
+          py::arg("deadline_s") = -1.0,
           "Snapshot the arrays as `step` and save them in the background. "
           "Returns once the snapshot is taken (lazy=True: once the copies are "
           "queued; call before_update() before modifying the arrays).")
@@ -309,7 +234,7 @@ PYBIND11_MODULE(_stagger, m) {
           [](Checkpointer& ck, const py::dict& tensors, const py::object& step,
              const py::dict& dtypes) {
             int64_t s = ParseStep(step);
-            std::vector<py::buffer_info> held;
+            Held held;
             RegisterAll(ck, tensors, true, dtypes, &held);
             Result<int64_t> r = absl::UnknownError("unset");
             {

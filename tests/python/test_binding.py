@@ -164,3 +164,74 @@ def test_staging_pool_bounds_memory(tmp_path):
     out = np.zeros_like(w)
     ck.load({"w": out})
     np.testing.assert_array_equal(out, w)
+
+
+class DlpackOnly:
+    """An array reachable only through DLPack (like a torch CPU tensor)."""
+
+    def __init__(self, array):
+        self.array = array
+
+    def __dlpack__(self, stream=None):
+        return self.array.__dlpack__()
+
+    def __dlpack_device__(self):
+        return self.array.__dlpack_device__()
+
+
+def test_dlpack_arrays_save_and_load_without_buffer_protocol(tmp_path):
+    ck = stagger.Checkpointer(servers=f"embedded:{tmp_path}", job="dl",
+                              chunk_size=65536)
+    # numpy exports no bool arrays through DLPack.
+    s = {k: v for k, v in state(7).items() if k != "mask"}
+    ck.save({k: DlpackOnly(v) for k, v in s.items()}, step=1).wait()
+    out = empty_like(s)
+    assert ck.load({k: DlpackOnly(v) for k, v in out.items()}) == 1
+    for k in s:
+        np.testing.assert_array_equal(out[k], s[k])
+    # A bf16 override works through DLPack too (same element size).
+    raw = np.arange(4096, dtype=np.uint16)
+    ck.save({"b": DlpackOnly(raw)}, step=2, dtypes={"b": "BF16"}).wait()
+    back = np.zeros_like(raw)
+    ck.load({"b": DlpackOnly(back)}, step=2, dtypes={"b": "BF16"})
+    np.testing.assert_array_equal(back, raw)
+
+
+def test_dlpack_rejects_strided_and_unknown_objects(tmp_path):
+    ck = stagger.Checkpointer(servers=f"embedded:{tmp_path}", job="dl2")
+    strided = np.arange(100, dtype=np.float32)[::2]
+    with pytest.raises(stagger.Error, match="not C-contiguous"):
+        ck.save({"s": DlpackOnly(strided)}, step=1)
+    with pytest.raises(stagger.Error, match="'x' is a <class 'list'>"):
+        ck.save({"x": [1.0, 2.0]}, step=1)
+
+
+def test_qos_marks_and_stats(tmp_path):
+    ck = stagger.Checkpointer(servers=f"embedded:{tmp_path}", job="q",
+                              chunk_size=65536, qos_yield="pause",
+                              qos_deadline_s=0.3, qos_floor_Bps=0)
+    s = state(3)
+    ck.iteration_begin()
+    with ck.collective():
+        h = ck.save(s, step=1)
+        assert not h.done()  # held back while the collective runs
+    h.wait()
+    st = h.stats()
+    assert st["yield_s"] > 0
+    assert st["paced_rate_Bps"] > 0
+    assert st["windows"] >= 0
+    assert st["durable_s"] >= 0.25  # spread over the 0.3 s deadline
+    # Per save: no deadline for this one.
+    h = ck.save(s, step=2, deadline_s=0)
+    h.wait()
+    assert h.stats()["paced_rate_Bps"] == 0
+    out = empty_like(s)
+    assert ck.load(out) == 2
+    for k in s:
+        np.testing.assert_array_equal(out[k], s[k])
+
+
+def test_bad_qos_option_names_the_option(tmp_path):
+    with pytest.raises(stagger.Error, match="qos_yield"):
+        stagger.Checkpointer(servers=f"embedded:{tmp_path}", job="q",
+                             qos_yield="maybe")
