@@ -1,0 +1,133 @@
+#include "client/shaping.h"
+
+#include <gtest/gtest.h>
+
+#include "qos/clock.h"
+
+namespace stagger::client {
+namespace {
+
+constexpr int64_t kMs = 1'000'000;
+constexpr int64_t kSec = 1'000'000'000;
+
+CheckpointerOptions Base() {
+  CheckpointerOptions o;
+  o.qos_floor_Bps = 0;
+  return o;
+}
+
+TEST(ShapingTest, RejectsBadOptionsNamingThem) {
+  struct Case {
+    void (*set)(CheckpointerOptions&);
+    const char* field;
+  } cases[] = {
+      {[](CheckpointerOptions& o) { o.qos_deadline_s = -1; }, "qos_deadline_s"},
+      {[](CheckpointerOptions& o) { o.qos_max_Bps = 1.0 / 0.0; },
+       "qos_max_Bps"},
+      {[](CheckpointerOptions& o) { o.qos_stagger = 1.5; }, "qos_stagger"},
+      {[](CheckpointerOptions& o) { o.qos_yield = "sometimes"; }, "qos_yield"},
+      {[](CheckpointerOptions& o) { o.rate_limit_Bps = -5; }, "rate_limit_Bps"},
+  };
+  for (const Case& c : cases) {
+    CheckpointerOptions o = Base();
+    c.set(o);
+    auto s = Shaping::Make(o);
+    ASSERT_FALSE(s.ok()) << c.field;
+    EXPECT_EQ(s.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(s.status().message().find(c.field), std::string::npos)
+        << s.status();
+  }
+}
+
+TEST(ShapingTest, WithoutDeadlineNothingWaits) {
+  qos::SimulatedClock clock;
+  auto s = Shaping::Make(Base(), &clock);
+  ASSERT_TRUE(s.ok());
+  (*s)->StartSave(100 << 20, 0);
+  for (int i = 0; i < 25; ++i) ASSERT_TRUE((*s)->Pace(4 << 20).ok());
+  ASSERT_TRUE((*s)->Admit(4 << 20).ok());
+  EXPECT_EQ(clock.NowNs(), 0);
+}
+
+TEST(ShapingTest, DeadlineSpreadsTheSaveOverItsWindow) {
+  qos::SimulatedClock clock;
+  auto s = Shaping::Make(Base(), &clock);
+  ASSERT_TRUE(s.ok());
+  // 40 MB over 10 s: 4 MB/s; the last 4 MB chunk starts at 9 s.
+  (*s)->StartSave(40'000'000, 10);
+  for (int i = 0; i < 10; ++i) {
+    ASSERT_TRUE((*s)->Pace(4'000'000).ok());
+    EXPECT_EQ(clock.NowNs(), i * kSec) << i;
+  }
+  EXPECT_NEAR((*s)->Since({}).paced_rate_Bps, 4e6, 1);
+}
+
+TEST(ShapingTest, UnchangedChunksTakeTheirShareOfTheSchedule) {
+  qos::SimulatedClock clock;
+  auto s = Shaping::Make(Base(), &clock);
+  ASSERT_TRUE(s.ok());
+  (*s)->StartSave(40'000'000, 10);
+  (*s)->Skip(20'000'000);  // half the state did not change
+  ASSERT_TRUE((*s)->Pace(4'000'000).ok());
+  // The schedule moved past the skipped half: no burst at the start, and
+  // the rest still ends by the deadline.
+  EXPECT_EQ(clock.NowNs(), 5 * kSec);
+}
+
+TEST(ShapingTest, RanksStartAtTheirStaggerSlots) {
+  for (uint32_t rank = 0; rank < 4; ++rank) {
+    qos::SimulatedClock clock;
+    CheckpointerOptions o = Base();
+    o.rank = rank;
+    o.world_size = 4;
+    o.ranks_per_node = 1;
+    o.qos_stagger = 0.5;
+    auto s = Shaping::Make(o, &clock);
+    ASSERT_TRUE(s.ok());
+    (*s)->StartSave(8'000'000, 8);
+    ASSERT_TRUE((*s)->Pace(1'000'000).ok());
+    // Starts spread over the first half of the 8 s window: 0, 1, 2, 3 s.
+    EXPECT_EQ(clock.NowNs(), rank * kSec) << rank;
+  }
+}
+
+TEST(ShapingTest, ClientCapHoldsTheRate) {
+  qos::SimulatedClock clock;
+  CheckpointerOptions o = Base();
+  o.rate_limit_Bps = 10'000'000;  // 10 MB/s, burst one 4 MiB chunk
+  auto s = Shaping::Make(o, &clock);
+  ASSERT_TRUE(s.ok());
+  (*s)->StartSave(0, 0);
+  for (int i = 0; i < 11; ++i) ASSERT_TRUE((*s)->Admit(1'000'000).ok());
+  // 11 MB at 10 MB/s with ~4.19 MB of burst: about 0.68 s, not 1.1 s.
+  EXPECT_GE(clock.NowNs(), 600 * kMs);
+  EXPECT_LE(clock.NowNs(), 700 * kMs);
+}
+
+TEST(ShapingTest, CollectiveHoldsSendingUntilItEnds) {
+  qos::SimulatedClock clock;
+  CheckpointerOptions o = Base();
+  o.qos_yield = "pause";
+  auto s = Shaping::Make(o, &clock);
+  ASSERT_TRUE(s.ok());
+  Shaping::Mark start = (*s)->Now();
+  (*s)->CollectiveBegin();
+  clock.ScheduleAt(30 * kMs, [&] { (*s)->CollectiveEnd(); });
+  ASSERT_TRUE((*s)->Admit(1 << 20).ok());
+  EXPECT_EQ(clock.NowNs(), 30 * kMs);
+  EXPECT_NEAR((*s)->Since(start).yield_s, 0.030, 1e-9);
+}
+
+TEST(ShapingTest, OffIgnoresCollectives) {
+  qos::SimulatedClock clock;
+  CheckpointerOptions o = Base();
+  o.qos_yield = "off";
+  auto s = Shaping::Make(o, &clock);
+  ASSERT_TRUE(s.ok());
+  (*s)->CollectiveBegin();
+  ASSERT_TRUE((*s)->Admit(1 << 20).ok());
+  EXPECT_EQ(clock.NowNs(), 0);
+}
+
+}  // namespace
+}  // namespace stagger::client
