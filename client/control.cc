@@ -16,6 +16,77 @@ void SetDeadline(grpc::ClientContext* ctx, double timeout_s) {
       std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000)));
 }
 
+// Live ids per Sweep message; the server takes at most 65536.
+constexpr size_t kSweepIdsPerMessage = 1 << 15;
+
+Result<std::vector<std::string>> FetchLiveChunks(ServerConn& coord,
+                                                 const std::string& job,
+                                                 double timeout_s) {
+  grpc::ClientContext ctx;
+  SetDeadline(&ctx, timeout_s);
+  pb::LiveChunksRequest req;
+  req.set_job(job);
+  auto reader = coord.stub->LiveChunks(&ctx, req);
+  std::vector<std::string> ids;
+  size_t bad = 0;
+  pb::LiveChunksReply batch;
+  while (reader->Read(&batch)) {
+    for (std::string& id : *batch.mutable_ids()) {
+      if (id.size() != 16) ++bad;
+      ids.push_back(std::move(id));
+    }
+  }
+  STAGGER_RETURN_IF_ERROR(
+      FromGrpc(reader->Finish(),
+               absl::StrCat("live chunks from server ", coord.address)));
+  if (bad > 0) {
+    return absl::DataLossError(absl::StrCat("server ", coord.address, " sent ",
+                                            bad, " live ids not 16 bytes"));
+  }
+  return ids;
+}
+
+Result<pb::SweepReply> Sweep(ServerConn& server, const std::string& job,
+                             const std::vector<std::string>& live,
+                             int64_t grace_ms, double timeout_s) {
+  grpc::ClientContext ctx;
+  SetDeadline(&ctx, timeout_s);
+  pb::SweepReply reply;
+  auto writer = server.stub->Sweep(&ctx, &reply);
+  pb::SweepRequest msg;
+  msg.set_job(job);
+  msg.set_grace_ms(grace_ms);
+  msg.set_wait_for_compaction(true);
+  size_t next = 0;
+  while (true) {
+    for (size_t n = 0; n < kSweepIdsPerMessage && next < live.size(); ++n) {
+      msg.add_live_ids(live[next++]);
+    }
+    if (next == live.size()) {
+      msg.set_last(true);
+      msg.set_total_ids(live.size());
+    }
+    // A refused write means the server ended the call: Finish says why.
+    if (!writer->Write(msg) || msg.last()) break;
+    msg.Clear();
+  }
+  writer->WritesDone();
+  STAGGER_RETURN_IF_ERROR(FromGrpc(
+      writer->Finish(), absl::StrCat("sweep on server ", server.address)));
+  return reply;
+}
+
+void AddCompaction(const pb::CompactionReport& from, const std::string& server,
+                   pb::CompactionReport* to) {
+  to->set_segments_removed(to->segments_removed() + from.segments_removed());
+  to->set_bytes_copied(to->bytes_copied() + from.bytes_copied());
+  to->set_bytes_reclaimed(to->bytes_reclaimed() + from.bytes_reclaimed());
+  to->set_pending(to->pending() || from.pending());
+  if (to->error().empty() && !from.error().empty()) {
+    to->set_error(absl::StrCat("server ", server, ": ", from.error()));
+  }
+}
+
 }  // namespace
 
 Result<pb::GetStepReply> GetStep(ServerSet& servers, const std::string& job,
@@ -51,6 +122,7 @@ Result<pb::StepInfo> CommitShard(ServerSet& servers,
   SetDeadline(&ctx, servers.timeout_s());
   pb::CommitShardRequest req;
   *req.mutable_manifest() = manifest;
+  req.set_chunks_elsewhere(servers.size() > 1);
   pb::CommitShardReply reply;
   STAGGER_RETURN_IF_ERROR(FromGrpc(coord.stub->CommitShard(&ctx, req, &reply),
                                    absl::StrCat("server ", coord.address)));
@@ -75,17 +147,38 @@ Result<std::vector<pb::StepInfo>> ListSteps(ServerSet& servers,
 Result<pb::GcReply> Gc(ServerSet& servers, const std::string& job,
                        uint32_t keep, int64_t grace_ms) {
   pb::GcReply reply;
-  // The coordinator holds the job's steps and decides what is live. Chunks
-  // placed on other servers are not collected yet (see client/README.md).
+  // The coordinator holds the job's steps and decides what is live.
   pb::GcRequest req;
   req.set_job(job);
   req.set_keep(keep);
   req.set_grace_ms(grace_ms);
+  req.set_wait_for_compaction(true);
   ServerConn& coord = servers.Coordinator(job);
-  grpc::ClientContext ctx;
-  SetDeadline(&ctx, servers.timeout_s());
-  STAGGER_RETURN_IF_ERROR(FromGrpc(coord.stub->Gc(&ctx, req, &reply),
-                                   absl::StrCat("server ", coord.address)));
+  {
+    grpc::ClientContext ctx;
+    SetDeadline(&ctx, servers.timeout_s());
+    STAGGER_RETURN_IF_ERROR(FromGrpc(coord.stub->Gc(&ctx, req, &reply),
+                                     absl::StrCat("server ", coord.address)));
+  }
+  if (servers.size() == 1) return reply;
+  // The other servers hold chunks only: each drops the job's chunks outside
+  // the coordinator's live set.
+  auto live = FetchLiveChunks(coord, job, servers.timeout_s());
+  if (!live.ok()) {
+    return WithContext(live.status(), "gc of the other servers");
+  }
+  for (size_t i = 0; i < servers.size(); ++i) {
+    ServerConn& s = servers.server(i);
+    if (&s == &coord) continue;
+    STAGGER_ASSIGN_OR_RETURN(
+        pb::SweepReply swept,
+        Sweep(s, job, *live, grace_ms, servers.timeout_s()));
+    reply.set_chunks_deleted(reply.chunks_deleted() + swept.chunks_deleted());
+    reply.set_bytes_freed(reply.bytes_freed() + swept.bytes_freed());
+    if (swept.has_compaction()) {
+      AddCompaction(swept.compaction(), s.address, reply.mutable_compaction());
+    }
+  }
   return reply;
 }
 

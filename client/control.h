@@ -30,6 +30,13 @@ Result<std::vector<pb::StepInfo>> ListSteps(ServerSet& servers,
                                             const std::string& job,
                                             bool include_partial);
 
+// Collects on every server of the set: the coordinator deletes the old
+// steps and the chunks it holds that no kept step needs; with several
+// servers, each other one then gets the coordinator's live chunk ids
+// (LiveChunks) and drops the job's other chunks (Sweep). Each server
+// compacts before replying (within the deadline). The reply sums the
+// deletions and compactions of all servers; the first failing call's error
+// otherwise (the servers before it have collected).
 Result<pb::GcReply> Gc(ServerSet& servers, const std::string& job,
                        uint32_t keep, int64_t grace_ms);
 

@@ -1,8 +1,10 @@
 #include "server/control_service.h"
 
+#include <chrono>
 #include <cstdio>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "format/names.h"
 #include "format/record.h"
 
@@ -14,9 +16,20 @@ grpc::Status ToGrpc(const Status& s) {
                       std::string(s.message()));
 }
 
+namespace {
+
+// Longest a Gc or Sweep waits for its compaction pass.
+constexpr std::chrono::minutes kMaxCompactionWait(5);
+// Left of the caller's deadline for the reply to get back.
+constexpr std::chrono::seconds kReplyMargin(1);
+
+}  // namespace
+
 ControlService::ControlService(MetaStore* meta, std::string data_address,
-                               std::string server_id, RetentionPolicy retention)
+                               std::string server_id, RetentionPolicy retention,
+                               Compactor* compactor)
     : meta_(meta),
+      compactor_(compactor),
       data_address_(std::move(data_address)),
       server_id_(std::move(server_id)),
       retention_(retention) {}
@@ -33,7 +46,7 @@ grpc::Status ControlService::Hello(grpc::ServerContext*,
 grpc::Status ControlService::CommitShard(grpc::ServerContext*,
                                          const pb::CommitShardRequest* req,
                                          pb::CommitShardReply* reply) {
-  auto info = meta_->CommitShard(req->manifest());
+  auto info = meta_->CommitShard(req->manifest(), req->chunks_elsewhere());
   if (!info.ok()) {
     return ToGrpc(WithContext(
         info.status(), absl::StrCat("commit of job '", req->manifest().job(),
@@ -48,6 +61,8 @@ grpc::Status ControlService::CommitShard(grpc::ServerContext*,
       fprintf(stderr, "stagger-server: retention gc of job '%s': %s\n",
               req->manifest().job().c_str(),
               std::string(gc.status().message()).c_str());
+    } else if (compactor_ != nullptr) {
+      compactor_->Schedule(req->manifest().job());
     }
   }
   return grpc::Status::OK;
@@ -92,8 +107,8 @@ grpc::Status ControlService::ListSteps(grpc::ServerContext*,
   return grpc::Status::OK;
 }
 
-grpc::Status ControlService::Gc(grpc::ServerContext*, const pb::GcRequest* req,
-                                pb::GcReply* reply) {
+grpc::Status ControlService::Gc(grpc::ServerContext* ctx,
+                                const pb::GcRequest* req, pb::GcReply* reply) {
   if (req->grace_ms() < 0) {
     return ToGrpc(absl::InvalidArgumentError("grace must be >= 0"));
   }
@@ -103,6 +118,126 @@ grpc::Status ControlService::Gc(grpc::ServerContext*, const pb::GcRequest* req,
   reply->set_steps_kept(r->steps_kept);
   reply->set_chunks_deleted(r->chunks_deleted);
   reply->set_bytes_freed(r->bytes_freed);
+  Compact(ctx, req->job(),
+          req->wait_for_compaction() ? reply->mutable_compaction() : nullptr);
+  return grpc::Status::OK;
+}
+
+void ControlService::Compact(grpc::ServerContext* ctx, const std::string& job,
+                             pb::CompactionReport* report) {
+  if (compactor_ == nullptr) return;
+  auto ticket = compactor_->Schedule(job);
+  if (report == nullptr) return;
+  // time_point::max() (no deadline) minus now does not overflow.
+  auto budget = ctx->deadline() - std::chrono::system_clock::now();
+  if (budget > kMaxCompactionWait + kReplyMargin) {
+    budget = kMaxCompactionWait + kReplyMargin;
+  }
+  budget -= kReplyMargin;
+  auto r = ticket->Wait(absl::Now() + absl::FromChrono(budget));
+  if (absl::IsDeadlineExceeded(r.status())) {
+    report->set_pending(true);
+  } else if (!r.ok()) {
+    report->set_error(r.status().ToString());
+  } else {
+    report->set_segments_removed(r->segments_removed);
+    report->set_bytes_copied(r->bytes_copied);
+    report->set_bytes_reclaimed(r->bytes_reclaimed);
+  }
+}
+
+grpc::Status ControlService::LiveChunks(
+    grpc::ServerContext*, const pb::LiveChunksRequest* req,
+    grpc::ServerWriter<pb::LiveChunksReply>* writer) {
+  Status valid = format::ValidateName("job", req->job());
+  if (!valid.ok()) return ToGrpc(valid);
+  auto live = meta_->LiveChunks(req->job());
+  if (!live.ok()) return ToGrpc(live.status());
+  pb::LiveChunksReply batch;
+  for (const format::ChunkId& id : *live) {
+    batch.add_ids(id.ToBytes());
+    if (batch.ids_size() == kLiveIdsPerMessage) {
+      if (!writer->Write(batch)) {
+        return ToGrpc(absl::CancelledError("live chunks: the client left"));
+      }
+      batch.Clear();
+    }
+  }
+  if (batch.ids_size() > 0 && !writer->Write(batch)) {
+    return ToGrpc(absl::CancelledError("live chunks: the client left"));
+  }
+  return grpc::Status::OK;
+}
+
+grpc::Status ControlService::Sweep(grpc::ServerContext* ctx,
+                                   grpc::ServerReader<pb::SweepRequest>* reader,
+                                   pb::SweepReply* reply) {
+  pb::SweepRequest msg;
+  std::string job;
+  int64_t grace_ms = 0;
+  bool wait = false, last = false;
+  uint64_t messages = 0, received = 0;
+  ChunkIdSet live;
+  auto bad = [&](const std::string& what) {
+    return ToGrpc(absl::InvalidArgumentError(
+        absl::StrCat("sweep message ", messages, ": ", what)));
+  };
+  while (reader->Read(&msg)) {
+    ++messages;
+    if (last) return bad("follows the last message");
+    if (messages == 1) {
+      Status valid = format::ValidateName("job", msg.job());
+      if (!valid.ok()) return ToGrpc(valid);
+      if (msg.grace_ms() < 0) return bad("grace_ms must be >= 0");
+      job = msg.job();
+      grace_ms = msg.grace_ms();
+      wait = msg.wait_for_compaction();
+    } else if (!msg.job().empty() || msg.grace_ms() != 0 ||
+               msg.wait_for_compaction()) {
+      return bad("job, grace_ms and wait_for_compaction go in the first only");
+    }
+    if (msg.live_ids_size() > kMaxSweepIdsPerMessage) {
+      return bad(absl::StrCat(msg.live_ids_size(), " ids; at most ",
+                              kMaxSweepIdsPerMessage, " per message"));
+    }
+    if (received + msg.live_ids_size() > kMaxSweepIds) {
+      return bad(absl::StrCat("more than ", kMaxSweepIds, " ids in all"));
+    }
+    for (int i = 0; i < msg.live_ids_size(); ++i) {
+      auto id = format::ChunkId::FromBytes(msg.live_ids(i));
+      if (!id.ok()) {
+        return bad(absl::StrCat("id ", i, " is ", msg.live_ids(i).size(),
+                                " bytes, not 16"));
+      }
+      live.insert(*id);
+    }
+    received += msg.live_ids_size();
+    if (msg.last()) {
+      last = true;
+      if (msg.total_ids() != received) {
+        return bad(absl::StrCat("says ", msg.total_ids(), " ids in all; ",
+                                received, " arrived"));
+      }
+    } else if (msg.total_ids() != 0) {
+      return bad("total_ids goes in the last message only");
+    }
+  }
+  if (messages == 0) {
+    return ToGrpc(absl::InvalidArgumentError("sweep: no message"));
+  }
+  if (!last) {
+    return ToGrpc(absl::AbortedError(
+        absl::StrCat("sweep of job '", job, "' ended after ", received,
+                     " ids without its last message; nothing deleted")));
+  }
+  auto r = meta_->Sweep(job, std::move(live), grace_ms);
+  if (!r.ok()) {
+    return ToGrpc(
+        WithContext(r.status(), absl::StrCat("sweep of job '", job, "'")));
+  }
+  reply->set_chunks_deleted(r->chunks_deleted);
+  reply->set_bytes_freed(r->bytes_freed);
+  Compact(ctx, job, wait ? reply->mutable_compaction() : nullptr);
   return grpc::Status::OK;
 }
 

@@ -3,19 +3,26 @@
 // one-to-one onto gRPC codes, so clients see the same code and message.
 //
 // Thread-safety: called concurrently by gRPC's threads; all state is in the
-// thread-safe MetaStore.
+// thread-safe MetaStore and Compactor.
 #ifndef STAGGER_SERVER_CONTROL_SERVICE_H_
 #define STAGGER_SERVER_CONTROL_SERVICE_H_
 
 #include <string>
 
 #include "proto/stagger.grpc.pb.h"
+#include "server/compactor.h"
 #include "server/meta_store.h"
 
 namespace stagger::server {
 
 // absl::Status <-> grpc::Status with the same code and message.
 grpc::Status ToGrpc(const Status& s);
+
+// Sweep limits (docs/format.md): live ids per message and per sweep.
+inline constexpr int kMaxSweepIdsPerMessage = 1 << 16;
+inline constexpr uint64_t kMaxSweepIds = 1ull << 25;
+// LiveChunks replies carry this many ids per message (about 600 KB).
+inline constexpr int kLiveIdsPerMessage = 1 << 15;
 
 struct RetentionPolicy {
   uint32_t keep_last = 0;  // 0: keep every step
@@ -24,12 +31,15 @@ struct RetentionPolicy {
 
 class ControlService final : public pb::Stagger::Service {
  public:
-  // `meta` is not owned. `data_address` is returned by Hello. With a
+  // `meta` and `compactor` are not owned; `compactor` may be null
+  // (compaction off). `data_address` is returned by Hello. With a
   // retention policy, the commit that completes a step then collects the
   // job's old steps (before replying; a failed collection is logged and
-  // does not fail the commit).
+  // does not fail the commit). Every Gc and Sweep schedules a compaction
+  // pass over its job.
   ControlService(MetaStore* meta, std::string data_address,
-                 std::string server_id, RetentionPolicy retention = {});
+                 std::string server_id, RetentionPolicy retention = {},
+                 Compactor* compactor = nullptr);
 
   grpc::Status Hello(grpc::ServerContext*, const pb::HelloRequest*,
                      pb::HelloReply*) override;
@@ -41,9 +51,22 @@ class ControlService final : public pb::Stagger::Service {
                          pb::ListStepsReply*) override;
   grpc::Status Gc(grpc::ServerContext*, const pb::GcRequest*,
                   pb::GcReply*) override;
+  grpc::Status LiveChunks(
+      grpc::ServerContext*, const pb::LiveChunksRequest*,
+      grpc::ServerWriter<pb::LiveChunksReply>* writer) override;
+  grpc::Status Sweep(grpc::ServerContext*,
+                     grpc::ServerReader<pb::SweepRequest>* reader,
+                     pb::SweepReply* reply) override;
 
  private:
+  // Schedules a pass over `job` (when compaction is on); with a `report`,
+  // fills it with the pass's outcome, waiting no longer than the call's
+  // deadline allows.
+  void Compact(grpc::ServerContext* ctx, const std::string& job,
+               pb::CompactionReport* report);
+
   MetaStore* meta_;
+  Compactor* compactor_;
   std::string data_address_;
   std::string server_id_;
   RetentionPolicy retention_;

@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "format/codec.h"
 #include "format/data_plane.h"
+#include "server/chunk_read.h"
 
 namespace stagger::server {
 namespace {
@@ -180,16 +181,10 @@ void DataService::HandleGet(transport::Message request,
       ReplyStatus(shared.get(), DataOp::kGetChunkReply, meta.status());
       return;
     }
-    auto rec = segments_->Read(r.job, meta->location);
-    if (rec.ok() && rec->header.chunk_id != r.id) {
-      rec = absl::DataLossError(
-          absl::StrCat("index points chunk ", r.id.ToHex(),
-                       " at a record of chunk ", rec->header.chunk_id.ToHex()));
-    }
+    // Follows the record if compaction moves it during the read.
+    auto rec = ReadChunk(meta_, segments_, r.job, r.id, *meta);
     if (!rec.ok()) {
-      ReplyStatus(
-          shared.get(), DataOp::kGetChunkReply,
-          WithContext(rec.status(), absl::StrCat("chunk ", r.id.ToHex())));
+      ReplyStatus(shared.get(), DataOp::kGetChunkReply, rec.status());
       return;
     }
     ++counters_.chunks_read;

@@ -1,6 +1,8 @@
 // stagger-server: the storage daemon.
 //
 //   stagger-server --data DIR --listen HOST:PORT [--data-listen HOST:PORT]
+//                  [--keep-last N] [--gc-grace-s S] [--segment-mib M]
+//                  [--compact-threshold F] [--compact-mib-per-s R]
 //
 // Prints exactly one line to stdout once it accepts requests:
 //   stagger-server ready grpc=HOST:PORT data=HOST:PORT
@@ -37,8 +39,26 @@ int main(int argc, char** argv) {
                  "flight)")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
+  uint64_t segment_mib = options.segment_bytes >> 20;
+  app.add_option("--segment-mib", segment_mib,
+                 "roll to a new segment file past this many MiB")
+      ->check(CLI::Range(uint64_t{1}, uint64_t{1} << 20))
+      ->capture_default_str();
+  app.add_option("--compact-threshold", options.compact_threshold,
+                 "after a gc, rewrite sealed segments whose live bytes are "
+                 "below this fraction of their size (0: never)")
+      ->check(CLI::Range(0.0, 1.0))
+      ->capture_default_str();
+  double compact_mib_per_s = 64;
+  app.add_option("--compact-mib-per-s", compact_mib_per_s,
+                 "compaction copies at most this many MiB/s (0: unlimited)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
   options.gc_grace_ms = static_cast<int64_t>(gc_grace_s * 1000);
+  options.segment_bytes = segment_mib << 20;
+  options.compact_bytes_per_s =
+      static_cast<uint64_t>(compact_mib_per_s * (1 << 20));
 
   // Block the stop signals in every thread; the main thread waits for them.
   sigset_t stop;

@@ -7,8 +7,8 @@
 #include <algorithm>
 #include <chrono>
 #include <filesystem>
-#include <set>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "format/internal/endian.h"
 #include "format/manifest.h"
@@ -134,6 +134,7 @@ Status MetaStore::PutChunk(const std::string& job, const format::ChunkId& id,
   if (meta.written_unix_ms == 0) meta.written_unix_ms = NowMs();
   rocksdb::WriteOptions wo;
   wo.sync = false;
+  absl::MutexLock lock(&index_mu_);
   return FromRocks(db_->Put(wo, ChunkKey(job, id), EncodeChunkMeta(meta)),
                    "put chunk");
 }
@@ -150,7 +151,8 @@ Result<ChunkMeta> MetaStore::GetChunk(const std::string& job,
   return DecodeChunkMeta(v);
 }
 
-Result<pb::StepInfo> MetaStore::CommitShard(pb::ShardManifest m) {
+Result<pb::StepInfo> MetaStore::CommitShard(pb::ShardManifest m,
+                                            bool chunks_elsewhere) {
   STAGGER_RETURN_IF_ERROR(format::ValidateShardManifest(m));
   const std::string& job = m.job();
   uint64_t stored = 0, raw = 0;
@@ -159,6 +161,24 @@ Result<pb::StepInfo> MetaStore::CommitShard(pb::ShardManifest m) {
     for (pb::ChunkRef& c : *t.mutable_chunks()) {
       format::ChunkId id = *format::ChunkId::FromBytes(c.id());
       auto meta = GetChunk(job, id);
+      if (absl::IsNotFound(meta.status()) && chunks_elsewhere) {
+        // Stored on another server of the client's set: its description
+        // stands, once it is consistent.
+        const bool delta = c.codec() == static_cast<uint32_t>(
+                                            format::Codec::kXorByteGroupZstd);
+        if (delta == c.base_id().empty()) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              "tensor '", t.name(), "' chunk ", id.ToHex(),
+              ": a base id must be given exactly for delta chunks (codec 3)"));
+        }
+        if (c.stored_length() > format::kMaxChunkEncodedBytes) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              "tensor '", t.name(), "' chunk ", id.ToHex(), ": stored length ",
+              c.stored_length(), " exceeds ", format::kMaxChunkEncodedBytes));
+        }
+        stored += c.stored_length();
+        continue;
+      }
       if (absl::IsNotFound(meta.status())) {
         return absl::FailedPreconditionError(
             absl::StrCat("tensor '", t.name(), "' references chunk ",
@@ -298,6 +318,7 @@ Result<GcResult> MetaStore::Gc(const std::string& job, uint32_t keep,
   if (keep == 0) {
     return absl::InvalidArgumentError("gc must keep at least one step");
   }
+  if (grace_ms < 0) return absl::InvalidArgumentError("grace must be >= 0");
   absl::MutexLock lock(&commit_mu_);  // no commit while we decide
   STAGGER_ASSIGN_OR_RETURN(auto steps,
                            ListSteps(job, /*include_partial=*/true));
@@ -314,8 +335,7 @@ Result<GcResult> MetaStore::Gc(const std::string& job, uint32_t keep,
   }
   int64_t oldest_kept = complete[complete.size() - keep];
   rocksdb::WriteBatch batch;
-  std::set<std::string> live;  // chunk ids (bytes) still referenced
-  std::vector<std::string> worklist;
+  std::vector<pb::StepInfo> kept;
   for (const auto& s : steps) {
     if (s.step() < oldest_kept) {
       batch.Delete(StepKey(job, s.step()));
@@ -323,47 +343,183 @@ Result<GcResult> MetaStore::Gc(const std::string& job, uint32_t keep,
         batch.Delete(ShardKey(job, s.step(), rank));
       }
       r.steps_deleted.push_back(s.step());
-      continue;
+    } else {
+      kept.push_back(s);
     }
-    ++r.steps_kept;
+  }
+  r.steps_kept = kept.size();
+  ChunkIdSet live;
+  STAGGER_RETURN_IF_ERROR(AddReferenced(job, kept, &live));
+  STAGGER_RETURN_IF_ERROR(CloseOverBases(job, &live));
+  STAGGER_ASSIGN_OR_RETURN(SweepResult swept,
+                           DeleteUnreferenced(job, live, grace_ms, &batch));
+  r.chunks_deleted = swept.chunks_deleted;
+  r.bytes_freed = swept.bytes_freed;
+  return r;
+}
+
+Result<ChunkIdSet> MetaStore::LiveChunks(const std::string& job) {
+  STAGGER_RETURN_IF_ERROR(format::ValidateName("job", job));
+  absl::MutexLock lock(&commit_mu_);
+  STAGGER_ASSIGN_OR_RETURN(auto steps,
+                           ListSteps(job, /*include_partial=*/true));
+  if (steps.empty()) {
+    return absl::NotFoundError(
+        absl::StrCat("job '", job, "' has no steps on this server"));
+  }
+  ChunkIdSet live;
+  STAGGER_RETURN_IF_ERROR(AddReferenced(job, steps, &live));
+  STAGGER_RETURN_IF_ERROR(CloseOverBases(job, &live));
+  return live;
+}
+
+Result<SweepResult> MetaStore::Sweep(const std::string& job, ChunkIdSet live,
+                                     int64_t grace_ms) {
+  STAGGER_RETURN_IF_ERROR(format::ValidateName("job", job));
+  if (grace_ms < 0) return absl::InvalidArgumentError("grace must be >= 0");
+  absl::MutexLock lock(&commit_mu_);  // no step appears while we decide
+  STAGGER_ASSIGN_OR_RETURN(auto steps,
+                           ListSteps(job, /*include_partial=*/true));
+  if (!steps.empty()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "this server holds ", steps.size(), " steps of job '", job,
+        "' (it is the job's coordinator): gc it there, not by sweep"));
+  }
+  STAGGER_RETURN_IF_ERROR(CloseOverBases(job, &live));
+  rocksdb::WriteBatch batch;
+  return DeleteUnreferenced(job, live, grace_ms, &batch);
+}
+
+Status MetaStore::AddReferenced(const std::string& job,
+                                const std::vector<pb::StepInfo>& steps,
+                                ChunkIdSet* live) {
+  for (const auto& s : steps) {
     for (uint32_t rank : s.committed_ranks()) {
       STAGGER_ASSIGN_OR_RETURN(auto shard, GetShard(job, s.step(), rank));
       for (const auto& t : shard.tensors()) {
         for (const auto& c : t.chunks()) {
-          if (live.insert(c.id()).second) worklist.push_back(c.id());
+          auto id = format::ChunkId::FromBytes(c.id());
+          auto base = c.base_id().empty()
+                          ? Result<format::ChunkId>(format::ChunkId{})
+                          : format::ChunkId::FromBytes(c.base_id());
+          if (!id.ok() || !base.ok()) {
+            return absl::DataLossError(
+                absl::StrCat("job '", job, "' step ", s.step(), " rank ", rank,
+                             " tensor '", t.name(), "': corrupt chunk id"));
+          }
+          live->insert(*id);
+          if (!c.base_id().empty()) live->insert(*base);
         }
       }
     }
   }
-  // Delta bases are live when a live chunk needs them, transitively.
-  while (!worklist.empty()) {
-    std::string id = std::move(worklist.back());
-    worklist.pop_back();
-    auto meta = GetChunk(job, *format::ChunkId::FromBytes(id));
-    if (!meta.ok() || !meta->base) continue;
-    std::string base = meta->base->ToBytes();
-    if (live.insert(base).second) worklist.push_back(base);
+  return absl::OkStatus();
+}
+
+Status MetaStore::CloseOverBases(const std::string& job, ChunkIdSet* live) {
+  absl::flat_hash_map<format::ChunkId, format::ChunkId> base_of;
+  std::string prefix = JobPrefix('c', job);
+  std::unique_ptr<rocksdb::Iterator> it(
+      db_->NewIterator(rocksdb::ReadOptions()));
+  for (it->Seek(prefix); it->Valid() && it->key().starts_with(prefix);
+       it->Next()) {
+    // Unreadable entries name no base; DeleteUnreferenced drops them.
+    auto id = format::ChunkId::FromBytes(
+        std::string_view(it->key().data(), it->key().size())
+            .substr(prefix.size()));
+    auto meta = DecodeChunkMeta(it->value().ToString());
+    if (id.ok() && meta.ok() && meta->base) base_of.emplace(*id, *meta->base);
   }
+  STAGGER_RETURN_IF_ERROR(FromRocks(it->status(), "scan for delta bases"));
+  if (base_of.empty()) return absl::OkStatus();
+  std::vector<format::ChunkId> work(live->begin(), live->end());
+  while (!work.empty()) {
+    format::ChunkId id = work.back();
+    work.pop_back();
+    auto b = base_of.find(id);
+    if (b != base_of.end() && live->insert(b->second).second) {
+      work.push_back(b->second);
+    }
+  }
+  return absl::OkStatus();
+}
+
+Result<SweepResult> MetaStore::DeleteUnreferenced(const std::string& job,
+                                                  const ChunkIdSet& live,
+                                                  int64_t grace_ms,
+                                                  rocksdb::WriteBatch* batch) {
+  SweepResult r;
   const int64_t cutoff = NowMs() - grace_ms;
   std::string prefix = JobPrefix('c', job);
   std::unique_ptr<rocksdb::Iterator> it(
       db_->NewIterator(rocksdb::ReadOptions()));
   for (it->Seek(prefix); it->Valid() && it->key().starts_with(prefix);
        it->Next()) {
-    std::string id = it->key().ToString().substr(prefix.size());
-    if (live.count(id)) continue;
+    auto id = format::ChunkId::FromBytes(
+        std::string_view(it->key().data(), it->key().size())
+            .substr(prefix.size()));
+    if (id.ok() && live.contains(*id)) continue;
     auto meta = DecodeChunkMeta(it->value().ToString());
     // Recently written chunks may belong to a save not yet committed.
     if (meta.ok() && meta->written_unix_ms > cutoff) continue;
-    batch.Delete(it->key());
+    batch->Delete(it->key());
     ++r.chunks_deleted;
     if (meta.ok()) r.bytes_freed += meta->stored_length;
   }
   STAGGER_RETURN_IF_ERROR(FromRocks(it->status(), "gc scan"));
   rocksdb::WriteOptions wo;
   wo.sync = true;
-  STAGGER_RETURN_IF_ERROR(FromRocks(db_->Write(wo, &batch), "gc"));
+  // A relocation between the scan and this write is deleted with its
+  // entry, which was unreferenced either way.
+  absl::MutexLock lock(&index_mu_);
+  STAGGER_RETURN_IF_ERROR(FromRocks(db_->Write(wo, batch), "gc"));
   return r;
+}
+
+Status MetaStore::ForEachChunk(
+    const std::string& job,
+    const std::function<void(const format::ChunkId&, const ChunkMeta&)>& fn) {
+  std::string prefix = JobPrefix('c', job);
+  std::unique_ptr<rocksdb::Iterator> it(
+      db_->NewIterator(rocksdb::ReadOptions()));
+  for (it->Seek(prefix); it->Valid() && it->key().starts_with(prefix);
+       it->Next()) {
+    std::string_view key(it->key().data(), it->key().size());
+    auto id = format::ChunkId::FromBytes(key.substr(prefix.size()));
+    auto meta = DecodeChunkMeta(it->value().ToString());
+    if (!id.ok() || !meta.ok()) {
+      return absl::DataLossError(absl::StrCat(
+          "job '", job, "': corrupt chunk index entry (key of ", key.size(),
+          " bytes, value of ", it->value().size(), " bytes)"));
+    }
+    fn(*id, *meta);
+  }
+  return FromRocks(it->status(), "chunk index scan");
+}
+
+Result<uint64_t> MetaStore::RelocateChunks(
+    const std::string& job, const std::vector<Relocation>& moves) {
+  STAGGER_RETURN_IF_ERROR(format::ValidateName("job", job));
+  rocksdb::WriteBatch batch;
+  uint64_t moved = 0;
+  absl::MutexLock lock(&index_mu_);
+  for (const Relocation& m : moves) {
+    const std::string key = ChunkKey(job, m.id);
+    std::string v;
+    rocksdb::Status s = db_->Get(rocksdb::ReadOptions(), key, &v);
+    if (s.IsNotFound()) continue;  // collected meanwhile
+    STAGGER_RETURN_IF_ERROR(FromRocks(s, "get chunk"));
+    auto meta = DecodeChunkMeta(v);
+    if (!meta.ok() || !(meta->location == m.from)) continue;
+    meta->location = m.to;
+    batch.Put(key, EncodeChunkMeta(*meta));
+    ++moved;
+  }
+  if (moved == 0) return moved;
+  rocksdb::WriteOptions wo;
+  wo.sync = true;
+  STAGGER_RETURN_IF_ERROR(FromRocks(db_->Write(wo, &batch), "relocate"));
+  return moved;
 }
 
 }  // namespace stagger::server

@@ -13,16 +13,25 @@
 // which also makes every earlier index entry durable (the WAL is ordered).
 // So a step is never visible before the index entries it references.
 //
+// Liveness: a chunk is live while a step of its job references it (directly
+// or as a delta base, transitively). Gc decides it on the server that holds
+// the job's manifests (the coordinator); Sweep applies the coordinator's
+// live set on a server that holds only chunks of the job. A delta is stored
+// only where its base is (DataService), so the bases of a live chunk are
+// always found in the index of the server that holds it.
+//
 // Thread-safety: all methods are thread-safe; commits are serialised.
 #ifndef STAGGER_SERVER_META_STORE_H_
 #define STAGGER_SERVER_META_STORE_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/synchronization/mutex.h"
 #include "format/chunk_id.h"
 #include "format/manifest.pb.h"
@@ -32,7 +41,8 @@
 
 namespace rocksdb {
 class DB;
-}
+class WriteBatch;
+}  // namespace rocksdb
 
 namespace stagger::server {
 
@@ -46,11 +56,30 @@ struct ChunkMeta {
   int64_t written_unix_ms = 0;  // set by PutChunk when 0
 };
 
+using ChunkIdSet = absl::flat_hash_set<format::ChunkId>;
+
+inline bool operator==(const ChunkLocation& a, const ChunkLocation& b) {
+  return a.segment == b.segment && a.offset == b.offset &&
+         a.record_size == b.record_size;
+}
+
 struct GcResult {
   std::vector<int64_t> steps_deleted;
   uint64_t steps_kept = 0;
   uint64_t chunks_deleted = 0;
   uint64_t bytes_freed = 0;  // stored bytes no longer indexed
+};
+
+struct SweepResult {
+  uint64_t chunks_deleted = 0;
+  uint64_t bytes_freed = 0;  // stored bytes no longer indexed
+};
+
+// Compaction moved chunk `id` from `from` to `to` (a durable copy).
+struct Relocation {
+  format::ChunkId id;
+  ChunkLocation from;
+  ChunkLocation to;
 };
 
 class MetaStore {
@@ -70,8 +99,12 @@ class MetaStore {
   // the index, and records the shard in one synced batch. A repeated commit
   // of the identical shard is OK (a retry); a different shard for a rank that
   // already committed, or another world size, is ABORTED.
+  // With `chunks_elsewhere` (the client places chunks on several servers), a
+  // chunk missing from this index is taken as the manifest describes it;
+  // its codec must be known and a base id given exactly for deltas.
   // Returns the step's state after the commit.
-  Result<pb::StepInfo> CommitShard(pb::ShardManifest m);
+  Result<pb::StepInfo> CommitShard(pb::ShardManifest m,
+                                   bool chunks_elsewhere = false);
 
   // NOT_FOUND when the step was never started.
   Result<pb::StepInfo> GetStep(const std::string& job, int64_t step);
@@ -87,14 +120,57 @@ class MetaStore {
   // reclaimed by compaction, not here. INVALID_ARGUMENT for keep == 0.
   Result<GcResult> Gc(const std::string& job, uint32_t keep, int64_t grace_ms);
 
+  // The chunks the job's steps (complete and partial) need: those their
+  // manifests reference and the delta bases they name, closed over this
+  // index's base links. The same set Gc keeps. NOT_FOUND when this server
+  // holds no step of the job.
+  Result<ChunkIdSet> LiveChunks(const std::string& job);
+
+  // On a server holding chunks of `job` but not its manifests: deletes the
+  // index entries of the job's chunks that are not in `live` (closed over
+  // this index's base links first) and were written more than `grace_ms`
+  // ago. FAILED_PRECONDITION when this server holds steps of the job: there
+  // its own Gc decides, and a live set from elsewhere could be incomplete.
+  Result<SweepResult> Sweep(const std::string& job, ChunkIdSet live,
+                            int64_t grace_ms);
+
+  // Calls `fn` for every index entry of `job`, in id order, from a
+  // consistent snapshot. DATA_LOSS for an undecodable entry.
+  Status ForEachChunk(
+      const std::string& job,
+      const std::function<void(const format::ChunkId&, const ChunkMeta&)>& fn);
+
+  // Points each moved chunk's index entry at `to`, but only where it still
+  // points at `from` (a Gc may have deleted it, a new put moved it); one
+  // synced batch, so the new location is durable before the caller deletes
+  // the old bytes. Returns how many entries were moved.
+  Result<uint64_t> RelocateChunks(const std::string& job,
+                                  const std::vector<Relocation>& moves);
+
   // NOT_FOUND when the rank has not committed that step.
   Result<pb::ShardManifest> GetShard(const std::string& job, int64_t step,
                                      uint32_t rank);
 
  private:
   explicit MetaStore(std::unique_ptr<rocksdb::DB> db);
+  // Adds the chunks referenced by `steps`' manifests (ids and base ids).
+  Status AddReferenced(const std::string& job,
+                       const std::vector<pb::StepInfo>& steps, ChunkIdSet* live)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(commit_mu_);
+  // Adds, transitively, the bases this index records for chunks in `live`.
+  Status CloseOverBases(const std::string& job, ChunkIdSet* live);
+  // Adds to `batch` the deletion of the job's index entries outside `live`
+  // written more than `grace_ms` ago, then writes `batch`, synced.
+  Result<SweepResult> DeleteUnreferenced(const std::string& job,
+                                         const ChunkIdSet& live,
+                                         int64_t grace_ms,
+                                         rocksdb::WriteBatch* batch);
+
   std::unique_ptr<rocksdb::DB> db_;
   absl::Mutex commit_mu_;
+  // Orders read-check-write updates of index entries (PutChunk,
+  // RelocateChunks, the delete write of Gc and Sweep) against each other.
+  absl::Mutex index_mu_ ABSL_ACQUIRED_AFTER(commit_mu_);
 };
 
 }  // namespace stagger::server

@@ -174,5 +174,124 @@ TEST_F(MetaStoreTest, GcKeepsNewestStepsAndWhatTheyNeed) {
   EXPECT_EQ(again->chunks_deleted, 0u);
 }
 
+TEST_F(MetaStoreTest, RelocateMovesOnlyEntriesStillAtTheOldPlace) {
+  auto a = StoreChunk(1);  // at {1, 4096, 8192}
+  auto b = StoreChunk(2);  // at {1, 8192, 8192}
+  format::ChunkId gone{77, 77};
+  const ChunkLocation to{5, 0, 8192};
+  auto moved = meta_->RelocateChunks(
+      "job", {
+                 {a, {1, 4096, 8192}, to},
+                 // b moved elsewhere meanwhile: left where it is.
+                 {b, {1, 0, 8192}, {5, 8192, 8192}},
+                 // Collected meanwhile: not brought back.
+                 {gone, {1, 0, 8192}, {5, 16384, 8192}},
+             });
+  ASSERT_TRUE(moved.ok()) << moved.status();
+  EXPECT_EQ(*moved, 1u);
+  auto am = meta_->GetChunk("job", a);
+  ASSERT_TRUE(am.ok());
+  EXPECT_TRUE(am->location == to);
+  EXPECT_EQ(am->stored_length, 2048u);  // the rest of the entry is kept
+  EXPECT_EQ(am->codec, format::Codec::kZstd);
+  EXPECT_EQ(meta_->GetChunk("job", b)->location.offset, 8192u);
+  EXPECT_EQ(meta_->GetChunk("job", gone).status().code(),
+            absl::StatusCode::kNotFound);
+}
+
+TEST_F(MetaStoreTest, CommitWithChunksElsewhereTakesTheManifestsWord) {
+  format::ChunkId remote{9, 9};
+  auto m = Shard(1, 0, 1, remote);
+  auto* c = m.mutable_tensors(0)->mutable_chunks(0);
+  c->set_codec(static_cast<uint32_t>(format::Codec::kZstd));
+  c->set_stored_length(1000);
+  EXPECT_EQ(meta_->CommitShard(m).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  auto info = meta_->CommitShard(m, /*chunks_elsewhere=*/true);
+  ASSERT_TRUE(info.ok()) << info.status();
+  EXPECT_TRUE(info->complete());
+  EXPECT_EQ(info->stored_bytes(), 1000u);
+  EXPECT_EQ(meta_->GetShard("job", 1, 0)->tensors(0).chunks(0).codec(), 1u);
+
+  auto delta = Shard(2, 0, 1, remote);  // delta without a base
+  delta.mutable_tensors(0)->mutable_chunks(0)->set_codec(
+      static_cast<uint32_t>(format::Codec::kXorByteGroupZstd));
+  EXPECT_EQ(meta_->CommitShard(delta, true).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  auto based = Shard(3, 0, 1, remote);  // a base on a non-delta
+  based.mutable_tensors(0)->mutable_chunks(0)->set_base_id(
+      format::ChunkId{1, 1}.ToBytes());
+  Status s = meta_->CommitShard(based, true).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("base id"), std::string::npos) << s;
+}
+
+TEST_F(MetaStoreTest, LiveChunksAreManifestsAndTheirBases) {
+  EXPECT_EQ(meta_->LiveChunks("job").status().code(),
+            absl::StatusCode::kNotFound);
+  auto c1 = StoreChunk(1);
+  ChunkMeta d;
+  d.location = {1, 8192, 4096};
+  d.raw_length = 4096;
+  d.stored_length = 100;
+  d.codec = format::Codec::kXorByteGroupZstd;
+  d.base = c1;
+  format::ChunkId c2{2, 2};
+  ASSERT_TRUE(meta_->PutChunk("job", c2, d).ok());
+  StoreChunk(3);  // referenced by nothing
+  ASSERT_TRUE(meta_->CommitShard(Shard(1, 0, 2, c2)).ok());  // partial
+  // A chunk on another server, a delta whose base is there too.
+  format::ChunkId remote{9, 9}, remote_base{8, 8};
+  auto m = Shard(1, 1, 2, remote);
+  auto* c = m.mutable_tensors(0)->mutable_chunks(0);
+  c->set_codec(static_cast<uint32_t>(format::Codec::kXorByteGroupZstd));
+  c->set_base_id(remote_base.ToBytes());
+  ASSERT_TRUE(meta_->CommitShard(m, true).ok());
+  auto live = meta_->LiveChunks("job");
+  ASSERT_TRUE(live.ok()) << live.status();
+  EXPECT_EQ(*live, (ChunkIdSet{c1, c2, remote, remote_base}));
+}
+
+TEST_F(MetaStoreTest, SweepKeepsLiveChunksTheirBasesAndYoungChunks) {
+  auto put = [&](uint64_t n, int64_t written,
+                 std::optional<format::ChunkId> base = std::nullopt) {
+    format::ChunkId id{n, n};
+    ChunkMeta cm;
+    cm.location = {1, n * 4096, 4096};
+    cm.raw_length = 4096;
+    cm.stored_length = 1000 + n;
+    cm.codec = base ? format::Codec::kXorByteGroupZstd : format::Codec::kZstd;
+    cm.base = base;
+    cm.written_unix_ms = written;
+    EXPECT_TRUE(meta_->PutChunk("other", id, cm).ok());
+    return id;
+  };
+  auto c1 = put(1, 1);
+  auto c2 = put(2, 1, c1);  // delta on c1
+  auto c3 = put(3, 1, c2);  // delta on c2
+  auto c4 = put(4, 1);
+  auto c5 = put(5, 0);  // written just now
+  auto r = meta_->Sweep("other", ChunkIdSet{c3}, 60 * 1000);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->chunks_deleted, 1u);
+  EXPECT_EQ(r->bytes_freed, 1004u);
+  for (auto id : {c1, c2, c3, c5}) {
+    EXPECT_TRUE(meta_->GetChunk("other", id).ok()) << id.ToHex();
+  }
+  EXPECT_EQ(meta_->GetChunk("other", c4).status().code(),
+            absl::StatusCode::kNotFound);
+
+  // Where the job has steps, its own gc decides: a sweep is refused.
+  auto id = StoreChunk(1);
+  ASSERT_TRUE(meta_->CommitShard(Shard(1, 0, 1, id)).ok());
+  Status s = meta_->Sweep("job", ChunkIdSet{}, 0).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
+  EXPECT_TRUE(meta_->GetChunk("job", id).ok());
+  EXPECT_EQ(meta_->Sweep("a b", {}, 0).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(meta_->Sweep("other", {}, -1).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
 }  // namespace
 }  // namespace stagger::server

@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "qos/executor.h"
+#include "server/compactor.h"
 #include "server/control_service.h"
 #include "server/data_service.h"
 #include "server/meta_store.h"
@@ -21,6 +22,7 @@ class Server::Impl {
   std::unique_ptr<transport::Transport> owned_transport;
   std::unique_ptr<MetaStore> meta;
   std::unique_ptr<SegmentStore> segments;
+  std::unique_ptr<Compactor> compactor;
   std::unique_ptr<qos::Executor> ingest;
   std::unique_ptr<qos::Executor> readers;
   std::unique_ptr<DataService> data;
@@ -33,7 +35,10 @@ class Server::Impl {
   void Shutdown() {
     if (stopped) return;
     stopped = true;
-    // Control plane first: in-flight commits finish, no new ones start.
+    // Compaction first: a Gc waiting for its pass returns at once, so the
+    // control plane's shutdown does not wait for a long pass.
+    if (compactor) compactor->Stop();
+    // Control plane: in-flight commits finish, no new ones start.
     if (grpc_server) grpc_server->Shutdown();
     // Data plane: refuse new requests, let accepted ones reply.
     if (data) {
@@ -43,6 +48,7 @@ class Server::Impl {
     listener.reset();
     readers.reset();
     ingest.reset();
+    compactor.reset();
     segments.reset();
     meta.reset();
     owned_transport.reset();
@@ -86,6 +92,14 @@ Result<std::unique_ptr<Server>> Server::Start(const ServerOptions& options) {
             "segments through the page cache\n",
             seg.dir.c_str());
   }
+  if (options.compact_threshold > 0) {
+    CompactorOptions co;
+    co.threshold = options.compact_threshold;
+    co.bytes_per_s = options.compact_bytes_per_s;
+    STAGGER_ASSIGN_OR_RETURN(
+        impl->compactor,
+        Compactor::Create(impl->segments.get(), impl->meta.get(), co));
+  }
   impl->ingest = std::make_unique<qos::Executor>(2);
   impl->readers = std::make_unique<qos::Executor>(options.read_threads);
   impl->data =
@@ -106,7 +120,8 @@ Result<std::unique_ptr<Server>> Server::Start(const ServerOptions& options) {
   impl->control = std::make_unique<ControlService>(
       impl->meta.get(), impl->listener->address(),
       absl::StrCat(host, "/", impl->listener->address()),
-      RetentionPolicy{options.keep_last, options.gc_grace_ms});
+      RetentionPolicy{options.keep_last, options.gc_grace_ms},
+      impl->compactor.get());
   grpc::ServerBuilder builder;
   int bound_port = 0;
   builder.AddListeningPort(options.listen, grpc::InsecureServerCredentials(),

@@ -4,6 +4,7 @@
 //
 //   Server ─┬─ MetaStore (RocksDB at <data>/meta)
 //           ├─ SegmentStore (<data>/segments) ── writer thread (io_uring)
+//           ├─ Compactor ── one thread, rewrites mostly dead segments
 //           ├─ Executor (reads)
 //           ├─ DataService ── transport Listener (UCX or in-process)
 //           └─ grpc::Server ── ControlService
@@ -36,6 +37,11 @@ struct ServerOptions {
   // sparing chunks written in the last `gc_grace_ms`.
   uint32_t keep_last = 0;
   int64_t gc_grace_ms = 600 * 1000;
+  // After every gc of a job, compact its sealed segments whose live bytes
+  // are below this fraction of their size (0: never compact), copying at
+  // most `compact_bytes_per_s` (0: unlimited).
+  double compact_threshold = 0.5;
+  uint64_t compact_bytes_per_s = 64ull << 20;
 };
 
 class Server {

@@ -326,5 +326,95 @@ TEST(IntegrationTest, ServerRetentionKeepsTheNewestSteps) {
   EXPECT_EQ(verify.exit_code, 0) << verify.out;
 }
 
+TEST(IntegrationTest, GcCompactsSegmentsAndTheKeptStepStillLoads) {
+  TempDir dir;
+  const std::string data = dir.path() + "/data";
+  // Small segments, so the steps spread over many sealed ones.
+  auto server = ServerProcess::Start(
+      data, {"--segment-mib", "2", "--compact-mib-per-s", "0"});
+  ASSERT_TRUE(server.ok()) << server.status();
+  const std::string s = (*server)->grpc();
+  for (int step = 1; step <= 4; ++step) {
+    ExpectAll(RunRanks(s, "g", 2, 2, "save", std::to_string(step)),
+              "ok step=" + std::to_string(step));
+  }
+  const uint64_t before = DirBytes(data + "/segments/g");
+  RunResult gc = RunProcess({Cli(), "--server", s, "gc", "--job", "g", "--keep",
+                             "1", "--grace-s", "0"});
+  ASSERT_EQ(gc.exit_code, 0) << gc.out;
+  EXPECT_NE(gc.out.find("deleted 3 steps [1,2,3], kept 1"), std::string::npos)
+      << gc.out;
+  EXPECT_NE(gc.out.find("compaction: removed "), std::string::npos) << gc.out;
+  EXPECT_EQ(gc.out.find("still running"), std::string::npos) << gc.out;
+  const uint64_t after = DirBytes(data + "/segments/g");
+  // Three of four steps were dead: well over half the bytes go.
+  EXPECT_LT(after, before / 2) << before << " -> " << after;
+
+  ExpectAll(RunRanks(s, "g", 2, 2, "load", "latest"), "ok step=4");
+  RunResult verify = RunProcess({Cli(), "--server", s, "verify", "--job", "g"});
+  EXPECT_EQ(verify.exit_code, 0) << verify.out;
+  EXPECT_NE(verify.out.find("all 8 chunks good"), std::string::npos)
+      << verify.out;
+  // And after a restart.
+  EXPECT_EQ((*server)->Stop(SIGTERM), 0);
+  server = ServerProcess::Start(data);
+  ASSERT_TRUE(server.ok()) << server.status();
+  ExpectAll(RunRanks((*server)->grpc(), "g", 2, 2, "load", "latest"),
+            "ok step=4");
+}
+
+TEST(IntegrationTest, GcFreesSpaceOnEveryServer) {
+  TempDir dir;
+  const std::vector<std::string> args = {"--segment-mib", "2",
+                                         "--compact-mib-per-s", "0"};
+  auto a = ServerProcess::Start(dir.path() + "/a", args);
+  ASSERT_TRUE(a.ok()) << a.status();
+  auto b = ServerProcess::Start(dir.path() + "/b", args);
+  ASSERT_TRUE(b.ok()) << b.status();
+  const std::string both = (*a)->grpc() + "," + (*b)->grpc();
+  for (int step = 1; step <= 4; ++step) {
+    ExpectAll(RunRanks(both, "m", 2, 2, "save", std::to_string(step)),
+              "ok step=" + std::to_string(step));
+  }
+  const uint64_t before_a = DirBytes(dir.path() + "/a/segments/m");
+  const uint64_t before_b = DirBytes(dir.path() + "/b/segments/m");
+  // Chunks are spread over both servers.
+  ASSERT_GT(before_a, 0u);
+  ASSERT_GT(before_b, 0u);
+
+  RunResult gc = RunProcess({Cli(), "--server", both, "gc", "--job", "m",
+                             "--keep", "1", "--grace-s", "0"});
+  ASSERT_EQ(gc.exit_code, 0) << gc.out;
+  EXPECT_NE(gc.out.find("deleted 3 steps [1,2,3], kept 1"), std::string::npos)
+      << gc.out;
+  EXPECT_NE(gc.out.find("on 2 servers"), std::string::npos) << gc.out;
+  const uint64_t after_a = DirBytes(dir.path() + "/a/segments/m");
+  const uint64_t after_b = DirBytes(dir.path() + "/b/segments/m");
+  EXPECT_LT(after_a, before_a) << gc.out;
+  EXPECT_LT(after_b, before_b) << gc.out;
+  // Three of four steps were dead.
+  EXPECT_LT(after_a + after_b, (before_a + before_b) * 6 / 10)
+      << before_a << "+" << before_b << " -> " << after_a << "+" << after_b;
+
+  ExpectAll(RunRanks(both, "m", 2, 2, "load", "latest"), "ok step=4");
+  RunResult verify =
+      RunProcess({Cli(), "--server", both, "verify", "--job", "m"});
+  EXPECT_EQ(verify.exit_code, 0) << verify.out;
+  EXPECT_NE(verify.out.find("all 8 chunks good"), std::string::npos)
+      << verify.out;
+  RunResult gone = RunProcess(RankArgs(both, "m", 0, 2, "load", "1"));
+  EXPECT_NE(gone.out.find("error NOT_FOUND"), std::string::npos) << gone.out;
+
+  // A gc given one server only (a wrong --server list) collects on that
+  // server alone, by its own manifests or none: the kept step survives.
+  for (const std::string& one : {(*a)->grpc(), (*b)->grpc()}) {
+    RunResult r = RunProcess({Cli(), "--server", one, "gc", "--job", "m",
+                              "--keep", "1", "--grace-s", "0"});
+    EXPECT_EQ(r.exit_code, 0) << r.out;
+    EXPECT_NE(r.out.find("deleted 0 steps"), std::string::npos) << r.out;
+  }
+  ExpectAll(RunRanks(both, "m", 2, 2, "load", "latest"), "ok step=4");
+}
+
 }  // namespace
 }  // namespace stagger::testutil

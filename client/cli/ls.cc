@@ -104,11 +104,27 @@ int RunGc(const GcArgs& a) {
   for (int64_t s : r->steps_deleted()) steps.push_back(absl::StrCat(s));
   printf(
       "gc job '%s': deleted %d steps [%s], kept %llu; freed %llu chunks "
-      "(%llu stored bytes)\n",
+      "(%llu stored bytes) on %zu servers\n",
       a.job.c_str(), r->steps_deleted_size(), absl::StrJoin(steps, ",").c_str(),
       static_cast<unsigned long long>(r->steps_kept()),
       static_cast<unsigned long long>(r->chunks_deleted()),
-      static_cast<unsigned long long>(r->bytes_freed()));
+      static_cast<unsigned long long>(r->bytes_freed()),
+      session->servers->size());
+  if (r->has_compaction()) {
+    const pb::CompactionReport& c = r->compaction();
+    printf(
+        "compaction: removed %llu segments, rewrote %llu bytes, reclaimed "
+        "%llu bytes%s\n",
+        static_cast<unsigned long long>(c.segments_removed()),
+        static_cast<unsigned long long>(c.bytes_copied()),
+        static_cast<unsigned long long>(c.bytes_reclaimed()),
+        c.pending() ? " so far (still running)" : "");
+    // The steps and index entries are gone either way; the next gc's
+    // compaction retries the space.
+    if (!c.error().empty()) {
+      fprintf(stderr, "stagger gc: compaction failed: %s\n", c.error().c_str());
+    }
+  }
   return 0;
 }
 

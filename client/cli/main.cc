@@ -2,7 +2,7 @@
 //   stagger [--server HOST:PORT] ls --job J [--json]
 //   stagger [--server HOST:PORT] restore --job J --step latest|N --out DIR
 //   stagger [--server HOST:PORT] verify --job J --step latest|N
-//   stagger [--server HOST:PORT] gc --job J --keep N [--grace-s S]
+//   stagger [--server HOST:PORT[,...]] gc --job J --keep N [--grace-s S]
 //   stagger demo [--servers HOST:PORT[,...]]
 #include <CLI/CLI.hpp>
 
@@ -13,7 +13,9 @@ int main(int argc, char** argv) {
   CLI::App app{"stagger: checkpoints for deep-learning training"};
   app.require_subcommand(1);
   std::string server = "127.0.0.1:7700";
-  app.add_option("--server", server, "stagger-server gRPC HOST:PORT")
+  app.add_option("--server", server,
+                 "stagger-server gRPC HOST:PORT[,HOST:PORT...]: every server "
+                 "of the job")
       ->capture_default_str();
 
   LsArgs ls;

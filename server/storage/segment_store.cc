@@ -56,11 +56,14 @@ class SegmentStore::Impl {
 
   void Append(const std::string& job, const format::RecordHeader& h,
               transport::Buffer payload, AppendCallback done);
-  Result<StoredRecord> Read(const std::string& job, const ChunkLocation& loc);
+  Result<StoredRecord> Read(const std::string& job, const ChunkLocation& loc,
+                            const IOOptions& io);
   Status Scan(const std::string& job,
               const std::function<void(const format::RecordHeader&,
                                        const ChunkLocation&)>& on_record,
               const std::function<void(const Status&)>& on_error);
+  Result<std::vector<SegmentInfo>> ListSealedSegments(const std::string& job);
+  Status RemoveSegment(const std::string& job, uint64_t id);
   bool direct_io() const { return direct_.load(std::memory_order_relaxed); }
 
  private:
@@ -118,6 +121,13 @@ class SegmentStore::Impl {
                        const std::vector<Placement>& placements);
   Status FlushPieces(std::vector<Piece>* pieces);
   void Abandon(Segment* segment);
+  // Marks segment `id` of `job` unsealed; called before its file exists.
+  void Unseal(const std::string& job, uint64_t id);
+  // After a batch's callbacks ran: only each job's current segment stays
+  // unsealed.
+  void Reseal();
+  // Segments of `job` with an id at or above this may still change.
+  uint64_t UnsealedFrom(const std::string& job);
   Result<std::unique_ptr<File>> OpenForRead(const std::string& job,
                                             uint64_t segment);
   // Reads and verifies the record at `offset` of an open segment; `size` is
@@ -134,6 +144,15 @@ class SegmentStore::Impl {
   absl::Mutex mu_;
   std::deque<Pending> queue_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  // Batches taken from the queue / fully committed (callbacks run, seals
+  // updated).
+  uint64_t batches_started_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t batches_done_ ABSL_GUARDED_BY(mu_) = 0;
+
+  // Per job that has an unsealed segment, the lowest unsealed id. Written
+  // by the writer thread, read by ListSealedSegments and RemoveSegment.
+  absl::Mutex seal_mu_;
+  std::map<std::string, uint64_t> unsealed_from_ ABSL_GUARDED_BY(seal_mu_);
 
   // Writer thread only.
   std::map<std::string, JobState> jobs_;
@@ -188,8 +207,11 @@ void SegmentStore::Impl::WriterLoop() {
         batch.push_back(std::move(queue_.front()));
         queue_.pop_front();
       }
+      ++batches_started_;
     }
     Commit(batch);
+    absl::MutexLock l(&mu_);
+    ++batches_done_;
   }
   fs_->UnregisterBuffers();
   for (auto& [job, state] : jobs_) state.current.reset();
@@ -231,6 +253,9 @@ Result<SegmentStore::Impl::Segment*> SegmentStore::Impl::SegmentFor(
     auto seg = std::make_unique<Segment>();
     seg->id = js->next_id++;
     seg->path = JoinPath(job_dir, SegmentFileName(seg->id));
+    // Before the file exists, so that a listing which sees the file also
+    // sees it unsealed.
+    Unseal(job, seg->id);
     FileOptions fo;
     fo.create = fo.writable = fo.exclusive = true;
     fo.direct = true;
@@ -308,6 +333,78 @@ void SegmentStore::Impl::Commit(std::vector<Pending>& batch) {
     const Placement& pl = placements[next];
     p.done(ChunkLocation{pl.segment->id, pl.offset, p.record_size});
   }
+  // Only now: the callbacks above have indexed this batch's records.
+  Reseal();
+}
+
+void SegmentStore::Impl::Unseal(const std::string& job, uint64_t id) {
+  absl::MutexLock l(&seal_mu_);
+  auto [it, inserted] = unsealed_from_.try_emplace(job, id);
+  if (!inserted) it->second = std::min(it->second, id);
+}
+
+void SegmentStore::Impl::Reseal() {
+  absl::MutexLock l(&seal_mu_);
+  for (auto it = unsealed_from_.begin(); it != unsealed_from_.end();) {
+    auto js = jobs_.find(it->first);
+    if (js != jobs_.end() && js->second.current != nullptr) {
+      it->second = js->second.current->id;
+      ++it;
+    } else {
+      it = unsealed_from_.erase(it);
+    }
+  }
+}
+
+uint64_t SegmentStore::Impl::UnsealedFrom(const std::string& job) {
+  absl::MutexLock l(&seal_mu_);
+  auto it = unsealed_from_.find(job);
+  return it == unsealed_from_.end() ? UINT64_MAX : it->second;
+}
+
+Result<std::vector<SegmentInfo>> SegmentStore::Impl::ListSealedSegments(
+    const std::string& job) {
+  STAGGER_RETURN_IF_ERROR(ValidateJobName(job));
+  {
+    // A caller whose append callback has run sees its effect: wait for the
+    // batch being committed to finish resealing.
+    absl::MutexLock l(&mu_);
+    const uint64_t started = batches_started_;
+    auto done = [this, started]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      return batches_done_ >= started;
+    };
+    mu_.Await(absl::Condition(&done));
+  }
+  std::vector<SegmentInfo> out;
+  auto ids = ListSegmentIds(fs_, JobDir(job));
+  if (absl::IsNotFound(ids.status())) return out;
+  if (!ids.ok()) return WithContext(ids.status(), absl::StrCat("job ", job));
+  // Read after listing: a segment created since is either missing from the
+  // listing or already marked unsealed (Unseal runs before its creation).
+  const uint64_t unsealed = UnsealedFrom(job);
+  for (uint64_t id : *ids) {
+    if (id >= unsealed) break;
+    auto file = OpenForRead(job, id);
+    if (absl::IsNotFound(file.status())) continue;  // removed meanwhile
+    if (!file.ok()) return WithContext(file.status(), Where(job, id, 0));
+    auto size = (*file)->Size();
+    if (!size.ok()) return WithContext(size.status(), Where(job, id, 0));
+    out.push_back(SegmentInfo{id, *size});
+  }
+  return out;
+}
+
+Status SegmentStore::Impl::RemoveSegment(const std::string& job, uint64_t id) {
+  STAGGER_RETURN_IF_ERROR(ValidateJobName(job));
+  if (id >= UnsealedFrom(job)) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "job ", job, " segment ", id, " is not sealed: appends may reach it"));
+  }
+  const std::string dir = JobDir(job);
+  STAGGER_RETURN_IF_ERROR(fs_->Remove(JoinPath(dir, SegmentFileName(id))));
+  // Makes the reclaim durable; if this is lost, the segment comes back
+  // with no indexed record and the next compaction removes it again.
+  return fs_->SyncDir(dir);
 }
 
 void SegmentStore::Impl::Abandon(Segment* segment) {
@@ -442,7 +539,8 @@ Result<format::RecordHeader> SegmentStore::Impl::ReadRecordAt(
 }
 
 Result<StoredRecord> SegmentStore::Impl::Read(const std::string& job,
-                                              const ChunkLocation& loc) {
+                                              const ChunkLocation& loc,
+                                              const IOOptions& io) {
   STAGGER_RETURN_IF_ERROR(ValidateJobName(job));
   const std::string where = Where(job, loc.segment, loc.offset);
   if (loc.offset % format::kRecordAlignment != 0 ||
@@ -456,7 +554,7 @@ Result<StoredRecord> SegmentStore::Impl::Read(const std::string& job,
   if (!file.ok()) return WithContext(file.status(), where);
   transport::Buffer buf(loc.record_size);
   ReadRequest r{loc.offset, buf.data(), buf.size()};
-  Status s = (*file)->ReadAt(absl::MakeSpan(&r, 1));
+  Status s = (*file)->ReadAt(absl::MakeSpan(&r, 1), io);
   if (!s.ok()) return WithContext(s, where);
   if (r.bytes_read < r.len) {
     return absl::DataLossError(
@@ -552,8 +650,9 @@ void SegmentStore::Append(const std::string& job, const format::RecordHeader& h,
 }
 
 Result<StoredRecord> SegmentStore::Read(const std::string& job,
-                                        const ChunkLocation& loc) {
-  return impl_->Read(job, loc);
+                                        const ChunkLocation& loc,
+                                        const IOOptions& io) {
+  return impl_->Read(job, loc, io);
 }
 
 Status SegmentStore::Scan(
@@ -562,6 +661,15 @@ Status SegmentStore::Scan(
                              const ChunkLocation&)>& on_record,
     const std::function<void(const Status&)>& on_error) {
   return impl_->Scan(job, on_record, on_error);
+}
+
+Result<std::vector<SegmentInfo>> SegmentStore::ListSealedSegments(
+    const std::string& job) {
+  return impl_->ListSealedSegments(job);
+}
+
+Status SegmentStore::RemoveSegment(const std::string& job, uint64_t id) {
+  return impl_->RemoveSegment(job, id);
 }
 
 bool SegmentStore::direct_io() const { return impl_->direct_io(); }

@@ -11,6 +11,11 @@
 // jobs and clients), issues the writes with several in flight, waits for all
 // of them, fdatasyncs each touched segment, and only then runs the callbacks.
 //
+// Sealed segments: a segment is sealed once no append can reach it and the
+// callbacks of every record written to it have run (so whatever a callback
+// indexes is indexed). Only sealed segments are listed for compaction or
+// removed (server/compactor.h).
+//
 // Thread-safety: all methods are thread-safe.
 #ifndef STAGGER_SERVER_STORAGE_SEGMENT_STORE_H_
 #define STAGGER_SERVER_STORAGE_SEGMENT_STORE_H_
@@ -19,6 +24,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "format/record.h"
 #include "server/storage/file_system.h"
@@ -39,6 +45,11 @@ struct SegmentStoreOptions {
   uint64_t segment_bytes = 1ull << 30;   // roll to a new segment past this
   size_t max_batch_bytes = 64ull << 20;  // bytes per group commit
   size_t queue_depth = 32;               // writes in flight
+};
+
+struct SegmentInfo {
+  uint64_t id = 0;
+  uint64_t size = 0;  // bytes in the file
 };
 
 struct StoredRecord {
@@ -66,8 +77,10 @@ class SegmentStore {
 
   // Reads the record at `loc` and verifies it (header, payload checksum,
   // padding). DATA_LOSS naming the segment and offset on any corruption,
-  // NOT_FOUND if the segment does not exist.
-  Result<StoredRecord> Read(const std::string& job, const ChunkLocation& loc);
+  // NOT_FOUND if the segment does not exist. `io` carries the priority
+  // (compaction reads at kLow).
+  Result<StoredRecord> Read(const std::string& job, const ChunkLocation& loc,
+                            const IOOptions& io = {});
 
   // Visits every intact record of `job` in segment order; stops at the
   // first torn or corrupt record of each segment (reported to `on_error`).
@@ -75,6 +88,20 @@ class SegmentStore {
               const std::function<void(const format::RecordHeader&,
                                        const ChunkLocation&)>& on_record,
               const std::function<void(const Status&)>& on_error);
+
+  // The sealed segments of `job` (see above) with their file sizes,
+  // ascending by id; empty when the job has no segments. Never lists the
+  // segment being appended to, nor one whose records' callbacks are still
+  // to run. Reflects every append whose callback ran before the call (it
+  // waits for the batch being committed, if any). Must not be called from
+  // an append callback.
+  Result<std::vector<SegmentInfo>> ListSealedSegments(const std::string& job);
+
+  // Deletes sealed segment `id` of `job` and syncs the job directory.
+  // FAILED_PRECONDITION when the segment is not sealed, NOT_FOUND when it
+  // does not exist. A Read that already opened the file completes; later
+  // Reads of it get NOT_FOUND.
+  Status RemoveSegment(const std::string& job, uint64_t id);
 
   // True when segments are written with O_DIRECT (false after a fallback).
   bool direct_io() const;

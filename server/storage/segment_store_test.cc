@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <filesystem>
 #include <map>
 #include <random>
 #include <set>
@@ -421,6 +422,61 @@ TEST_F(SegmentStoreTest, OpenRejectsBadOptions) {
   o.queue_depth = 0;
   EXPECT_EQ(SegmentStore::Open(o).status().code(),
             absl::StatusCode::kInvalidArgument);
+}
+
+TEST_F(SegmentStoreTest, OnlySealedSegmentsAreListedOrRemoved) {
+  auto store = OpenStore(Options());  // 256 KiB segments
+  std::mt19937_64 rng(5);
+  std::vector<TestRecord> recs;
+  std::vector<ChunkLocation> locs;
+  // Two 104 KiB records per segment: segments 1 and 2 full, 3 open.
+  for (int i = 0; i < 5; ++i) {
+    recs.push_back(MakeRecord(rng, 100 << 10));
+    auto loc = AppendSync(store.get(), "j", recs.back());
+    ASSERT_TRUE(loc.ok()) << loc.status();
+    locs.push_back(*loc);
+  }
+  ASSERT_EQ(locs[4].segment, 3u);
+  auto sealed = store->ListSealedSegments("j");
+  ASSERT_TRUE(sealed.ok()) << sealed.status();
+  ASSERT_EQ(sealed->size(), 2u);
+  EXPECT_EQ((*sealed)[0].id, 1u);
+  EXPECT_EQ((*sealed)[1].id, 2u);
+  EXPECT_EQ((*sealed)[0].size, 2 * format::RecordSize(100 << 10));
+
+  Status open = store->RemoveSegment("j", 3);
+  EXPECT_EQ(open.code(), absl::StatusCode::kFailedPrecondition) << open;
+  EXPECT_NE(open.message().find("not sealed"), std::string::npos);
+  ExpectReadsBack(store.get(), "j", locs[4], recs[4]);
+
+  ASSERT_TRUE(store->RemoveSegment("j", 1).ok());
+  EXPECT_FALSE(std::filesystem::exists(SegPath("j", 1)));
+  EXPECT_EQ(store->Read("j", locs[0]).status().code(),
+            absl::StatusCode::kNotFound);
+  ExpectReadsBack(store.get(), "j", locs[2], recs[2]);
+  EXPECT_EQ(store->RemoveSegment("j", 1).code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(store->RemoveSegment("..", 1).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(store->ListSealedSegments("a/b").status().code(),
+            absl::StatusCode::kInvalidArgument);
+  auto none = store->ListSealedSegments("none");
+  ASSERT_TRUE(none.ok());
+  EXPECT_TRUE(none->empty());
+
+  // A new store never appends to earlier segments: all of them are sealed.
+  store.reset();
+  store = OpenStore(Options());
+  sealed = store->ListSealedSegments("j");
+  ASSERT_TRUE(sealed.ok());
+  ASSERT_EQ(sealed->size(), 2u);
+  EXPECT_EQ((*sealed)[0].id, 2u);
+  EXPECT_EQ((*sealed)[1].id, 3u);
+  ASSERT_TRUE(AppendSync(store.get(), "j", recs[0]).ok());  // opens 4
+  sealed = store->ListSealedSegments("j");
+  ASSERT_TRUE(sealed.ok());
+  EXPECT_EQ(sealed->size(), 2u);
+  EXPECT_EQ(store->RemoveSegment("j", 4).code(),
+            absl::StatusCode::kFailedPrecondition);
 }
 
 }  // namespace

@@ -1,0 +1,313 @@
+#include "server/compactor.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <map>
+#include <set>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/str_cat.h"
+#include "server/internal/pacer.h"
+
+namespace stagger::server {
+namespace {
+
+std::string Where(const std::string& job, uint64_t segment) {
+  return absl::StrCat("compaction of job '", job, "' segment ", segment);
+}
+
+// Collects the callbacks of a batch of appends. Wait() must run before the
+// waiter or the relocations it fills go away: callbacks run on the segment
+// writer thread.
+class AppendWaiter {
+ public:
+  AppendCallback Add(Relocation* r) {
+    absl::MutexLock l(&mu_);
+    ++pending_;
+    return [this, r](Result<ChunkLocation> loc) {
+      absl::MutexLock l(&mu_);
+      if (loc.ok()) {
+        r->to = *loc;
+      } else if (error_.ok()) {
+        error_ = loc.status();
+      }
+      --pending_;
+    };
+  }
+  Status Wait() {
+    absl::MutexLock l(&mu_);
+    mu_.Await(absl::Condition(
+        +[](int* n) { return *n == 0; }, &pending_));
+    return error_;
+  }
+
+ private:
+  absl::Mutex mu_;
+  int pending_ ABSL_GUARDED_BY(mu_) = 0;
+  Status error_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace
+
+Result<CompactionStats> CompactionTicket::Wait(absl::Time deadline) const {
+  if (!done_.WaitForNotificationWithDeadline(deadline)) {
+    return absl::DeadlineExceededError("compaction is still running");
+  }
+  return result_;
+}
+
+void CompactionTicket::Finish(Result<CompactionStats> result) {
+  result_ = std::move(result);
+  done_.Notify();
+}
+
+// The state of one pass over one job.
+class Compactor::Pass {
+ public:
+  Pass(Compactor* owner, const std::string& job)
+      : c_(owner), job_(job), pacer_(owner->options_.bytes_per_s) {}
+
+  Result<CompactionStats> Run();
+
+ private:
+  // Copies the records of `segment` still indexed there (sorted by offset)
+  // and points the index at the copies, batch by batch.
+  Status MoveRecords(uint64_t segment, std::vector<Relocation>& records);
+  // Reads the records of one batch starting at records[*next] and queues
+  // their copies; returns the first error (the queued copies still finish).
+  Status CopyBatch(uint64_t segment, std::vector<Relocation>& records,
+                   size_t* next, AppendWaiter* waiter,
+                   std::vector<Relocation*>* copied, uint64_t* bytes);
+
+  Compactor* const c_;
+  const std::string job_;
+  server_internal::Pacer<std::chrono::steady_clock> pacer_;
+  CompactionStats stats_;
+};
+
+Result<CompactionStats> Compactor::Pass::Run() {
+  STAGGER_ASSIGN_OR_RETURN(std::vector<SegmentInfo> sealed,
+                           c_->segments_->ListSealedSegments(job_));
+  if (sealed.empty()) return stats_;
+  absl::flat_hash_map<uint64_t, uint64_t> live;
+  STAGGER_RETURN_IF_ERROR(c_->meta_->ForEachChunk(
+      job_, [&](const format::ChunkId&, const ChunkMeta& m) {
+        live[m.location.segment] += m.location.record_size;
+      }));
+  std::map<uint64_t, uint64_t> victims;  // segment id -> file size
+  for (const SegmentInfo& s : sealed) {
+    auto it = live.find(s.id);
+    const uint64_t bytes = it == live.end() ? 0 : it->second;
+    if (bytes == 0 ||
+        static_cast<double>(bytes) <
+            c_->options_.threshold * static_cast<double>(s.size)) {
+      victims.emplace(s.id, s.size);
+    }
+  }
+  if (victims.empty()) return stats_;
+
+  std::map<uint64_t, std::vector<Relocation>> records;
+  STAGGER_RETURN_IF_ERROR(c_->meta_->ForEachChunk(
+      job_, [&](const format::ChunkId& id, const ChunkMeta& m) {
+        if (victims.count(m.location.segment) != 0) {
+          records[m.location.segment].push_back(
+              Relocation{id, m.location, ChunkLocation{}});
+        }
+      }));
+  for (auto& [segment, list] : records) {
+    std::sort(list.begin(), list.end(),
+              [](const Relocation& a, const Relocation& b) {
+                return a.from.offset < b.from.offset;
+              });
+    STAGGER_RETURN_IF_ERROR(MoveRecords(segment, list));
+  }
+
+  // Remove only what the index no longer names: the scan sees every
+  // relocation (each was a synced write before it).
+  std::set<uint64_t> named;
+  STAGGER_RETURN_IF_ERROR(c_->meta_->ForEachChunk(
+      job_, [&](const format::ChunkId&, const ChunkMeta& m) {
+        if (victims.count(m.location.segment) != 0) {
+          named.insert(m.location.segment);
+        }
+      }));
+  for (const auto& [segment, size] : victims) {
+    if (named.count(segment) != 0) continue;  // a later pass retries
+    if (c_->options_.on_step) {
+      STAGGER_RETURN_IF_ERROR(
+          c_->options_.on_step(CompactionStep::kIndexed, segment));
+    }
+    Status s = c_->segments_->RemoveSegment(job_, segment);
+    if (!s.ok()) return WithContext(s, Where(job_, segment));
+    ++stats_.segments_removed;
+    stats_.bytes_reclaimed += size;
+  }
+  return stats_;
+}
+
+Status Compactor::Pass::MoveRecords(uint64_t segment,
+                                    std::vector<Relocation>& records) {
+  size_t next = 0;
+  while (next < records.size()) {
+    AppendWaiter waiter;
+    std::vector<Relocation*> copied;
+    uint64_t bytes = 0;
+    Status read = CopyBatch(segment, records, &next, &waiter, &copied, &bytes);
+    // Always wait: the callbacks write into `records`.
+    Status written = waiter.Wait();
+    STAGGER_RETURN_IF_ERROR(read);
+    if (!written.ok()) {
+      return WithContext(
+          written, absl::StrCat(Where(job_, segment), ": writing the copies"));
+    }
+    if (copied.empty()) continue;
+    if (c_->options_.on_step) {
+      STAGGER_RETURN_IF_ERROR(
+          c_->options_.on_step(CompactionStep::kCopied, segment));
+    }
+    std::vector<Relocation> moves;
+    moves.reserve(copied.size());
+    for (const Relocation* r : copied) moves.push_back(*r);
+    auto moved = c_->meta_->RelocateChunks(job_, moves);
+    if (!moved.ok()) return WithContext(moved.status(), Where(job_, segment));
+    stats_.records_copied += copied.size();
+    stats_.bytes_copied += bytes;
+  }
+  return absl::OkStatus();
+}
+
+Status Compactor::Pass::CopyBatch(uint64_t segment,
+                                  std::vector<Relocation>& records,
+                                  size_t* next, AppendWaiter* waiter,
+                                  std::vector<Relocation*>* copied,
+                                  uint64_t* bytes) {
+  for (; *next < records.size(); ++*next) {
+    Relocation& r = records[*next];
+    if (!copied->empty() &&
+        *bytes + r.from.record_size > c_->options_.batch_bytes) {
+      break;
+    }
+    // Not worth copying what was collected or moved since the scan.
+    auto now = c_->meta_->GetChunk(job_, r.id);
+    if (absl::IsNotFound(now.status())) continue;
+    if (!now.ok()) return WithContext(now.status(), Where(job_, segment));
+    if (!(now->location == r.from)) continue;
+
+    auto delay = pacer_.Add(r.from.record_size);
+    if (!c_->WaitUnlessStopping(std::chrono::duration<double>(delay).count())) {
+      return absl::CancelledError(
+          absl::StrCat(Where(job_, segment), ": stopped (shutting down)"));
+    }
+    auto rec = c_->segments_->Read(job_, r.from, IOOptions{IOPriority::kLow});
+    if (!rec.ok()) {
+      // A corrupt record is not copied; its segment stays for inspection.
+      return WithContext(rec.status(), Where(job_, segment));
+    }
+    if (rec->header.chunk_id != r.id) {
+      return absl::DataLossError(
+          absl::StrCat(Where(job_, segment), ": index places chunk ",
+                       r.id.ToHex(), " at offset ", r.from.offset,
+                       ", which holds chunk ", rec->header.chunk_id.ToHex()));
+    }
+    *bytes += r.from.record_size;
+    copied->push_back(&r);
+    c_->segments_->Append(job_, rec->header, std::move(rec->payload),
+                          waiter->Add(&r));
+  }
+  return absl::OkStatus();
+}
+
+Result<std::unique_ptr<Compactor>> Compactor::Create(SegmentStore* segments,
+                                                     MetaStore* meta,
+                                                     CompactorOptions options) {
+  if (!(options.threshold > 0 && options.threshold <= 1)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "compaction threshold must be in (0, 1], got ", options.threshold));
+  }
+  if (options.batch_bytes == 0) {
+    return absl::InvalidArgumentError("compaction batch size must be > 0");
+  }
+  return std::unique_ptr<Compactor>(
+      new Compactor(segments, meta, std::move(options)));
+}
+
+Compactor::Compactor(SegmentStore* segments, MetaStore* meta,
+                     CompactorOptions options)
+    : segments_(segments), meta_(meta), options_(std::move(options)) {
+  thread_ = std::thread([this] { Run(); });
+}
+
+Compactor::~Compactor() { Stop(); }
+
+void Compactor::Stop() {
+  {
+    absl::MutexLock l(&mu_);
+    stopping_ = true;
+  }
+  if (thread_.joinable()) thread_.join();
+}
+
+std::shared_ptr<const CompactionTicket> Compactor::Schedule(
+    const std::string& job) {
+  absl::MutexLock l(&mu_);
+  if (stopping_) {
+    auto t = std::make_shared<CompactionTicket>();
+    t->Finish(absl::UnavailableError("compactor stopped"));
+    return t;
+  }
+  for (const auto& [queued, ticket] : queue_) {
+    if (queued == job) return ticket;
+  }
+  queue_.emplace_back(job, std::make_shared<CompactionTicket>());
+  return queue_.back().second;
+}
+
+Result<CompactionStats> Compactor::CompactJob(const std::string& job) {
+  absl::MutexLock pass(&pass_mu_);
+  return Pass(this, job).Run();
+}
+
+bool Compactor::WaitUnlessStopping(double seconds) {
+  absl::MutexLock l(&mu_);
+  if (seconds > 0) {
+    mu_.AwaitWithTimeout(absl::Condition(&stopping_), absl::Seconds(seconds));
+  }
+  return !stopping_;
+}
+
+void Compactor::Run() {
+  while (true) {
+    std::string job;
+    std::shared_ptr<CompactionTicket> ticket;
+    {
+      absl::MutexLock l(&mu_);
+      mu_.Await(absl::Condition(this, &Compactor::HasWorkOrStopping));
+      if (stopping_) break;
+      job = std::move(queue_.front().first);
+      ticket = std::move(queue_.front().second);
+      queue_.pop_front();
+    }
+    Result<CompactionStats> r = CompactJob(job);
+    if (!r.ok()) {
+      fprintf(stderr, "stagger-server: compaction of job '%s': %s\n",
+              job.c_str(), r.status().ToString().c_str());
+    } else if (r->segments_removed > 0) {
+      fprintf(stderr,
+              "stagger-server: compacted job '%s': removed %llu segments, "
+              "copied %llu records (%llu bytes), reclaimed %llu bytes\n",
+              job.c_str(), static_cast<unsigned long long>(r->segments_removed),
+              static_cast<unsigned long long>(r->records_copied),
+              static_cast<unsigned long long>(r->bytes_copied),
+              static_cast<unsigned long long>(r->bytes_reclaimed));
+    }
+    ticket->Finish(std::move(r));
+  }
+  absl::MutexLock l(&mu_);
+  for (auto& [job, ticket] : queue_) {
+    ticket->Finish(absl::UnavailableError("compactor stopped"));
+  }
+  queue_.clear();
+}
+
+}  // namespace stagger::server

@@ -1,0 +1,139 @@
+// Compactor: reclaims the segment space of chunks that Gc and Sweep dropped
+// from the index, by rewriting the live records of mostly dead segments and
+// deleting the segments.
+//
+// One pass over a job:
+//   1. list the job's sealed segments (SegmentStore::ListSealedSegments:
+//      never the segment being appended to);
+//   2. scan the job's index for the live bytes of each;
+//   3. for each segment whose live bytes are below `threshold` of its size,
+//      read every record the index still places there, append a copy
+//      through SegmentStore::Append (group-committed, fdatasynced), and once
+//      a batch of copies is durable point the index at them
+//      (MetaStore::RelocateChunks: only entries still at the old place,
+//      one synced write);
+//   4. scan the index again and remove each such segment it no longer
+//      names.
+// A crash at any step leaves every index entry pointing at durable bytes:
+// a copy is durable before the index names it, and the index stops naming
+// a segment (synced) before the segment is removed. What a crash leaves
+// behind (unindexed copies, segments with nothing live) a later pass
+// reclaims.
+//
+// Readers that looked a chunk up before it moved find its old segment gone
+// (NOT_FOUND) and look it up again: ReadChunk (server/chunk_read.h).
+//
+// Threads: one background thread runs the scheduled passes in order,
+// copying at most `bytes_per_s` and reading at IOPriority::kLow. CompactJob
+// runs a pass on the caller's thread. Passes never overlap. All methods
+// are thread-safe.
+#ifndef STAGGER_SERVER_COMPACTOR_H_
+#define STAGGER_SERVER_COMPACTOR_H_
+
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
+#include "absl/time/time.h"
+#include "server/meta_store.h"
+#include "server/storage/segment_store.h"
+#include "stagger/status.h"
+
+namespace stagger::server {
+
+// Where a pass stands when CompactorOptions::on_step runs.
+enum class CompactionStep {
+  kCopied,   // a batch of copies is durable; the index names the old place
+  kIndexed,  // the index no longer names the segment; it is not removed yet
+};
+
+struct CompactorOptions {
+  // A sealed segment is compacted when its live bytes are below this
+  // fraction of its size. In (0, 1].
+  double threshold = 0.5;
+  uint64_t bytes_per_s = 64ull << 20;  // copy rate; 0: unlimited
+  uint64_t batch_bytes = 64ull << 20;  // copied per index update; > 0
+  // Tests: runs at each step with the segment's id; a non-OK status ends
+  // the pass right there, as if the process had died.
+  std::function<Status(CompactionStep, uint64_t segment)> on_step;
+};
+
+struct CompactionStats {
+  uint64_t segments_removed = 0;
+  uint64_t records_copied = 0;
+  uint64_t bytes_copied = 0;     // record bytes written again
+  uint64_t bytes_reclaimed = 0;  // segment file bytes deleted
+};
+
+// The outcome of one scheduled pass.
+class CompactionTicket {
+ public:
+  // The pass's stats or error once it has run; DEADLINE_EXCEEDED when it
+  // has not finished by `deadline`; UNAVAILABLE when the compactor stopped
+  // first.
+  Result<CompactionStats> Wait(absl::Time deadline) const;
+
+ private:
+  friend class Compactor;
+  void Finish(Result<CompactionStats> result);
+  absl::Notification done_;
+  Result<CompactionStats> result_ = absl::UnknownError("pass not run");
+};
+
+class Compactor {
+ public:
+  // Neither store is owned; both must outlive the compactor. Starts the
+  // background thread. INVALID_ARGUMENT for a threshold outside (0, 1] or a
+  // zero batch size.
+  static Result<std::unique_ptr<Compactor>> Create(SegmentStore* segments,
+                                                   MetaStore* meta,
+                                                   CompactorOptions options);
+  // Stop().
+  ~Compactor();
+
+  // Queues a pass over `job` for the background thread. A pass already
+  // queued (not started) for the job is shared. Logs one line per pass
+  // that removed segments or failed.
+  std::shared_ptr<const CompactionTicket> Schedule(const std::string& job);
+
+  // Runs one pass over `job` now, on this thread. The error of the first
+  // step that failed (with the job and segment), CANCELLED when Stop()
+  // interrupted it. Work done before an error stays valid.
+  Result<CompactionStats> CompactJob(const std::string& job);
+
+  // Interrupts the running pass at its next record, fails queued passes
+  // with UNAVAILABLE and joins the thread. Idempotent.
+  void Stop();
+
+ private:
+  Compactor(SegmentStore* segments, MetaStore* meta, CompactorOptions options);
+  class Pass;
+  void Run();
+  bool HasWorkOrStopping() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return !queue_.empty() || stopping_;
+  }
+  // Waits `seconds` unless stopping; false when stopping.
+  bool WaitUnlessStopping(double seconds);
+
+  SegmentStore* const segments_;
+  MetaStore* const meta_;
+  const CompactorOptions options_;
+
+  absl::Mutex pass_mu_;  // held for a whole pass
+  absl::Mutex mu_;
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  std::deque<std::pair<std::string, std::shared_ptr<CompactionTicket>>> queue_
+      ABSL_GUARDED_BY(mu_);
+  std::thread thread_;  // last: starts after everything above exists
+};
+
+}  // namespace stagger::server
+
+#endif  // STAGGER_SERVER_COMPACTOR_H_
