@@ -1,6 +1,7 @@
 #include "client/codec_policy.h"
 
 #include <algorithm>
+#include <cmath>
 
 namespace stagger::client {
 namespace {
@@ -50,10 +51,10 @@ void CodecPolicy::OnEncoded(uint64_t raw, uint64_t encoded, double seconds) {
   ratio_ = Blend(ratio_, r, first);
 }
 
-void CodecPolicy::OnWire(uint64_t bytes, double busy_seconds) {
-  if (bytes == 0 || busy_seconds <= 0) return;
+void CodecPolicy::OnWire(double wire_Bps) {
+  if (!(wire_Bps > 0) || !std::isfinite(wire_Bps)) return;
   absl::MutexLock lock(&mu_);
-  wire_Bps_ = Blend(wire_Bps_, bytes / busy_seconds, wire_Bps_ <= 0);
+  wire_Bps_ = wire_Bps;
 }
 
 }  // namespace stagger::client

@@ -14,10 +14,10 @@
 // measured. Until the first measurements of both sides arrive, every chunk
 // is encoded.
 //
-// E and r come from the chunks encoded (OnEncoded), W from the wire's
-// completions while it was busy (OnWire); each is an exponential moving
-// average. Chunks are assigned with a deterministic accumulator, so over
-// any n chunks the encoded count is within one of n*f.
+// E and r come from the chunks encoded (OnEncoded, exponential moving
+// averages), W from the sender's measurement of the wire (OnWire). Chunks are
+// assigned with a deterministic accumulator, so over any n chunks the encoded
+// count is within one of n*f.
 //
 // Thread-safe.
 #ifndef STAGGER_CLIENT_CODEC_POLICY_H_
@@ -39,9 +39,9 @@ class CodecPolicy {
   // One chunk encoded: `raw` bytes in, `encoded` bytes out, taking
   // `seconds` on one thread.
   void OnEncoded(uint64_t raw, uint64_t encoded, double seconds);
-  // The wire completed `bytes` over `busy_seconds` during which it always
-  // had something in flight.
-  void OnWire(uint64_t bytes, double busy_seconds);
+  // The wire's measured throughput (bytes completed per second of busy
+  // time, averaged by the caller).
+  void OnWire(double wire_Bps);
 
   // The current f* (1 until measured).
   double encode_fraction() const;

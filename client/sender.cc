@@ -1,5 +1,6 @@
 #include "client/sender.h"
 
+#include <algorithm>
 #include <chrono>
 
 #include "format/data_plane.h"
@@ -13,8 +14,12 @@ int64_t NowNs() {
       .count();
 }
 
-// Weight of a new completion in the wire throughput average.
-constexpr double kAlpha = 0.2;
+// The wire's throughput is the ratio of decayed sums of bytes and busy
+// time over recent completions (each older one weighs kDecay times less):
+// acks that arrive together (one group commit) add bytes but hardly any
+// time, so a per-completion average would explode, while this ratio moves
+// only as far as the bytes justify.
+constexpr double kDecay = 0.8;
 
 }  // namespace
 
@@ -78,11 +83,11 @@ void Sender::OnSendDone(size_t wire_bytes) {
     const int64_t now = NowNs();
     const double busy_s = (now - wire_mark_ns_) * 1e-9;
     wire_mark_ns_ = now;
-    if (busy_s > 0) {
-      const double sample = wire_bytes / busy_s;
-      wire_Bps_ =
-          wire_Bps_ == 0 ? sample : wire_Bps_ + kAlpha * (sample - wire_Bps_);
-      if (policy_ != nullptr) policy_->OnWire(wire_bytes, busy_s);
+    wire_bytes_sum_ = wire_bytes_sum_ * kDecay + wire_bytes;
+    wire_time_sum_ = wire_time_sum_ * kDecay + std::max(busy_s, 0.0);
+    if (wire_time_sum_ > 0) {
+      wire_Bps_ = wire_bytes_sum_ / wire_time_sum_;
+      if (policy_ != nullptr) policy_->OnWire(wire_Bps_);
       if (shaping_ != nullptr) shaping_->SetLinkRateHint(wire_Bps_);
     }
     in_flight_bytes_ -= wire_bytes;
@@ -114,21 +119,21 @@ void Sender::ShapedLoop() {
     const uint64_t wire_bytes = item.header.size() + item.payload.size();
     Status s = shaping_->Pace(item.raw_bytes);
     if (s.ok()) {
-      // Before a predicted collective, let what is in flight drain first:
-      // bytes queued ahead of this chunk would delay the collective too.
-      absl::MutexLock lock(&mu_);
-      while (in_flight_ > 0 &&
-             !shaping_->FitsWindow(in_flight_bytes_ + wire_bytes)) {
-        // Re-checked on each completion, and every millisecond (the
-        // window moves with time).
-        std::pair<Sender*, size_t> arg(this, in_flight_);
-        mu_.AwaitWithTimeout(absl::Condition(
-                                 +[](std::pair<Sender*, size_t>* a) {
-                                   a->first->mu_.AssertHeld();
-                                   return a->first->in_flight_ != a->second;
-                                 },
-                                 &arg),
-                             absl::Milliseconds(1));
+      // Before a predicted collective, let the bytes already sent leave
+      // the NIC first: bytes queued ahead of the collective's would delay
+      // it too. What is still queued is estimated from the link rate.
+      for (;;) {
+        uint64_t queued = 0;
+        {
+          absl::MutexLock lock(&mu_);
+          const int64_t now = NowNs();
+          if (wire_free_ns_ > now && wire_Bps_ > 0) {
+            queued =
+                static_cast<uint64_t>((wire_free_ns_ - now) * 1e-9 * wire_Bps_);
+          }
+        }
+        if (queued == 0 || shaping_->FitsWindow(queued + wire_bytes)) break;
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
       }
     }
     if (s.ok()) s = shaping_->Admit(wire_bytes);
@@ -138,8 +143,13 @@ void Sender::ShapedLoop() {
     }
     {
       absl::MutexLock lock(&mu_);
-      if (in_flight_++ == 0) wire_mark_ns_ = NowNs();
+      const int64_t now = NowNs();
+      if (in_flight_++ == 0) wire_mark_ns_ = now;
       in_flight_bytes_ += wire_bytes;
+      if (wire_Bps_ > 0) {
+        wire_free_ns_ = std::max(wire_free_ns_, now) +
+                        static_cast<int64_t>(wire_bytes * 1e9 / wire_Bps_);
+      }
     }
     Send(std::make_shared<SendItem>(std::move(item)));
   }

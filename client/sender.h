@@ -5,9 +5,10 @@
 // the transport thread that completes an earlier one). With shaping
 // (client/shaping.h), a sender thread of its own takes chunks in order and
 // sends each only once the pacer, the caps and the collective gate allow
-// it; while a learned collective window is coming, it also keeps the bytes
-// in flight small enough to drain before the window closes, so that queued
-// bytes do not delay the collective.
+// it; while a learned collective window is coming, it also waits until the
+// bytes it sent earlier (estimated from the measured link rate) and this
+// chunk can leave before the window closes, so that queued bytes do not
+// delay the collective.
 //
 // It measures the wire: bytes completed over the time it was busy, fed to
 // the codec policy and to the shaping as the link rate.
@@ -71,7 +72,12 @@ class Sender {
   // Since when the wire has been busy without a break, or its last
   // completion within that stretch.
   int64_t wire_mark_ns_ ABSL_GUARDED_BY(mu_) = 0;
+  double wire_bytes_sum_ ABSL_GUARDED_BY(mu_) = 0;  // decayed, see .cc
+  double wire_time_sum_ ABSL_GUARDED_BY(mu_) = 0;
   double wire_Bps_ ABSL_GUARDED_BY(mu_) = 0;
+  // When the link would have carried everything sent so far, at wire_Bps_
+  // (shaped sends only).
+  int64_t wire_free_ns_ ABSL_GUARDED_BY(mu_) = 0;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::thread thread_;  // with shaping only
 };

@@ -69,8 +69,16 @@ Result<std::unique_ptr<Shaping>> Shaping::Make(const CheckpointerOptions& o,
   s->slot_end_ = static_cast<double>(slot.deadline_offset_ns) / kSecond;
 
   if (o.qos_yield != "off") {
+    // Time held back for collectives is made up in the next idle windows
+    // (up to this much of the schedule), so yielding does not by itself
+    // push a save past its deadline.
+    s->pacer_.set_max_credit_ns(kSecond / 2);
     qos::CollectiveGateOptions go;
     go.learn = o.qos_yield == "learn";
+    // Close a little before each predicted collective: timing jitter of the
+    // iteration and latency between handing bytes to the transport and
+    // their leaving the NIC.
+    go.guard_fraction = 0.05;
     go.floor_Bps = o.qos_yield_floor_Bps;
     s->gate_ = std::make_unique<qos::CollectiveGate>(go);
   }

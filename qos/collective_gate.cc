@@ -163,11 +163,21 @@ void CollectiveGate::IterationBegin(int64_t now_ns) {
     spans_.clear();
   }
   if (learned_) {
+    // An iteration shorter than learned, or with other collectives, breaks
+    // the model: its windows would close too late. A longer one (its
+    // collectives slowed, e.g. by other traffic) does not: the next
+    // iteration is anchored at its actual mark, so the windows only close
+    // early. Only a lasting slowdown makes it relearn.
     const int64_t length = now_ns - origin_ns_;
-    bool bad =
-        iteration_bad_ || std::llabs(length - model_.period_ns) > tol_ns_;
+    const bool longer = length > model_.period_ns + tol_ns_;
+    bool bad = iteration_bad_ || length < model_.period_ns - tol_ns_;
     if (matched_in_iteration_ != model_.phases.size()) bad = true;
     mismatches_ = bad ? mismatches_ + 1 : 0;
+    long_iterations_ = longer && !bad ? long_iterations_ + 1 : 0;
+    if (long_iterations_ >= kLongIterationsToRelearn) {
+      long_iterations_ = 0;
+      mismatches_ = options_.mismatch_limit;
+    }
     origin_ns_ = now_ns;
     expected_phase_ = 0;
     matched_in_iteration_ = 0;
@@ -268,7 +278,9 @@ void CollectiveGate::MatchEndLocked(int64_t end_ns) {
   if (!matched_busy_) return;
   matched_busy_ = false;
   if (end_ns > matched_end_ns_ + tol_ns_) {
-    MismatchLocked();
+    // With marks, a collective that runs long kept the gate closed while
+    // it ran: no harm done (the iteration's length is judged at its end).
+    if (!marks_mode_) MismatchLocked();
   } else if (end_ns < matched_end_ns_) {
     released_ = true;
     released_from_ns_ = end_ns;

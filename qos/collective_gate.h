@@ -27,7 +27,11 @@
 // marks, each iteration is also checked for its length and span count. After
 // mismatch_limit consecutive mismatched spans (without marks) or iterations
 // (with marks), the model is dropped and learned again from fresh marks;
-// meanwhile the gate closes only during actual collectives.
+// meanwhile the gate closes only during actual collectives. With marks, a
+// collective that runs long or an iteration longer than the period is not a
+// mismatch (each iteration is anchored at its own mark, so predictions can
+// only come early, which is safe); 8 long iterations in a row are, so a
+// lasting change of timing is learned anew.
 //
 // Thread-safety: thread-safe; marks and queries may come from any threads.
 // Times are passed in (see qos/clock.h); marks whose time is earlier than an
@@ -171,6 +175,10 @@ class CollectiveGate {
   size_t matched_in_iteration_ ABSL_GUARDED_BY(mu_) = 0;
   bool iteration_bad_ ABSL_GUARDED_BY(mu_) = false;
   int mismatches_ ABSL_GUARDED_BY(mu_) = 0;
+  // Consecutive iterations longer than the model's period (marks mode);
+  // this many in a row make the gate learn the new timing.
+  static constexpr int kLongIterationsToRelearn = 8;
+  int long_iterations_ ABSL_GUARDED_BY(mu_) = 0;
   // The running busy span matched a phase predicted to end at
   // matched_end_ns_.
   bool matched_busy_ ABSL_GUARDED_BY(mu_) = false;

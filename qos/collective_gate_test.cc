@@ -101,6 +101,48 @@ TEST(CollectiveGateTest, LearnsFromIterationMarksAndYieldsBeforeCollectives) {
   EXPECT_EQ(g.OpenUntilNs(380 * kMs), 458 * kMs);
 }
 
+TEST(CollectiveGateTest, SlowedIterationsKeepTheModel) {
+  CollectiveGate g;  // guard 2 ms
+  LearnSixtyToNinety(g);
+  // Other traffic slows the collectives: they end at 120 ms and the
+  // iterations take 130 ms. Still the same job: the model stays.
+  int64_t t = 300;
+  for (int i = 0; i < 5; ++i, t += 130) {
+    if (i > 0) g.IterationBegin(t * kMs);
+    g.CollectiveBegin((t + 60) * kMs);
+    g.CollectiveEnd((t + 120) * kMs);
+  }
+  g.IterationBegin(t * kMs);
+  EXPECT_TRUE(g.stats().learned);
+  EXPECT_EQ(g.stats().models_dropped, 0u);
+  // Anchored at the last mark: closes 2 ms before its 60 ms phase.
+  EXPECT_TRUE(g.MaySend((t + 58) * kMs - 1));
+  EXPECT_FALSE(g.MaySend((t + 58) * kMs));
+  // A lasting change (8 long iterations in a row) is learned anew.
+  for (int i = 0; i < 8; ++i, t += 130) {
+    if (i > 0) g.IterationBegin(t * kMs);
+    g.CollectiveBegin((t + 60) * kMs);
+    g.CollectiveEnd((t + 120) * kMs);
+  }
+  g.IterationBegin(t * kMs);
+  EXPECT_GE(g.stats().models_dropped, 1u);
+}
+
+TEST(CollectiveGateTest, ShorterIterationsDropTheModel) {
+  CollectiveGate g;
+  LearnSixtyToNinety(g);
+  // Iterations of 70 ms with the collective at [30, 50): predictions
+  // would close too late. Two bad iterations drop the model.
+  int64_t t = 300;
+  for (int i = 0; i < 3; ++i, t += 70) {
+    if (i > 0) g.IterationBegin(t * kMs);
+    g.CollectiveBegin((t + 30) * kMs);
+    g.CollectiveEnd((t + 50) * kMs);
+  }
+  g.IterationBegin(t * kMs);
+  EXPECT_GE(g.stats().models_dropped, 1u);
+}
+
 TEST(CollectiveGateTest, WithoutLearningItClosesOnlyDuringCollectives) {
   CollectiveGateOptions o;
   o.learn = false;

@@ -47,7 +47,10 @@ double DeadlinePacer::RateBps(int64_t now_ns) const {
 int64_t DeadlinePacer::Reserve(int64_t now_ns, uint64_t bytes) {
   absl::MutexLock lock(&mu_);
   if (!started_) return now_ns;
-  const int64_t start = std::max(now_ns, next_ns_);
+  // Bytes go at their place in the schedule, which may lag the current
+  // time by the credit; they never go before now.
+  const int64_t slot = std::max(now_ns - max_credit_ns_, next_ns_);
+  const int64_t start = std::max(now_ns, slot);
   uint64_t remaining =
       total_bytes_ > sent_bytes_ ? total_bytes_ - sent_bytes_ : 0;
   // Bytes beyond the announced total are paced as the last ones.
@@ -59,8 +62,13 @@ int64_t DeadlinePacer::Reserve(int64_t now_ns, uint64_t bytes) {
     return start;
   }
   double duration = std::round(static_cast<double>(bytes) * 1e9 / rate);
-  next_ns_ = start + static_cast<int64_t>(std::min(duration, kMaxDurationNs));
+  next_ns_ = slot + static_cast<int64_t>(std::min(duration, kMaxDurationNs));
   return start;
+}
+
+void DeadlinePacer::set_max_credit_ns(int64_t ns) {
+  absl::MutexLock lock(&mu_);
+  max_credit_ns_ = std::max<int64_t>(ns, 0);
 }
 
 bool DeadlinePacer::started() const {

@@ -47,6 +47,10 @@ class DeadlinePacer {
   void Start(int64_t now_ns, uint64_t total_bytes, int64_t deadline_ns,
              double floor_Bps, double cap_Bps);
 
+  // How far behind the current time the schedule may be when bytes are
+  // booked (see above); >= 0. Kept across Start().
+  void set_max_credit_ns(int64_t ns);
+
   // The target rate at `now_ns` for the bytes not yet booked, in bytes per
   // second; kUnlimited when not started, or past/without a deadline and
   // without a cap. 0 when every announced byte is booked and no floor is
@@ -78,6 +82,7 @@ class DeadlinePacer {
   double cap_Bps_ ABSL_GUARDED_BY(mu_) = 0;
   // Start time of the next booking on the virtual schedule.
   int64_t next_ns_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t max_credit_ns_ ABSL_GUARDED_BY(mu_) = 0;
   double last_rate_Bps_ ABSL_GUARDED_BY(mu_) = kUnlimited;
 };
 

@@ -117,3 +117,30 @@ TEST(DeadlinePacerTest, StartReplacesTheSchedule) {
 
 }  // namespace
 }  // namespace stagger::qos
+
+namespace stagger::qos {
+namespace {
+
+TEST(DeadlinePacerCreditTest, CreditLetsAnAbsentSenderCatchUpBoundedly) {
+  constexpr int64_t kMsec = 1'000'000;
+  constexpr uint64_t k10MB = 10'000'000;
+  DeadlinePacer p;
+  p.set_max_credit_ns(200 * kMsec);
+  p.Start(0, 0, 0, 0, 100e6);  // no deadline, capped at 100 MB/s
+  EXPECT_EQ(p.Reserve(0, k10MB), 0);
+  // Away until 1 s (e.g. the gate was closed): 200 ms of credit, i.e.
+  // two more 10 MB pieces at once, then the schedule again.
+  EXPECT_EQ(p.Reserve(1000 * kMsec, k10MB), 1000 * kMsec);
+  EXPECT_EQ(p.Reserve(1000 * kMsec, k10MB), 1000 * kMsec);
+  EXPECT_EQ(p.Reserve(1000 * kMsec, k10MB), 1000 * kMsec);
+  EXPECT_EQ(p.Reserve(1000 * kMsec, k10MB), 1100 * kMsec);
+
+  DeadlinePacer strict;  // no credit: the schedule restarts at 1 s
+  strict.Start(0, 0, 0, 0, 100e6);
+  EXPECT_EQ(strict.Reserve(0, k10MB), 0);
+  EXPECT_EQ(strict.Reserve(1000 * kMsec, k10MB), 1000 * kMsec);
+  EXPECT_EQ(strict.Reserve(1000 * kMsec, k10MB), 1100 * kMsec);
+}
+
+}  // namespace
+}  // namespace stagger::qos

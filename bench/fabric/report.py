@@ -1,0 +1,181 @@
+#!/usr/bin/env python3
+"""Figures of bench/fabric from the trainers' JSON lines.
+
+  report.py deadline DIR EVERY
+      J iterations' worth of baseline time (J x the baseline's median job
+      iteration) x 0.8, in seconds: the qos mode's deadline.
+  report.py summary DIR [--json OUT]
+      the table and, last, the RESULT line.
+
+DIR holds config.json (written by run.sh), <mode>.r<rank>.jsonl per mode
+and trainer, <mode>.meta.json (bytes s0 received during the mode) and
+<mode>.skipped (why a mode did not run).
+"""
+import glob
+import json
+import math
+import os
+import sys
+
+import numpy as np
+
+MODES = ("baseline", "naive", "qos")
+MiB = 1 << 20
+
+
+def load_mode(d, mode):
+    iters, ckpts = {}, []
+    files = sorted(glob.glob(os.path.join(d, f"{mode}.r*.jsonl")))
+    for path in files:
+        with open(path, encoding="utf-8") as f:
+            for line in f:
+                rec = json.loads(line)
+                if rec["type"] == "iter":
+                    iters.setdefault(rec["iter"], []).append(rec)
+                elif rec["type"] == "ckpt":
+                    ckpts.append(rec)
+    return files, iters, ckpts
+
+
+def job_iteration_times(iters, nodes, warmup):
+    """Per iteration, the slowest rank's time: what a synchronous job
+    sees. Warm-up iterations and incomplete ones are left out."""
+    return np.array([max(r["t_s"] for r in recs)
+                     for it, recs in sorted(iters.items())
+                     if it >= warmup and len(recs) == nodes])
+
+
+def read_json(path, default=None):
+    if not os.path.exists(path):
+        return default
+    with open(path, encoding="utf-8") as f:
+        return json.load(f)
+
+
+def deadline(d, every):
+    cfg = read_json(os.path.join(d, "config.json"))
+    _, iters, _ = load_mode(d, "baseline")
+    t = job_iteration_times(iters, cfg["nodes"], cfg["warmup"])
+    if len(t) == 0:
+        sys.exit("report.py: no baseline iterations to size the deadline")
+    # 0.8 of the interval: a save must be durable before the next one
+    # starts, with room for the snapshot and the commit.
+    print(f"{0.8 * every * float(np.median(t)):.4f}")
+
+
+def fmt(v, spec):
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return "-"
+    return format(v, spec)
+
+
+def summary(d, json_out):
+    cfg = read_json(os.path.join(d, "config.json"))
+    nodes, warmup = cfg["nodes"], cfg["warmup"]
+    probe = read_json(os.path.join(d, "probe.json"), {})
+    link_Bps = probe.get("goodput_Bps") or cfg["rate_mbit"] * 1e6 / 8
+    rows, figures = {}, {}
+    for mode in MODES:
+        skipped = os.path.join(d, f"{mode}.skipped")
+        if os.path.exists(skipped):
+            with open(skipped, encoding="utf-8") as f:
+                rows[mode] = {"skipped": f.read().strip()}
+            continue
+        files, iters, ckpts = load_mode(d, mode)
+        if not files:
+            continue
+        t = job_iteration_times(iters, nodes, warmup)
+        meta = read_json(os.path.join(d, f"{mode}.meta.json"), {})
+        row = {"n": len(t), "p50": float(np.percentile(t, 50)),
+               "p99": float(np.percentile(t, 99)),
+               "s0_rx_MiB": meta.get("s0_rx_bytes", 0) / MiB,
+               "deadline_s": meta.get("deadline_s")}
+        if ckpts:
+            row["ckpts"] = len(ckpts)
+            row["MiB"] = np.mean([c["bytes_shipped"] for c in ckpts]) / MiB
+            row["durable_s"] = float(np.mean([c["durable_s"] for c in ckpts]))
+            row["durable_max_s"] = max(c["durable_s"] for c in ckpts)
+            row["stall_ms"] = 1e3 * float(np.mean([c["stall_s"]
+                                                   for c in ckpts]))
+            ys = [c["yield_s"] for c in ckpts if "yield_s" in c]
+            if ys:
+                row["yield_s"] = float(np.mean(ys))
+        rows[mode] = row
+
+    base = rows.get("baseline", {})
+    idle = None
+    if "p50" in base:
+        idle = cfg["compute_ms"] / 1e3 / base["p50"]
+        figures["idle_frac"] = idle
+        figures["base_p50_ms"] = 1e3 * base["p50"]
+        figures["base_p99_ms"] = 1e3 * base["p99"]
+    for mode, row in rows.items():
+        if "p50" not in row or "p50" not in base:
+            continue
+        row["p50_x"] = row["p50"] / base["p50"]
+        row["p99_x"] = row["p99"] / base["p99"]
+        if "ckpts" in row and idle:
+            row["bound_s"] = row["MiB"] * MiB / (link_Bps * idle)
+            row["x_bound"] = row["durable_s"] / row["bound_s"]
+        if mode != "baseline":
+            figures[f"{mode}_p50_x"] = row["p50_x"]
+            figures[f"{mode}_p99_x"] = row["p99_x"]
+            if "x_bound" in row:
+                figures[f"{mode}_ckpt_x_bound"] = row["x_bound"]
+    figures["link_Mbps"] = link_Bps * 8 / 1e6
+    figures["nodes"] = nodes
+    ratio = figures.get("qos_p50_x", float("nan"))
+
+    print(f"fabric: {nodes} trainer nodes + s0, caps {cfg['rate_mbit']} "
+          f"Mbit/s (s0 {cfg['storage_rate_mbit']}), queue "
+          f"{cfg['queue_ms']} ms; n0->s0 TCP goodput "
+          f"{link_Bps * 8 / 1e6:.0f} Mbit/s; all-reduce "
+          f"{cfg['allreduce_mib']} MiB + compute {cfg['compute_ms']} ms; "
+          f"{cfg['iters']} iterations ({warmup} warm-up); "
+          f"{cfg['save_mode']} checkpoint {cfg['ckpt_mib']} MiB/node every "
+          f"{cfg['every']}")
+    if idle:
+        print(f"idle fraction (compute / baseline p50) {idle:.3f}")
+    head = ("mode", "iters", "p50_ms", "p99_ms", "p50_x", "p99_x", "ckpts",
+            "MiB/ckpt", "deadline_s", "durable_s", "max_s", "bound_s",
+            "x_bound", "stall_ms", "yield_s", "s0_rx_MiB")
+    print(("{:<9}" + " {:>10}" * (len(head) - 1)).format(*head))
+    for mode in MODES:
+        row = rows.get(mode)
+        if row is None:
+            continue
+        if "skipped" in row:
+            print(f"{mode:<9} skipped: {row['skipped']}")
+            continue
+        vals = (row["n"], fmt(1e3 * row["p50"], ".1f"),
+                fmt(1e3 * row["p99"], ".1f"), fmt(row.get("p50_x"), ".3f"),
+                fmt(row.get("p99_x"), ".3f"), row.get("ckpts", "-"),
+                fmt(row.get("MiB"), ".1f"), fmt(row.get("deadline_s"), ".2f"),
+                fmt(row.get("durable_s"), ".2f"),
+                fmt(row.get("durable_max_s"), ".2f"),
+                fmt(row.get("bound_s"), ".2f"), fmt(row.get("x_bound"), ".2f"),
+                fmt(row.get("stall_ms"), ".1f"),
+                fmt(row.get("yield_s"), ".2f"),
+                fmt(row.get("s0_rx_MiB"), ".0f"))
+        print(("{:<9}" + " {:>10}" * len(vals)).format(mode, *vals))
+    if json_out:
+        with open(json_out, "w", encoding="utf-8") as f:
+            json.dump({"config": cfg, "link_Bps": link_Bps, "rows": rows,
+                       "figures": figures, "ratio": ratio}, f, indent=1)
+    line = "RESULT fabric" + "".join(
+        f" {k}={v:.6g}" for k, v in figures.items())
+    print(f"{line} ratio={ratio:.6g}")
+
+
+def main():
+    a = sys.argv[1:]
+    if len(a) == 3 and a[0] == "deadline":
+        deadline(a[1], int(a[2]))
+    elif len(a) in (2, 4) and a[0] == "summary":
+        summary(a[1], a[3] if len(a) == 4 and a[2] == "--json" else None)
+    else:
+        sys.exit(__doc__)
+
+
+if __name__ == "__main__":
+    main()

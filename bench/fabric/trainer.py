@@ -1,0 +1,312 @@
+#!/usr/bin/env python3
+"""Collective simulator for bench/fabric: one process per trainer node.
+
+Each iteration: a ring all-reduce of --allreduce-mib MiB of float32 over TCP
+to the ring neighbours (reduce-scatter then all-gather, numpy adds), then a
+compute phase (a sleep, so the CPU stays free), then a small update of the
+model state. Every --every iterations the state (--ckpt-mib MiB of float32)
+is saved through stagger to --server: lazily by default (save(lazy=True)
+after the update, before_update() before the next update, so the snapshot
+copies overlap the next all-reduce and compute), or eagerly. Every
+iteration and every checkpoint is written as one JSON line to --out.
+
+Modes:
+  baseline  no checkpoint
+  naive     checkpoint, QoS off
+  qos       checkpoint, QoS on (deadline pacing, yield to the collectives
+            marked with ck.collective(), ck.iteration_begin() each iteration)
+
+  trainer.py --check-qos   exits 0 when the binding has the QoS API; else
+                           prints "qos mode unavailable: binding lacks ..."
+                           and exits 3.
+"""
+import argparse
+import contextlib
+import inspect
+import json
+import queue
+import re
+import socket
+import sys
+import threading
+import time
+
+import numpy as np
+
+MiB = 1 << 20
+# Elements between two updated elements of the state: every 256 KiB of
+# float32 changes each iteration, so every chunk (>= 256 KiB) differs from
+# its previous version and ships whole.
+UPDATE_STRIDE = 64 * 1024
+
+QOS_KWARGS = ("qos_deadline_s", "qos_yield", "ranks_per_node",
+              "rate_limit_Bps")
+QOS_METHODS = ("collective", "iteration_begin")
+
+
+def import_stagger():
+    try:
+        import stagger  # noqa: PLC0415 (optional until a checkpoint mode)
+    except ImportError as e:
+        sys.exit(f"trainer.py: cannot import stagger ({e}); set PYTHONPATH "
+                 "to build/python")
+    return stagger
+
+
+def qos_missing(stagger):
+    """Names of the QoS API the binding lacks (empty when it has all)."""
+    cls = stagger.Checkpointer
+    missing = [m for m in QOS_METHODS if not hasattr(cls, m)]
+    try:  # a Python signature
+        params = inspect.signature(cls.__init__).parameters
+        has = lambda k: k in params  # noqa: E731
+    except (TypeError, ValueError):  # pybind11: the signature is the doc
+        doc = getattr(cls.__init__, "__doc__", "") or ""
+        has = lambda k: re.search(rf"\b{k}\b", doc)  # noqa: E731
+    missing += [k for k in QOS_KWARGS if not has(k)]
+    return missing
+
+
+class Ring:
+    """TCP links to the ring neighbours: send to rank+1, receive from
+    rank-1. A helper thread sends while the caller receives."""
+
+    def __init__(self, rank, addrs, port, timeout_s):
+        n = len(addrs)
+        self.rank, self.n = rank, n
+        listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.bind((addrs[rank], port))
+        listener.listen(1)
+        right = addrs[(rank + 1) % n]
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                self.tx = socket.create_connection((right, port), timeout=5)
+                break
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.1)
+        listener.settimeout(timeout_s)
+        self.rx, _ = listener.accept()
+        listener.close()
+        for s in (self.tx, self.rx):
+            s.settimeout(None)
+            s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self._todo = queue.Queue()
+        self._done = queue.Queue()
+        threading.Thread(target=self._sender, daemon=True).start()
+
+    def _sender(self):
+        while True:
+            buf = self._todo.get()
+            try:
+                self.tx.sendall(buf)
+                self._done.put(None)
+            except OSError as e:
+                self._done.put(e)
+
+    def exchange(self, send_arr, recv_arr):
+        """Sends send_arr to the right while filling recv_arr from the
+        left."""
+        self._todo.put(memoryview(send_arr).cast("B"))
+        view = memoryview(recv_arr).cast("B")
+        got = 0
+        while got < len(view):
+            k = self.rx.recv_into(view[got:])
+            if k == 0:
+                raise ConnectionError("ring neighbour closed the connection")
+            got += k
+        err = self._done.get()
+        if err is not None:
+            raise err
+
+    def allreduce(self, buf, tmp):
+        """In-place sum of buf across the ring (ring all-reduce)."""
+        n, r = self.n, self.rank
+        chunks = np.array_split(buf, n)
+        for s in range(n - 1):  # reduce-scatter
+            si, ri = (r - s) % n, (r - s - 1) % n
+            t = tmp[:len(chunks[ri])]
+            self.exchange(chunks[si], t)
+            np.add(chunks[ri], t, out=chunks[ri])
+        for s in range(n - 1):  # all-gather
+            si, ri = (r - s + 1) % n, (r - s) % n
+            self.exchange(chunks[si], chunks[ri])
+
+    def close(self):
+        self.tx.close()
+        self.rx.close()
+
+
+def make_state(nbytes, seed):
+    """Model weights and Adam moments, float32, nbytes in all."""
+    rng = np.random.default_rng(seed)
+    per = max(nbytes // 3 // 4, 1)
+    w = (rng.random(per, dtype=np.float32) - 0.5) * 0.04
+    m = w * 0.01
+    v = np.square(m) + 1e-8
+    return {"weight": w, "exp_avg": m, "exp_avg_sq": v}
+
+
+def update_state(state, it):
+    # An Adam-like step on a strided subset: cheap, yet every chunk changes.
+    off = it % UPDATE_STRIDE
+    for a in state.values():
+        a[off::UPDATE_STRIDE] *= np.float32(0.999)
+        a[off::UPDATE_STRIDE] += np.float32(1e-6)
+
+
+def open_checkpointer(stagger, a, state_bytes):
+    kw = dict(servers=a.server, job=a.job, rank=a.rank, world_size=a.nodes,
+              codec="raw", chunk_size=a.chunk_kib * 1024,
+              staging_bytes=state_bytes + a.chunk_kib * 1024,
+              max_outstanding_saves=1)
+    has_qos = not qos_missing(stagger)
+    if a.mode == "qos":
+        kw.update(qos_deadline_s=a.deadline_s, qos_yield=a.qos_yield,
+                  qos_stagger=a.qos_stagger,
+                  ranks_per_node=1, rate_limit_Bps=a.rate_limit_Bps)
+    elif has_qos:
+        # Once the binding has QoS, naive turns it off explicitly.
+        kw.update(qos_deadline_s=0.0, qos_yield="off", ranks_per_node=1,
+                  rate_limit_Bps=0.0)
+    return stagger.Checkpointer(**kw)
+
+
+def run(a):
+    out = open(a.out, "w", encoding="utf-8")
+
+    def emit(rec):
+        rec.update(mode=a.mode, rank=a.rank)
+        out.write(json.dumps(rec) + "\n")
+
+    n_elems = a.allreduce_mib * MiB // 4
+    grad = np.full(n_elems, a.rank + 1, dtype=np.float32)
+    buf = np.empty_like(grad)
+    tmp = np.empty(len(np.array_split(buf, a.nodes)[0]), dtype=np.float32)
+
+    ck, state = None, None
+    stagger = None
+    if a.mode != "baseline":
+        stagger = import_stagger()
+        if a.mode == "qos" and qos_missing(stagger):
+            print("qos mode unavailable: binding lacks "
+                  + ", ".join(qos_missing(stagger)), file=sys.stderr)
+            return 3
+        state = make_state(a.ckpt_mib * MiB, seed=a.rank)
+        t0 = time.perf_counter()
+        ck = open_checkpointer(stagger, a, sum(
+            v.nbytes for v in state.values()))
+        emit({"type": "open", "open_s": time.perf_counter() - t0})
+    marking = a.mode == "qos"
+
+    addrs = a.addrs.split(",")
+    ring = Ring(a.rank, addrs, a.port, timeout_s=60)
+
+    # Correctness check of the collective, once.
+    np.copyto(buf, grad)
+    ring.allreduce(buf, tmp)
+    expect = a.nodes * (a.nodes + 1) / 2
+    if not np.all(buf == expect):
+        print(f"trainer.py: all-reduce wrong: {buf[:4]} != {expect}",
+              file=sys.stderr)
+        return 1
+
+    pending = []
+
+    def drain(block):
+        for h in list(pending):
+            if block:
+                h.wait()
+            elif not h.done():
+                continue
+            pending.remove(h)
+            # Every figure stats() has (QoS adds yield_s, paced_rate_Bps,
+            # windows), less the per-codec mix.
+            rec = {k: v for k, v in h.stats().items() if k != "codec_chunks"}
+            rec.update(type="ckpt", step=h.step)
+            emit(rec)
+
+    compute_s = a.compute_ms / 1000.0
+    lazy = a.save_mode == "lazy"
+    lazy_pending = False
+    for it in range(a.iters):
+        t0 = time.perf_counter()
+        if marking:
+            ck.iteration_begin()
+        np.copyto(buf, grad)
+        with ck.collective() if marking else contextlib.nullcontext():
+            ring.allreduce(buf, tmp)
+        t1 = time.perf_counter()
+        time.sleep(compute_s)
+        save_s = before_s = 0.0
+        if state is not None:
+            if lazy_pending:  # the snapshot must end before the update
+                ts = time.perf_counter()
+                ck.before_update()
+                before_s = time.perf_counter() - ts
+                lazy_pending = False
+            update_state(state, it)
+            # Saves only where J iterations follow, so every checkpoint's
+            # traffic meets the collectives.
+            if (it + 1) % a.every == 0 and it + 1 + a.every <= a.iters:
+                ts = time.perf_counter()
+                pending.append(ck.save(state, it + 1, lazy=lazy))
+                save_s = time.perf_counter() - ts
+                lazy_pending = lazy
+            drain(block=False)
+        t2 = time.perf_counter()
+        emit({"type": "iter", "iter": it, "t_s": t2 - t0,
+              "allreduce_s": t1 - t0, "save_call_s": save_s,
+              "before_update_s": before_s})
+    if ck is not None:
+        if lazy_pending:
+            ck.before_update()
+        drain(block=True)
+    ring.close()
+    out.close()
+    return 0
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--check-qos", action="store_true")
+    p.add_argument("--mode", choices=("baseline", "naive", "qos"),
+                   default="baseline")
+    p.add_argument("--rank", type=int, default=0)
+    p.add_argument("--addrs", help="trainer IPv4 addresses, rank order")
+    p.add_argument("--port", type=int, default=29500)
+    p.add_argument("--server", help="stagger-server HOST:PORT")
+    p.add_argument("--job", default="fabric")
+    p.add_argument("--allreduce-mib", type=int, default=16)
+    p.add_argument("--compute-ms", type=float, default=150)
+    p.add_argument("--iters", type=int, default=100)
+    p.add_argument("--every", type=int, default=10)
+    p.add_argument("--ckpt-mib", type=int, default=128)
+    p.add_argument("--chunk-kib", type=int, default=4096)
+    p.add_argument("--save-mode", choices=("lazy", "eager"), default="lazy")
+    p.add_argument("--deadline-s", type=float, default=0.0)
+    p.add_argument("--qos-yield", default="learn",
+                   choices=("off", "pause", "learn"))
+    p.add_argument("--rate-limit-Bps", type=float, default=0.0)
+    p.add_argument("--qos-stagger", type=float, default=0.1)
+    p.add_argument("--out", default="/dev/stdout")
+    a = p.parse_args()
+    if a.check_qos:
+        missing = qos_missing(import_stagger())
+        if missing:
+            print("qos mode unavailable: binding lacks " + ", ".join(missing))
+            return 3
+        return 0
+    a.nodes = len(a.addrs.split(","))
+    if a.nodes < 2 or not 0 <= a.rank < a.nodes:
+        p.error("need >= 2 addresses and 0 <= rank < their number")
+    if a.mode != "baseline" and not a.server:
+        p.error("--server is needed for checkpoint modes")
+    return run(a)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
