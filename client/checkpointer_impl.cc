@@ -197,6 +197,7 @@ class CheckpointerImpl : public Checkpointer {
                     len,
                     SourceFor(reg.spec),
                     e->mutable_chunks(i),
+                    &servers_->ForSlot(options_.rank, name, i),
                     element_size,
                     std::nullopt,
                     nullptr};
@@ -335,8 +336,10 @@ class CheckpointerImpl : public Checkpointer {
         base = bounce.back().data();
       }
       uint64_t off = 0;
-      for (const pb::ChunkRef& c : e.chunks()) {
-        items.push_back({&c, base + off});
+      for (int i = 0; i < e.chunks_size(); ++i) {
+        const pb::ChunkRef& c = e.chunks(i);
+        items.push_back(
+            {&c, base + off, &servers_->ForSlot(shard.rank(), name, i)});
         off += c.raw_length();
       }
     }

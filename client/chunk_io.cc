@@ -45,9 +45,10 @@ format::Codec ChunkIo::CodecFor(int element_size) const {
   return floats ? format::Codec::kByteGroupZstd : format::Codec::kZstd;
 }
 
-void ChunkIo::PutAsync(const char* data, size_t len, const format::ChunkId& id,
-                       int element_size, const DeltaBase* delta,
-                       pb::ChunkRef* ref, PutStats* stats,
+void ChunkIo::PutAsync(ServerConn* server, const char* data, size_t len,
+                       const format::ChunkId& id, int element_size,
+                       const DeltaBase* delta, pb::ChunkRef* ref,
+                       PutStats* stats,
                        const std::function<void(bool)>& encoded,
                        std::function<void(const Status&)> done) {
   SendItem p;
@@ -109,7 +110,7 @@ void ChunkIo::PutAsync(const char* data, size_t len, const format::ChunkId& id,
   stats->bytes_shipped += p.payload.size();
   ++stats->chunks;
   ++stats->codec_chunks[static_cast<int>(req.record.codec)];
-  p.server = &servers_->ForChunk(req.record.chunk_id);
+  p.server = server;
   p.header = format::EncodePutChunk(req);
   p.what = absl::StrCat("put chunk ", req.record.chunk_id.ToHex(),
                         " to server ", p.server->address);
@@ -130,7 +131,11 @@ Status ChunkIo::Fetch(
     const FetchItem& item = items[i];
     auto id = format::ChunkId::FromBytes(item.ref->id());
     if (!window.Acquire()) break;
-    ServerConn& server = servers_->ForChunk(*id);
+    if (item.server == nullptr) {
+      window.Release(absl::InternalError("fetch without a server"));
+      continue;
+    }
+    ServerConn& server = *item.server;
     std::string what =
         absl::StrCat("chunk ", id->ToHex(), " from server ", server.address);
     auto finish = [&window, &on_result, i, what](const Status& s) {
@@ -155,17 +160,17 @@ Status ChunkIo::Fetch(
               scratch.resize(item.ref->raw_length());
               dest = scratch.data();
             }
-            finish(DecodeReply(id, item.ref->raw_length(), *msg, dest,
-                               kMaxDeltaDepth));
+            finish(DecodeReply(item.server, id, item.ref->raw_length(), *msg,
+                               dest, kMaxDeltaDepth));
           });
         });
   }
   return window.Drain();
 }
 
-Status ChunkIo::DecodeReply(const format::ChunkId& id, size_t raw_length,
-                            const transport::Message& msg, char* out,
-                            int depth_left) {
+Status ChunkIo::DecodeReply(ServerConn* server, const format::ChunkId& id,
+                            size_t raw_length, const transport::Message& msg,
+                            char* out, int depth_left) {
   auto r = format::DecodeReply(msg.header);
   Status s = r.ok() ? r->status : r.status();
   if (s.ok() && !r->has_record) {
@@ -184,9 +189,9 @@ Status ChunkIo::DecodeReply(const format::ChunkId& id, size_t raw_length,
     STAGGER_ASSIGN_OR_RETURN(format::ChunkId base_id,
                              format::DeltaBase(msg.payload.view()));
     std::string base(raw_length, '\0');
-    STAGGER_RETURN_IF_ERROR(
-        WithContext(FetchSync(base_id, raw_length, base.data(), depth_left - 1),
-                    absl::StrCat("delta base ", base_id.ToHex())));
+    STAGGER_RETURN_IF_ERROR(WithContext(
+        FetchSync(server, base_id, raw_length, base.data(), depth_left - 1),
+        absl::StrCat("delta base ", base_id.ToHex())));
     STAGGER_RETURN_IF_ERROR(
         format::DecodeDelta(msg.payload.view(), base, out, raw_length));
   } else {
@@ -199,15 +204,15 @@ Status ChunkIo::DecodeReply(const format::ChunkId& id, size_t raw_length,
   return absl::OkStatus();
 }
 
-Status ChunkIo::FetchSync(const format::ChunkId& id, size_t raw_length,
-                          char* out, int depth_left) {
-  ServerConn& server = servers_->ForChunk(id);
+Status ChunkIo::FetchSync(ServerConn* server_conn, const format::ChunkId& id,
+                          size_t raw_length, char* out, int depth_left) {
+  ServerConn& server = *server_conn;
   auto reply = server.data->CallSync(static_cast<uint16_t>(DataOp::kGetChunk),
                                      format::EncodeGetChunk({job_, id}),
                                      std::string_view());
   STAGGER_RETURN_IF_ERROR(reply.status());
   return WithContext(
-      DecodeReply(id, raw_length, *reply, out, depth_left),
+      DecodeReply(server_conn, id, raw_length, *reply, out, depth_left),
       absl::StrCat("chunk ", id.ToHex(), " from server ", server.address));
 }
 

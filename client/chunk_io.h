@@ -45,7 +45,8 @@ struct DeltaBase {
 
 struct FetchItem {
   const pb::ChunkRef* ref = nullptr;
-  char* dest = nullptr;  // raw_length bytes; nullptr = verify only
+  char* dest = nullptr;          // raw_length bytes; nullptr = verify only
+  ServerConn* server = nullptr;  // where the chunk lives (ServerSet::ForSlot)
 };
 
 class ChunkIo {
@@ -71,9 +72,10 @@ class ChunkIo {
   // point numbers (byte grouping pays), else 0.
   // With `delta`, the chunk is sent as an XOR delta against it when that
   // is smaller (ref->base_id is then set).
-  void PutAsync(const char* data, size_t len, const format::ChunkId& id,
-                int element_size, const DeltaBase* delta, pb::ChunkRef* ref,
-                PutStats* stats, const std::function<void(bool)>& encoded,
+  void PutAsync(ServerConn* server, const char* data, size_t len,
+                const format::ChunkId& id, int element_size,
+                const DeltaBase* delta, pb::ChunkRef* ref, PutStats* stats,
+                const std::function<void(bool)>& encoded,
                 std::function<void(const Status&)> done);
 
   // Fetches, verifies and decodes every item. `on_result` (optional) is
@@ -84,13 +86,16 @@ class ChunkIo {
                const std::function<void(size_t, const Status&)>& on_result);
 
  private:
-  // Fetches chunk `id` synchronously (resolving delta bases, at most
-  // `depth_left` deep) into `out` (raw_length bytes) and verifies it.
-  Status FetchSync(const format::ChunkId& id, size_t raw_length, char* out,
-                   int depth_left);
-  // Verifies and decodes a GetChunk reply for chunk `id` into `out`.
-  Status DecodeReply(const format::ChunkId& id, size_t raw_length,
-                     const transport::Message& msg, char* out, int depth_left);
+  // Fetches chunk `id` synchronously from `server` (resolving delta bases,
+  // at most `depth_left` deep) into `out` (raw_length bytes) and verifies
+  // it.
+  Status FetchSync(ServerConn* server, const format::ChunkId& id,
+                   size_t raw_length, char* out, int depth_left);
+  // Verifies and decodes a GetChunk reply for chunk `id` from `server` into
+  // `out` (its delta base comes from the same server).
+  Status DecodeReply(ServerConn* server, const format::ChunkId& id,
+                     size_t raw_length, const transport::Message& msg,
+                     char* out, int depth_left);
 
   ServerSet* servers_;
   qos::Executor* executor_;

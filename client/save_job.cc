@@ -251,8 +251,8 @@ void SaveJob::Ship(size_t i, char* slab) {
     }
     auto released = std::make_shared<bool>(false);
     self->deps_.io->PutAsync(
-        slab, c.len, id, c.element_size, delta ? &*delta : nullptr, c.ref,
-        &self->put_stats_,
+        c.server, slab, c.len, id, c.element_size, delta ? &*delta : nullptr,
+        c.ref, &self->put_stats_,
         [self, slab, released](bool still_in_use) {
           // Encoded into its own buffer: the slab can take the next chunk.
           if (!still_in_use) {

@@ -42,6 +42,7 @@ struct SaveChunk {
   size_t len;
   SnapshotSource* source;  // how to copy it
   pb::ChunkRef* ref;       // in the job's manifest
+  ServerConn* server;      // where it is stored (ServerSet::ForSlot)
   int element_size;        // float element width (byte grouping), else 0
   // The id this chunk had in the previous committed save, if any: when the
   // bytes hash the same, the chunk is referenced, not shipped.

@@ -80,8 +80,9 @@ size_t ServerSet::Place(std::string_view key) const {
   return best;
 }
 
-ServerConn& ServerSet::ForChunk(const format::ChunkId& id) {
-  return *servers_[Place(id.ToBytes())];
+ServerConn& ServerSet::ForSlot(uint32_t rank, const std::string& tensor,
+                               uint64_t index) {
+  return *servers_[Place(absl::StrCat("slot:", rank, "/", index, "/", tensor))];
 }
 
 ServerConn& ServerSet::Coordinator(const std::string& job) {

