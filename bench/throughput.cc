@@ -60,6 +60,11 @@ Status SaveOnce(const std::string& servers, const std::string& codec,
   o.servers = servers;
   o.job = "bench-throughput-" + codec + "-" + std::to_string(iteration);
   o.codec = codec;
+  // The staging pool is allocated (and its pages touched) once, at Open, as
+  // a training job that saves every few minutes would; the timed save is
+  // the steady state, not the first allocation.
+  o.staging_bytes =
+      (state.total_bytes() + o.chunk_size - 1) / o.chunk_size * o.chunk_size;
   auto ck = Checkpointer::Open(o);
   if (!ck.ok()) return WithContext(ck.status(), "open " + o.job);
   STAGGER_RETURN_IF_ERROR(RegisterState(state, **ck));

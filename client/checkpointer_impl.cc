@@ -366,6 +366,7 @@ class CheckpointerImpl : public Checkpointer {
       x.ranks_committed = s.committed_ranks_size();
       x.raw_bytes = s.raw_bytes();
       x.stored_bytes = s.stored_bytes();
+      x.new_bytes = s.shipped_bytes();
       out.push_back(x);
     }
     return out;

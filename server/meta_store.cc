@@ -239,6 +239,7 @@ Result<pb::StepInfo> MetaStore::CommitShard(pb::ShardManifest m,
   std::sort(ranks.begin(), ranks.end());
   info.set_raw_bytes(info.raw_bytes() + raw);
   info.set_stored_bytes(info.stored_bytes() + stored);
+  info.set_shipped_bytes(info.shipped_bytes() + m.stats().bytes_shipped());
   if (static_cast<uint32_t>(ranks.size()) == info.world_size()) {
     info.set_complete(true);
     info.set_completed_unix_ms(NowMs());

@@ -61,6 +61,13 @@ TEST_F(IncrementalTest, UnchangedChunksAreReferencedNotShipped) {
   EXPECT_EQ(s.chunks_unchanged, 7u);
   EXPECT_EQ(s.bytes_raw, t.size());
   EXPECT_LE(s.bytes_shipped, kChunk);  // at most the one changed chunk
+  // Steps report what they reference and what they added.
+  auto steps = ck->Steps(false);
+  ASSERT_TRUE(steps.ok());
+  ASSERT_EQ(steps->size(), 2u);
+  EXPECT_EQ((*steps)[0].new_bytes, h1->stats().bytes_shipped);
+  EXPECT_EQ((*steps)[1].new_bytes, s.bytes_shipped);
+  EXPECT_LT((*steps)[1].new_bytes, (*steps)[1].stored_bytes);
 
   for (auto [step, want] :
        {std::pair<int64_t, const std::vector<char>*>{1, &step1}, {2, &t}}) {
@@ -173,7 +180,9 @@ TEST_F(IncrementalTest, DeltasAcrossTwoServersLoadBitExact) {
     auto h = (*ck)->Save(step);
     ASSERT_TRUE(h.ok());
     ASSERT_TRUE(h->Wait().ok()) << h->Wait();
-    if (step > 1) EXPECT_EQ(h->stats().chunks_delta, 16u) << step;
+    if (step > 1) {
+      EXPECT_EQ(h->stats().chunks_delta, 16u) << step;
+    }
     saved.push_back(w);
   }
   std::vector<float> out(w.size());

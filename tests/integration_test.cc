@@ -98,6 +98,8 @@ TEST(IntegrationTest, FourRanksSaveLoadRestoreVerify) {
       << ls.out;
   EXPECT_NE(ls.out.find("{\"step\":2,\"state\":\"complete\""),
             std::string::npos);
+  EXPECT_NE(ls.out.find(",\"new_bytes\":"), std::string::npos) << ls.out;
+  EXPECT_EQ(ls.out.find(",\"new_bytes\":0,"), std::string::npos) << ls.out;
 
   RunResult verify = RunProcess(
       {Cli(), "--server", s, "verify", "--job", "job4", "--step", "2"});

@@ -64,24 +64,27 @@ int RunLs(const LsArgs& a) {
           "{\"step\":", s.step(), ",\"state\":\"",
           s.complete() ? "complete" : "partial", "\",\"world_size\":",
           s.world_size(), ",\"ranks_committed\":", s.committed_ranks_size(),
-          ",\"raw_bytes\":", s.raw_bytes(),
-          ",\"stored_bytes\":", s.stored_bytes(), ",\"created\":\"",
-          Time(s.created_unix_ms()), "\"}"));
+          ",\"raw_bytes\":", s.raw_bytes(), ",\"stored_bytes\":",
+          s.stored_bytes(), ",\"new_bytes\":", s.shipped_bytes(),
+          ",\"created\":\"", Time(s.created_unix_ms()), "\"}"));
     }
     printf("{\"job\":\"%s\",\"steps\":[%s]}\n", a.job.c_str(),
            absl::StrJoin(rows, ",").c_str());
     return 0;
   }
-  printf("%-10s %-9s %-7s %14s %14s  %s\n", "STEP", "STATE", "RANKS",
-         "RAW_BYTES", "STORED_BYTES", "CREATED");
+  // STORED_BYTES: what the step's chunks occupy, shared ones included;
+  // NEW_BYTES: what this step shipped (its increment over earlier steps).
+  printf("%-10s %-9s %-7s %14s %14s %14s  %s\n", "STEP", "STATE", "RANKS",
+         "RAW_BYTES", "STORED_BYTES", "NEW_BYTES", "CREATED");
   for (const pb::StepInfo& s : *steps) {
     std::string ranks =
         absl::StrCat(s.committed_ranks_size(), "/", s.world_size());
-    printf("%-10lld %-9s %-7s %14llu %14llu  %s\n",
+    printf("%-10lld %-9s %-7s %14llu %14llu %14llu  %s\n",
            static_cast<long long>(s.step()),
            s.complete() ? "complete" : "partial", ranks.c_str(),
            static_cast<unsigned long long>(s.raw_bytes()),
            static_cast<unsigned long long>(s.stored_bytes()),
+           static_cast<unsigned long long>(s.shipped_bytes()),
            Time(s.created_unix_ms()).c_str());
   }
   if (steps->empty()) fprintf(stderr, "job '%s' has no steps\n", a.job.c_str());

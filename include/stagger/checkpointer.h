@@ -79,7 +79,8 @@ struct StepSummary {
   uint32_t world_size = 0;
   uint32_t ranks_committed = 0;
   uint64_t raw_bytes = 0;
-  uint64_t stored_bytes = 0;
+  uint64_t stored_bytes = 0;  // the chunks it references, shared ones too
+  uint64_t new_bytes = 0;     // what its saves shipped (its increment)
 };
 
 class Checkpointer {
