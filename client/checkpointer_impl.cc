@@ -19,6 +19,7 @@
 #include "client/cuda/cuda_snapshot.h"
 #include "client/host_snapshot.h"
 #include "client/internal/save_state.h"
+#include "client/loader.h"
 #include "client/save_job.h"
 #include "client/server_set.h"
 #include "client/staging_pool.h"
@@ -46,10 +47,6 @@ int64_t NowMs() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(
              std::chrono::system_clock::now().time_since_epoch())
       .count();
-}
-
-std::string ShapeStr(const std::vector<int64_t>& s) {
-  return absl::StrCat("[", absl::StrJoin(s, ","), "]");
 }
 
 class CheckpointerImpl : public Checkpointer {
@@ -147,7 +144,9 @@ class CheckpointerImpl : public Checkpointer {
     }
     // Deltas need the previous version of every chunk kept in memory.
     uint64_t state_bytes = 0;
-    for (const auto& [name, reg] : tensors_) state_bytes += reg.bytes;
+    for (const auto& [name, reg] : tensors_) {
+      if (Stores(reg)) state_bytes += reg.bytes;
+    }
     uint64_t budget = options_.delta_memory_bytes ? options_.delta_memory_bytes
                                                   : StagingPool::DefaultBytes();
     const bool keep_bytes = options_.delta_chain_max > 0 &&
@@ -162,6 +161,7 @@ class CheckpointerImpl : public Checkpointer {
     m.set_created_unix_ms(NowMs());
     std::vector<SaveChunk> chunks;
     for (const auto& [name, reg] : tensors_) {
+      if (!Stores(reg)) continue;
       pb::TensorEntry* e = m.add_tensors();
       e->set_name(name);
       e->set_dtype(reg.spec.dtype);
@@ -178,6 +178,7 @@ class CheckpointerImpl : public Checkpointer {
     auto job_manifest = std::make_unique<pb::ShardManifest>(std::move(m));
     size_t t = 0;
     for (const auto& [name, reg] : tensors_) {
+      if (!Stores(reg)) continue;
       pb::TensorEntry* e = job_manifest->mutable_tensors(t++);
       const char* base = static_cast<const char*>(reg.spec.data);
       size_t i = 0;
@@ -229,11 +230,9 @@ class CheckpointerImpl : public Checkpointer {
     if (!pool_) {
       // Default staging: sized to the state at the first save (capped), so
       // a small job does not pin a large pool.
-      uint64_t state = 0;
-      for (const auto& [name, reg] : tensors_) state += reg.bytes;
       uint64_t slab = options_.chunk_size;
       uint64_t want = std::min(StagingPool::DefaultBytes(),
-                               (state + slab - 1) / slab * slab);
+                               (state_bytes + slab - 1) / slab * slab);
       auto pool = StagingPool::Create(want, slab);
       if (!pool.ok()) {
         absl::MutexLock lock(&save_mu_);
@@ -289,69 +288,30 @@ class CheckpointerImpl : public Checkpointer {
   }
 
   Result<int64_t> Load(int64_t step) override {
-    STAGGER_ASSIGN_OR_RETURN(
-        pb::GetStepReply reply,
-        GetStep(*servers_, options_.job, step, false, {options_.rank}));
-    if (!reply.step().complete()) {
-      return absl::NotFoundError(absl::StrCat(
-          "step ", reply.step().step(), " of job '", options_.job,
-          "' is not complete (", reply.step().committed_ranks_size(), " of ",
-          reply.step().world_size(), " ranks committed)"));
-    }
-    if (reply.step().world_size() != options_.world_size) {
-      return absl::UnimplementedError(absl::StrCat(
-          "step ", reply.step().step(), " was saved by ",
-          reply.step().world_size(), " ranks; loading it with ",
-          options_.world_size, " ranks needs resharding, not yet supported"));
-    }
-    if (reply.shards_size() != 1) {
-      return absl::DataLossError("coordinator returned no manifest");
-    }
-    const pb::ShardManifest& shard = reply.shards(0);
-    std::map<std::string, const pb::TensorEntry*> saved;
-    for (const pb::TensorEntry& t : shard.tensors()) saved[t.name()] = &t;
-    std::vector<FetchItem> items;
+    std::vector<LoadTarget> targets;
     std::list<std::vector<char>> bounce;  // host copies of CUDA tensors
     std::vector<std::pair<const TensorSpec*, const char*>> device_copies;
     for (const auto& [name, reg] : tensors_) {
-      auto it = saved.find(name);
-      if (it == saved.end()) {
-        return absl::NotFoundError(
-            absl::StrCat("tensor '", name, "' is not in step ", shard.step(),
-                         " of job '", options_.job, "' rank ", options_.rank));
-      }
-      const pb::TensorEntry& e = *it->second;
-      std::vector<int64_t> shape(e.shape().begin(), e.shape().end());
-      if (e.dtype() != reg.spec.dtype || shape != reg.spec.shape) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("tensor '", name, "' was saved as ", e.dtype(),
-                         ShapeStr(shape), " but is registered as ",
-                         reg.spec.dtype, ShapeStr(reg.spec.shape)));
-      }
-      char* base = static_cast<char*>(reg.spec.data);
+      char* dest = static_cast<char*>(reg.spec.data);
       if (reg.spec.device == Device::kCuda) {
         // Device memory: decode into host memory, then copy it over.
         bounce.emplace_back(reg.bytes);
         device_copies.push_back({&reg.spec, bounce.back().data()});
-        base = bounce.back().data();
+        dest = bounce.back().data();
       }
-      uint64_t off = 0;
-      for (int i = 0; i < e.chunks_size(); ++i) {
-        const pb::ChunkRef& c = e.chunks(i);
-        items.push_back(
-            {&c, base + off, &servers_->ForSlot(shard.rank(), name, i)});
-        off += c.raw_length();
-      }
+      targets.push_back({name, reg.spec.dtype, reg.spec.shape,
+                         reg.spec.global_shape, reg.spec.global_offset, dest});
     }
-    std::string what = absl::StrCat("load of job '", options_.job, "' step ",
-                                    shard.step(), " rank ", options_.rank);
-    STAGGER_RETURN_IF_ERROR(WithContext(io_.Fetch(items, nullptr), what));
+    STAGGER_ASSIGN_OR_RETURN(
+        int64_t loaded, LoadStep(*servers_, io_, options_.job, options_.rank,
+                                 options_.world_size, step, targets));
     for (const auto& [spec, host] : device_copies) {
       STAGGER_RETURN_IF_ERROR(WithContext(
           CudaCopyToDevice(spec->device_index, spec->data, host, SizeOf(*spec)),
-          absl::StrCat(what, " tensor '", spec->name, "'")));
+          absl::StrCat("load of job '", options_.job, "' step ", loaded,
+                       " rank ", options_.rank, " tensor '", spec->name, "'")));
     }
-    return shard.step();
+    return loaded;
   }
 
   Result<std::vector<StepSummary>> Steps(bool include_partial) override {
@@ -377,6 +337,13 @@ class CheckpointerImpl : public Checkpointer {
     TensorSpec spec;
     uint64_t bytes;
   };
+
+  // A replicated tensor (every rank holds all of it) is stored by rank 0
+  // only; the loader reads rank 0's copy for every rank.
+  bool Stores(const Registered& reg) const {
+    return options_.rank == 0 ||
+           !IsReplicated(reg.spec.shape, reg.spec.global_shape);
+  }
 
   uint64_t SizeOf(const TensorSpec& t) const {
     return tensors_.at(t.name).bytes;

@@ -1,6 +1,7 @@
 #include "client/chunk_io.h"
 
 #include <chrono>
+#include <cstring>
 
 #include "absl/strings/str_cat.h"
 #include "client/internal/window.h"
@@ -16,6 +17,20 @@ using format::DataOp;
 // A delta chain longer than this is refused as corrupt (writers cap chains
 // far below it); it also stops a cycle of bases.
 constexpr int kMaxDeltaDepth = 64;
+
+// Copies the runs of a decoded chunk to their places in `dest`.
+Status Scatter(std::string_view chunk, const std::vector<format::CopyRun>& runs,
+               char* dest) {
+  for (const format::CopyRun& r : runs) {
+    if (r.src > chunk.size() || r.length > chunk.size() - r.src) {
+      return absl::InternalError(
+          absl::StrCat("copy of ", r.length, " bytes at ", r.src,
+                       " leaves the ", chunk.size(), "-byte chunk"));
+    }
+    std::memcpy(dest + r.dst, chunk.data() + r.src, r.length);
+  }
+  return absl::OkStatus();
+}
 
 int64_t NowNs() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(
@@ -154,14 +169,19 @@ Status ChunkIo::Fetch(
           // Decoding is CPU work: move it off the progress thread.
           auto msg = std::make_shared<transport::Message>(std::move(*reply));
           executor_->Submit([this, item, id, msg, finish] {
+            const size_t raw = item.ref->raw_length();
             std::string scratch;
             char* dest = item.dest;
-            if (dest == nullptr) {
-              scratch.resize(item.ref->raw_length());
+            if (dest == nullptr || item.scatter != nullptr) {
+              scratch.resize(raw);
               dest = scratch.data();
             }
-            finish(DecodeReply(item.server, id, item.ref->raw_length(), *msg,
-                               dest, kMaxDeltaDepth));
+            Status s =
+                DecodeReply(item.server, id, raw, *msg, dest, kMaxDeltaDepth);
+            if (s.ok() && item.scatter != nullptr && item.dest != nullptr) {
+              s = Scatter(scratch, *item.scatter, item.dest);
+            }
+            finish(s);
           });
         });
   }

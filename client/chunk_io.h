@@ -25,6 +25,7 @@
 #include "client/shaping.h"
 #include "format/codec.h"
 #include "format/manifest.pb.h"
+#include "format/slice.h"
 #include "qos/executor.h"
 
 namespace stagger::client {
@@ -47,6 +48,10 @@ struct FetchItem {
   const pb::ChunkRef* ref = nullptr;
   char* dest = nullptr;          // raw_length bytes; nullptr = verify only
   ServerConn* server = nullptr;  // where the chunk lives (ServerSet::ForSlot)
+  // With `scatter` (not owned): the chunk is decoded into scratch memory and
+  // each run copies `length` bytes at `src` to `dest` + `dst`; `dest` is then
+  // the base of the destination buffer.
+  const std::vector<format::CopyRun>* scatter = nullptr;
 };
 
 class ChunkIo {

@@ -24,6 +24,8 @@ int RunLs(const LsArgs& a);
 
 struct RestoreArgs {
   std::string server, job, step = "latest", out;
+  // One model.safetensors of global tensors instead of a file per rank.
+  bool consolidate = false;
 };
 int RunRestore(const RestoreArgs& a);
 

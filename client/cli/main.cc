@@ -1,6 +1,7 @@
 // stagger: the operator's CLI.
 //   stagger [--server HOST:PORT] ls --job J [--json]
 //   stagger [--server HOST:PORT] restore --job J --step latest|N --out DIR
+//                                        [--consolidate]
 //   stagger [--server HOST:PORT] verify --job J --step latest|N
 //   stagger [--server HOST:PORT[,...]] gc --job J --keep N [--grace-s S]
 //   stagger demo [--servers HOST:PORT[,...]]
@@ -30,6 +31,9 @@ int main(int argc, char** argv) {
   restore_cmd->add_option("--step", restore.step, "latest or a step number")
       ->capture_default_str();
   restore_cmd->add_option("--out", restore.out, "output directory")->required();
+  restore_cmd->add_flag("--consolidate", restore.consolidate,
+                        "write one model.safetensors with every tensor at "
+                        "its global shape, assembled from all ranks");
 
   VerifyArgs verify;
   auto* verify_cmd = app.add_subcommand(

@@ -6,6 +6,8 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <functional>
+#include <map>
 #include <mutex>
 
 #include "absl/strings/str_cat.h"
@@ -14,6 +16,8 @@
 #include "client/cli/commands.h"
 #include "client/cli/session.h"
 #include "client/control.h"
+#include "client/loader.h"
+#include "format/names.h"
 #include "format/safetensors.h"
 
 namespace stagger::client {
@@ -23,9 +27,36 @@ Status Errno(const std::string& what) {
   return absl::UnavailableError(absl::StrCat(what, ": ", strerror(errno)));
 }
 
-// Fetches every tensor of `shard` into a new safetensors file at `path`:
-// written to a temporary name, synced, then renamed, so a crash never leaves
-// a file that looks complete and is not.
+// Writes a `size`-byte file at `path` through `fill`, which gets the file's
+// bytes mapped: to a temporary name, synced, then renamed, so a crash never
+// leaves a file that looks complete and is not. Chunks land in the mapping
+// as they arrive, so nothing holds a whole tensor in memory.
+Status WriteMapped(const std::string& path, uint64_t size,
+                   const std::function<Status(char*)>& fill) {
+  std::string tmp = path + ".partial";
+  int fd = open(tmp.c_str(), O_RDWR | O_CREAT | O_TRUNC, 0644);
+  if (fd < 0) return Errno("create " + tmp);
+  Status s;
+  void* map = MAP_FAILED;
+  if (ftruncate(fd, static_cast<off_t>(size)) != 0) {
+    s = Errno("resize " + tmp);
+  } else {
+    map = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (map == MAP_FAILED) s = Errno("map " + tmp);
+  }
+  if (s.ok()) s = fill(static_cast<char*>(map));
+  if (s.ok() && msync(map, size, MS_SYNC) != 0) s = Errno("sync " + tmp);
+  if (map != MAP_FAILED) munmap(map, size);
+  if (s.ok() && fsync(fd) != 0) s = Errno("sync " + tmp);
+  close(fd);
+  if (s.ok() && rename(tmp.c_str(), path.c_str()) != 0) {
+    s = Errno("rename to " + path);
+  }
+  if (!s.ok()) unlink(tmp.c_str());
+  return s;
+}
+
+// Fetches every tensor of `shard` into a new safetensors file at `path`.
 Status WriteShard(ChunkIo& io, ServerSet* servers,
                   const pb::ShardManifest& shard, const std::string& path) {
   std::vector<format::SafetensorsEntry> entries;
@@ -43,20 +74,7 @@ Status WriteShard(ChunkIo& io, ServerSet* servers,
                     {"world_size", absl::StrCat(shard.world_size())}}));
   uint64_t total = header.size();
   for (const pb::TensorEntry& t : shard.tensors()) total += t.byte_size();
-
-  std::string tmp = path + ".partial";
-  int fd = open(tmp.c_str(), O_RDWR | O_CREAT | O_TRUNC, 0644);
-  if (fd < 0) return Errno("create " + tmp);
-  Status s;
-  void* map = MAP_FAILED;
-  if (ftruncate(fd, static_cast<off_t>(total)) != 0) {
-    s = Errno("resize " + tmp);
-  } else {
-    map = mmap(nullptr, total, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    if (map == MAP_FAILED) s = Errno("map " + tmp);
-  }
-  if (s.ok()) {
-    char* base = static_cast<char*>(map);
+  return WriteMapped(path, total, [&](char* base) {
     std::memcpy(base, header.data(), header.size());
     std::vector<FetchItem> items;
     uint64_t off = header.size();
@@ -68,17 +86,67 @@ Status WriteShard(ChunkIo& io, ServerSet* servers,
         off += c.raw_length();
       }
     }
-    s = io.Fetch(items, nullptr);
-    if (s.ok() && msync(map, total, MS_SYNC) != 0) s = Errno("sync " + tmp);
+    return io.Fetch(items, nullptr);
+  });
+}
+
+// Assembles every tensor of the step at its global shape, from the slices
+// all ranks saved, into one safetensors file at `path` (tensors in name
+// order). A tensor's dtype and global shape come from the lowest rank that
+// saved it; a per-rank tensor (saved without a global shape) is that rank's
+// copy. Adds the tensors' bytes to `bytes`.
+Status WriteConsolidated(ChunkIo& io, ServerSet* servers,
+                         const std::string& job, const pb::GetStepReply& reply,
+                         const std::string& path, uint64_t* bytes) {
+  std::map<std::string, LoadTarget> targets;
+  for (const pb::ShardManifest& shard : reply.shards()) {
+    for (const pb::TensorEntry& t : shard.tensors()) {
+      if (targets.count(t.name())) continue;
+      LoadTarget& x = targets[t.name()];
+      x.name = t.name();
+      x.dtype = t.dtype();
+      x.global_shape.assign(t.global_shape().begin(), t.global_shape().end());
+      if (x.global_shape.empty()) {
+        x.shape.assign(t.shape().begin(), t.shape().end());
+      } else {
+        x.shape = x.global_shape;
+        x.global_offset.assign(x.shape.size(), 0);
+      }
+    }
   }
-  if (map != MAP_FAILED) munmap(map, total);
-  if (s.ok() && fsync(fd) != 0) s = Errno("sync " + tmp);
-  close(fd);
-  if (s.ok() && rename(tmp.c_str(), path.c_str()) != 0) {
-    s = Errno("rename to " + path);
+  std::vector<format::SafetensorsEntry> entries;
+  for (const auto& [name, t] : targets) {
+    STAGGER_ASSIGN_OR_RETURN(uint64_t n, format::TensorBytes(t.dtype, t.shape));
+    entries.push_back({name, t.dtype, t.shape, n});
   }
-  if (!s.ok()) unlink(tmp.c_str());
-  return s;
+  const pb::StepInfo& step = reply.step();
+  STAGGER_ASSIGN_OR_RETURN(
+      std::string header,
+      format::SafetensorsHeader(
+          entries, {{"job", job},
+                    {"step", absl::StrCat(step.step())},
+                    {"world_size", absl::StrCat(step.world_size())},
+                    {"layout", "global"}}));
+  uint64_t total = header.size();
+  for (const format::SafetensorsEntry& e : entries) total += e.byte_size;
+  std::vector<const pb::ShardManifest*> shards;
+  for (const pb::ShardManifest& m : reply.shards()) shards.push_back(&m);
+  STAGGER_RETURN_IF_ERROR(WriteMapped(path, total, [&](char* base) {
+    std::memcpy(base, header.data(), header.size());
+    std::vector<LoadTarget> list;
+    uint64_t off = header.size();
+    size_t i = 0;
+    for (auto& [name, t] : targets) {
+      t.dest = base + off;
+      off += entries[i++].byte_size;
+      list.push_back(t);
+    }
+    LoadPlan plan;
+    STAGGER_RETURN_IF_ERROR(PlanLoad(list, shards, 0, *servers, &plan));
+    return io.Fetch(plan.items, nullptr);
+  }));
+  *bytes += total - header.size();
+  return absl::OkStatus();
 }
 
 Result<pb::GetStepReply> CompleteStep(Session& session, const std::string& job,
@@ -111,6 +179,21 @@ int RunRestore(const RestoreArgs& a) {
   ChunkIo io(session->servers.get(), session->executor.get(), a.job, "raw", {},
              16);
   uint64_t bytes = 0;
+  if (a.consolidate) {
+    std::string path = a.out + "/model.safetensors";
+    Status s = WriteConsolidated(io, session->servers.get(), a.job, *reply,
+                                 path, &bytes);
+    if (!s.ok()) {
+      return Fail("restore",
+                  WithContext(s, absl::StrCat("consolidate of step ",
+                                              reply->step().step())));
+    }
+    printf("wrote %s\n", path.c_str());
+    printf("restored job '%s' step %lld: %d ranks consolidated, %llu bytes\n",
+           a.job.c_str(), static_cast<long long>(reply->step().step()),
+           reply->shards_size(), static_cast<unsigned long long>(bytes));
+    return 0;
+  }
   for (const pb::ShardManifest& shard : reply->shards()) {
     std::string path =
         absl::StrFormat("%s/rank-%05d.safetensors", a.out, shard.rank());

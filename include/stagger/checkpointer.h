@@ -10,8 +10,8 @@
 //   auto step = (*ck)->Load(stagger::kLatestStep);       // fills w_ptr
 //
 // A step is visible (Steps, Load) only when all world_size ranks committed
-// it. Thread-safety: one thread drives a Checkpointer; SaveHandle methods may
-// be called from any thread.
+// it; it loads on any world size (resharding). Thread-safety: one thread
+// drives a Checkpointer; SaveHandle methods may be called from any thread.
 #ifndef STAGGER_CHECKPOINTER_H_
 #define STAGGER_CHECKPOINTER_H_
 
@@ -117,10 +117,14 @@ class Checkpointer {
   virtual void WaitAll() = 0;
 
   // Loads `step` (or kLatestStep) into the registered tensors and returns
-  // the step loaded. NOT_FOUND when the step does not exist or is not
-  // complete, or a registered tensor is missing from it; INVALID_ARGUMENT when
-  // a tensor's dtype or shape differs; DATA_LOSS when stored bytes are
-  // corrupt (the tensors may then hold partial data).
+  // the step loaded. The step may have been saved by any number of ranks
+  // with any slicing: each tensor's slice (TensorSpec::global_shape and
+  // global_offset) is assembled from the saved slices that overlap it.
+  // NOT_FOUND when the step does not exist or is not complete, a registered
+  // tensor is missing from it, or part of a tensor's slice is in no saved
+  // slice (the message names the region); INVALID_ARGUMENT when a tensor's
+  // dtype or global shape differs; DATA_LOSS when stored bytes are corrupt
+  // (the tensors may then hold partial data).
   virtual Result<int64_t> Load(int64_t step) = 0;
 
   // Complete steps, oldest first (partial ones too when asked).

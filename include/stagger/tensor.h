@@ -18,8 +18,11 @@ struct TensorSpec {
   void* data = nullptr;        // contiguous, row-major
   Device device = Device::kHost;
   int device_index = 0;
-  // Which slice of the global tensor this rank holds; both empty when the
-  // tensor is not sharded.
+  // Which slice of the global tensor this rank holds (row, column or block
+  // sharding), so that a step saved by N ranks loads on M. Both empty: a
+  // per-rank tensor, saved and loaded by each rank on its own. global_shape
+  // equal to shape (offset all zeros): a replicated tensor, stored once (by
+  // rank 0) and loaded by every rank.
   std::vector<int64_t> global_shape;
   std::vector<int64_t> global_offset;
 };

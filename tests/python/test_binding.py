@@ -71,7 +71,7 @@ def test_errors_carry_status_codes(tmp_path):
     with pytest.raises(stagger.Error) as e:
         ck.load({"w": np.zeros(5, np.float32)})
     assert e.value.code == "INVALID_ARGUMENT"
-    assert "tensor 'w' was saved as F32[4]" in str(e.value)
+    assert "tensor 'w' was saved by rank 0 as F32[4]" in str(e.value)
 
     with pytest.raises(stagger.Error) as e:
         stagger.Checkpointer(servers=f"embedded:{tmp_path}", job="bad job")
@@ -106,7 +106,7 @@ def test_dtype_override_for_bf16(tmp_path):
     with pytest.raises(stagger.Error) as e:
         ck.load({"w": out})
     assert e.value.code == "INVALID_ARGUMENT"
-    assert "saved as BF16[1000]" in str(e.value)
+    assert "saved by rank 0 as BF16[1000]" in str(e.value)
     # A dtype whose element size differs from the array's is refused.
     with pytest.raises(stagger.Error) as e:
         ck.save({"w": np.zeros(4, np.float32)}, step=2, dtypes={"w": "BF16"})
