@@ -59,8 +59,17 @@ void DataService::WaitIdle() {
 }
 
 DataService::DataService(SegmentStore* segments, MetaStore* meta,
-                         qos::Executor* ingest, qos::Executor* readers)
-    : segments_(segments), meta_(meta), ingest_(ingest), readers_(readers) {}
+                         qos::Executor* ingest, qos::Executor* readers,
+                         IngestAdmission* admission)
+    : segments_(segments),
+      meta_(meta),
+      ingest_(ingest),
+      readers_(readers),
+      admission_(admission) {}
+
+AdmissionStats DataService::admission_stats() const {
+  return admission_ == nullptr ? AdmissionStats() : admission_->Stats();
+}
 
 void DataService::OnRequest(transport::Message request,
                             std::unique_ptr<transport::ReplyChannel> reply) {
@@ -175,23 +184,44 @@ void DataService::HandleGet(transport::Message request,
     return;
   }
   std::shared_ptr<transport::ReplyChannel> shared(std::move(reply));
-  readers_->Submit([this, shared, r = *req] {
+  const uint64_t peer = request.peer;
+  readers_->Submit([this, shared, peer, r = *req] {
     auto meta = meta_->GetChunk(r.job, r.id);
     if (!meta.ok()) {
       ReplyStatus(shared.get(), DataOp::kGetChunkReply, meta.status());
       return;
     }
-    // Follows the record if compaction moves it during the read.
-    auto rec = ReadChunk(meta_, segments_, r.job, r.id, *meta);
-    if (!rec.ok()) {
-      ReplyStatus(shared.get(), DataOp::kGetChunkReply, rec.status());
+    if (admission_ == nullptr) {
+      ReadAndReply(shared.get(), r, *meta);
       return;
     }
-    ++counters_.chunks_read;
-    shared->Send(static_cast<uint16_t>(DataOp::kGetChunkReply),
-                 format::EncodeReply(absl::OkStatus(), &rec->header),
-                 std::move(rec->payload));
+    // Restore traffic first: once this reservation is queued, no checkpoint
+    // pull is granted before it. The grant comes on whichever thread freed
+    // the credit; the read goes back to the reader threads.
+    const uint64_t bytes = meta->location.record_size;
+    admission_->RequestRestore(
+        peer, bytes, [this, shared, peer, bytes, r, m = *meta] {
+          readers_->Submit([this, shared, peer, bytes, r, m] {
+            ReadAndReply(shared.get(), r, m);
+            admission_->Release(peer, bytes);
+          });
+        });
   });
+}
+
+void DataService::ReadAndReply(transport::ReplyChannel* reply,
+                               const format::GetChunkRequest& r,
+                               const ChunkMeta& meta) {
+  // Follows the record if compaction moves it during the read.
+  auto rec = ReadChunk(meta_, segments_, r.job, r.id, meta);
+  if (!rec.ok()) {
+    ReplyStatus(reply, DataOp::kGetChunkReply, rec.status());
+    return;
+  }
+  ++counters_.chunks_read;
+  reply->Send(static_cast<uint16_t>(DataOp::kGetChunkReply),
+              format::EncodeReply(absl::OkStatus(), &rec->header),
+              std::move(rec->payload));
 }
 
 }  // namespace stagger::server

@@ -7,6 +7,12 @@
 // are checked before anything is written. A chunk already stored for the
 // job is acknowledged without writing it again (chunks are content-addressed).
 //
+// Admission (with an IngestAdmission): put payloads arrive already charged
+// by the transport (the listener was given the same admission) and are
+// released when the segment store drops them; a GetChunk reserves its
+// record's bytes as restore traffic after the index lookup and before the
+// read, and releases them once the reply is sent.
+//
 // Threads: OnRequest runs on the transport's progress thread and only
 // decodes headers and queues; checksums, the index lookup and the hand-off
 // to the segment store run on `ingest`; writes complete on the segment
@@ -18,7 +24,9 @@
 #include <cstdint>
 
 #include "absl/synchronization/mutex.h"
+#include "format/data_plane.h"
 #include "qos/executor.h"
+#include "server/ingest_admission.h"
 #include "server/meta_store.h"
 #include "server/storage/segment_store.h"
 #include "transport/transport.h"
@@ -35,14 +43,18 @@ struct DataServiceCounters {
 
 class DataService : public transport::RequestHandler {
  public:
-  // None owned; all must outlive the service.
+  // None owned; all must outlive the service. `admission` may be nullptr
+  // (reads are then not reserved).
   DataService(SegmentStore* segments, MetaStore* meta, qos::Executor* ingest,
-              qos::Executor* readers);
+              qos::Executor* readers, IngestAdmission* admission = nullptr);
 
   void OnRequest(transport::Message request,
                  std::unique_ptr<transport::ReplyChannel> reply) override;
 
   const DataServiceCounters& counters() const { return counters_; }
+  // The admission's books (queue depth, credit in use, per-client bytes);
+  // all zero without an admission.
+  AdmissionStats admission_stats() const;
 
   // From now on every new request is answered UNAVAILABLE ("shutting
   // down"); requests already accepted run to completion.
@@ -55,11 +67,15 @@ class DataService : public transport::RequestHandler {
                  std::unique_ptr<transport::ReplyChannel> reply);
   void HandleGet(transport::Message request,
                  std::unique_ptr<transport::ReplyChannel> reply);
+  // Reads the record the index entry `meta` places and sends it.
+  void ReadAndReply(transport::ReplyChannel* reply,
+                    const format::GetChunkRequest& r, const ChunkMeta& meta);
 
   SegmentStore* segments_;
   MetaStore* meta_;
   qos::Executor* ingest_;
   qos::Executor* readers_;
+  IngestAdmission* admission_;
   DataServiceCounters counters_;
 
   class CountedReply;

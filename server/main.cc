@@ -3,10 +3,12 @@
 //   stagger-server --data DIR --listen HOST:PORT [--data-listen HOST:PORT]
 //                  [--keep-last N] [--gc-grace-s S] [--segment-mib M]
 //                  [--compact-threshold F] [--compact-mib-per-s R]
+//                  [--ingest-budget-mib B]
 //
 // Prints exactly one line to stdout once it accepts requests:
 //   stagger-server ready grpc=HOST:PORT data=HOST:PORT
 // SIGTERM or SIGINT: stop accepting, finish in-flight work, exit 0.
+#include <malloc.h>
 #include <signal.h>
 
 #include <CLI/CLI.hpp>
@@ -16,6 +18,12 @@
 #include "server/server.h"
 
 int main(int argc, char** argv) {
+  // Payloads are pulled into fresh 4 KiB-aligned buffers of a few MiB,
+  // freed once written. Above glibc's mmap threshold each one would be a
+  // new mapping, zeroed page by page on first touch; keep them in the heap
+  // so freed buffers are reused (the ingest budget bounds the heap).
+  mallopt(M_MMAP_THRESHOLD, 256 << 20);
+  mallopt(M_TRIM_THRESHOLD, 1 << 30);
   CLI::App app{"stagger-server: stores stagger checkpoints"};
   stagger::server::ServerOptions options;
   app.add_option("--data", options.data_dir, "data directory")->required();
@@ -54,7 +62,14 @@ int main(int argc, char** argv) {
                  "compaction copies at most this many MiB/s (0: unlimited)")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
+  uint64_t ingest_budget_mib = options.ingest_budget_bytes >> 20;
+  app.add_option("--ingest-budget-mib", ingest_budget_mib,
+                 "admission: MiB of client data in flight inside the server "
+                 "(pulled, not yet written; or being read for a restore)")
+      ->check(CLI::Range(uint64_t{1}, uint64_t{1} << 20))
+      ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
+  options.ingest_budget_bytes = ingest_budget_mib << 20;
   options.gc_grace_ms = static_cast<int64_t>(gc_grace_s * 1000);
   options.segment_bytes = segment_mib << 20;
   options.compact_bytes_per_s =

@@ -25,6 +25,8 @@ class Server::Impl {
   std::unique_ptr<Compactor> compactor;
   std::unique_ptr<qos::Executor> ingest;
   std::unique_ptr<qos::Executor> readers;
+  // Outlives every payload Buffer it charged: reset after the stores.
+  std::unique_ptr<IngestAdmission> admission;
   std::unique_ptr<DataService> data;
   std::unique_ptr<transport::Listener> listener;
   std::unique_ptr<ControlService> control;
@@ -50,6 +52,7 @@ class Server::Impl {
     ingest.reset();
     compactor.reset();
     segments.reset();
+    admission.reset();
     meta.reset();
     owned_transport.reset();
   }
@@ -62,10 +65,16 @@ std::string Server::grpc_address() const { return impl_->grpc_address; }
 std::string Server::data_address() const {
   return impl_->listener ? impl_->listener->address() : std::string();
 }
+AdmissionStats Server::admission_stats() const {
+  return impl_->admission ? impl_->admission->Stats() : AdmissionStats();
+}
 
 Result<std::unique_ptr<Server>> Server::Start(const ServerOptions& options) {
   if (options.data_dir.empty()) {
     return absl::InvalidArgumentError("server needs a data directory");
+  }
+  if (options.ingest_budget_bytes == 0) {
+    return absl::InvalidArgumentError("the ingest budget must be > 0 bytes");
   }
   STAGGER_ASSIGN_OR_RETURN(auto grpc_hp,
                            transport::SplitHostPort(options.listen));
@@ -102,9 +111,11 @@ Result<std::unique_ptr<Server>> Server::Start(const ServerOptions& options) {
   }
   impl->ingest = std::make_unique<qos::Executor>(2);
   impl->readers = std::make_unique<qos::Executor>(options.read_threads);
-  impl->data =
-      std::make_unique<DataService>(impl->segments.get(), impl->meta.get(),
-                                    impl->ingest.get(), impl->readers.get());
+  impl->admission =
+      std::make_unique<IngestAdmission>(options.ingest_budget_bytes);
+  impl->data = std::make_unique<DataService>(
+      impl->segments.get(), impl->meta.get(), impl->ingest.get(),
+      impl->readers.get(), impl->admission.get());
 
   transport::Transport* transport = options.transport;
   if (transport == nullptr) {
@@ -112,8 +123,11 @@ Result<std::unique_ptr<Server>> Server::Start(const ServerOptions& options) {
                              transport::NewUcxTransport());
     transport = impl->owned_transport.get();
   }
-  STAGGER_ASSIGN_OR_RETURN(impl->listener,
-                           transport->Listen(data_listen, impl->data.get()));
+  transport::ListenOptions listen_options;
+  listen_options.admission = impl->admission.get();
+  STAGGER_ASSIGN_OR_RETURN(
+      impl->listener,
+      transport->Listen(data_listen, impl->data.get(), listen_options));
 
   char host[256] = {0};
   gethostname(host, sizeof host - 1);

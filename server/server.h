@@ -6,6 +6,7 @@
 //           ├─ SegmentStore (<data>/segments) ── writer thread (io_uring)
 //           ├─ Compactor ── one thread, rewrites mostly dead segments
 //           ├─ Executor (reads)
+//           ├─ IngestAdmission ── credit for pulls and reads (one budget)
 //           ├─ DataService ── transport Listener (UCX or in-process)
 //           └─ grpc::Server ── ControlService
 //
@@ -16,6 +17,7 @@
 #include <memory>
 #include <string>
 
+#include "server/ingest_admission.h"
 #include "stagger/status.h"
 
 namespace stagger::transport {
@@ -42,6 +44,11 @@ struct ServerOptions {
   // most `compact_bytes_per_s` (0: unlimited).
   double compact_threshold = 0.5;
   uint64_t compact_bytes_per_s = 64ull << 20;
+  // Admission (DESIGN.md §5): bytes clients may have inside the server at
+  // once, pulled but not yet written (checkpoint payloads) or being read and
+  // sent (restore reads, which go first). Must be > 0; one chunk larger
+  // than this is still taken when it is alone.
+  uint64_t ingest_budget_bytes = 256ull << 20;
 };
 
 class Server {
@@ -58,6 +65,9 @@ class Server {
 
   std::string grpc_address() const;  // "host:port" actually bound
   std::string data_address() const;  // "host:port" or "inproc:name"
+  // Admission queue depth, credit in use and per-client bytes in flight
+  // (ingest_admission.h); all zero after Shutdown.
+  AdmissionStats admission_stats() const;
 
   class Impl;
 

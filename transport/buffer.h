@@ -1,5 +1,10 @@
 // Buffer: an owned, 4 KiB-aligned byte buffer, the unit payloads travel in.
 // Move-only. Not thread-safe (one owner at a time).
+//
+// A buffer may carry an Attachment that lives exactly as long as its memory:
+// the transport attaches the admission charge of a received payload
+// (transport.h, PullAdmission), so the charge ends when the bytes are freed,
+// wherever the buffer went.
 #ifndef STAGGER_TRANSPORT_BUFFER_H_
 #define STAGGER_TRANSPORT_BUFFER_H_
 
@@ -8,6 +13,7 @@
 #include <cstring>
 #include <memory>
 #include <string_view>
+#include <utility>
 
 namespace stagger::transport {
 
@@ -15,7 +21,28 @@ class Buffer {
  public:
   static constexpr size_t kAlignment = 4096;
 
+  // Destroyed right after the memory it is attached to is freed.
+  class Attachment {
+   public:
+    virtual ~Attachment() = default;
+  };
+
   Buffer() = default;
+  Buffer(Buffer&& other) noexcept
+      : attachment_(std::move(other.attachment_)),
+        data_(std::move(other.data_)),
+        size_(std::exchange(other.size_, 0)),
+        capacity_(std::exchange(other.capacity_, 0)) {}
+  Buffer& operator=(Buffer&& other) noexcept {
+    if (this != &other) {
+      Buffer old(std::move(*this));  // freed, then detached, on return
+      attachment_ = std::move(other.attachment_);
+      data_ = std::move(other.data_);
+      size_ = std::exchange(other.size_, 0);
+      capacity_ = std::exchange(other.capacity_, 0);
+    }
+    return *this;
+  }
   // Allocates `size` bytes (uninitialised), aligned to kAlignment; capacity
   // is rounded up to a multiple of kAlignment. Aborts only if the process is
   // out of memory, like operator new.
@@ -43,10 +70,18 @@ class Buffer {
     if (n <= capacity_) size_ = n;
   }
 
+  // Replaces the attachment (the old one, if any, is destroyed now).
+  void Attach(std::unique_ptr<Attachment> attachment) {
+    attachment_ = std::move(attachment);
+  }
+
  private:
   struct Free {
     void operator()(char* p) const { std::free(p); }
   };
+  // Declared before data_: members die in reverse order, so the memory is
+  // freed first.
+  std::unique_ptr<Attachment> attachment_;
   std::unique_ptr<char, Free> data_;
   size_t size_ = 0;
   size_t capacity_ = 0;

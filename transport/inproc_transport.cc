@@ -3,17 +3,20 @@
 #include <atomic>
 #include <map>
 #include <string>
+#include <unordered_set>
 #include <utility>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "transport/internal/admission_charge.h"
 #include "transport/internal/serial_executor.h"
 
 namespace stagger::transport {
 namespace {
 
+using transport_internal::AdmissionCharge;
 using transport_internal::SerialExecutor;
 
 Status CheckSizes(absl::string_view what, size_t header, size_t payload) {
@@ -34,9 +37,11 @@ Status CheckSizes(absl::string_view what, size_t header, size_t payload) {
 class ConnCore {
  public:
   explicit ConnCore(std::string peer)
-      : peer_(std::move(peer)), executor_("stagger-inp-cli") {}
+      : peer_(std::move(peer)), id_(NextId()), executor_("stagger-inp-cli") {}
 
   const std::string& peer() const { return peer_; }
+  // Message::peer of its requests: unique in the process, never reused.
+  uint64_t id() const { return id_; }
 
   // Registers a call; returns its id, or 0 (and fails `done`) when broken.
   uint64_t Begin(ReplyCallback done) {
@@ -93,7 +98,13 @@ class ConnCore {
   }
 
  private:
+  static uint64_t NextId() {
+    static std::atomic<uint64_t> next{1};
+    return next.fetch_add(1);
+  }
+
   const std::string peer_;
+  const uint64_t id_;
   SerialExecutor executor_;
   absl::Mutex mu_;
   Status broken_ ABSL_GUARDED_BY(mu_);
@@ -142,12 +153,15 @@ class InProcReplyChannel final : public ReplyChannel {
   bool sent_ = false;
 };
 
-// The server side: a name, a handler and the dispatcher that runs it.
-class ListenerCore {
+// The server side: a name, a handler and the dispatcher that runs it, and
+// the requests waiting for their payload's admission.
+class ListenerCore : public std::enable_shared_from_this<ListenerCore> {
  public:
-  ListenerCore(std::string address, RequestHandler* handler)
+  ListenerCore(std::string address, RequestHandler* handler,
+               PullAdmission* admission)
       : address_(std::move(address)),
         handler_(handler),
+        admission_(admission),
         executor_("stagger-inp-srv") {}
 
   const std::string& address() const { return address_; }
@@ -162,19 +176,69 @@ class ListenerCore {
     conns_.swap(live);
   }
 
-  // Queues the request for the handler; false once the listener closed.
-  bool Deliver(std::weak_ptr<ConnCore> from, uint64_t id, Message request) {
-    return executor_.Post([this, from = std::move(from), id,
-                           request = std::move(request)]() mutable {
-      handler_->OnRequest(std::move(request),
-                          std::make_unique<InProcReplyChannel>(from, id));
+  // Queues the request for the handler, after its payload's admission
+  // when there is one; false once the listener closed.
+  bool Deliver(std::weak_ptr<ConnCore> from, uint64_t peer, uint64_t id,
+               Message request) {
+    request.peer = peer;
+    if (admission_ == nullptr || request.payload.empty()) {
+      return Dispatch(std::move(from), id, std::move(request));
+    }
+    const size_t bytes = request.payload.size();
+    uint64_t key;
+    {
+      absl::MutexLock l(&mu_);
+      if (closed_) return false;
+      key = next_key_++;
+      admitting_.emplace(
+          key, Admitting{std::move(from), peer, id, std::move(request)});
+      asked_.insert(peer);
+    }
+    std::weak_ptr<ListenerCore> weak = weak_from_this();
+    PullAdmission* const admission = admission_;
+    admission->Request(peer, bytes, [weak, admission, key, peer, bytes] {
+      auto charge = std::make_unique<AdmissionCharge>(admission, peer, bytes);
+      if (auto core = weak.lock()) core->Admitted(key, std::move(charge));
     });
+    return true;
   }
 
-  // Stops dispatching (a handler already running finishes first) and fails
-  // the calls of every attached connection.
+  // Connection `peer` closed: its requests waiting for admission are
+  // dropped (their calls already failed) and the admission is told.
+  void ConnectionClosed(uint64_t peer) {
+    std::vector<Admitting> dropped;
+    bool asked;
+    {
+      absl::MutexLock l(&mu_);
+      for (auto it = admitting_.begin(); it != admitting_.end();) {
+        if (it->second.peer == peer) {
+          dropped.push_back(std::move(it->second));
+          it = admitting_.erase(it);
+        } else {
+          ++it;
+        }
+      }
+      asked = asked_.erase(peer) != 0;
+    }
+    dropped.clear();
+    if (asked) admission_->PeerGone(peer);
+  }
+
+  // Stops dispatching (a handler already running finishes first), drops
+  // the requests waiting for admission and fails the calls of every
+  // attached connection.
   void Close() {
+    std::map<uint64_t, Admitting> dropped;
+    std::unordered_set<uint64_t> asked;
+    {
+      absl::MutexLock l(&mu_);
+      closed_ = true;
+      dropped.swap(admitting_);
+      asked.swap(asked_);
+    }
     executor_.Stop(SerialExecutor::Pending::kDiscard);
+    dropped.clear();
+    for (uint64_t peer : asked) admission_->PeerGone(peer);
     std::vector<std::weak_ptr<ConnCore>> conns;
     {
       absl::MutexLock l(&mu_);
@@ -189,11 +253,47 @@ class ListenerCore {
   }
 
  private:
+  struct Admitting {
+    std::weak_ptr<ConnCore> from;
+    uint64_t peer = 0;
+    uint64_t id = 0;
+    Message request;
+  };
+
+  bool Dispatch(std::weak_ptr<ConnCore> from, uint64_t id, Message request) {
+    return executor_.Post([this, from = std::move(from), id,
+                           request = std::move(request)]() mutable {
+      handler_->OnRequest(std::move(request),
+                          std::make_unique<InProcReplyChannel>(from, id));
+    });
+  }
+
+  // The grant for request `key` came (on any thread).
+  void Admitted(uint64_t key, std::unique_ptr<Buffer::Attachment> charge) {
+    Admitting a;
+    {
+      absl::MutexLock l(&mu_);
+      auto it = admitting_.find(key);
+      if (it == admitting_.end()) return;  // dropped; the charge goes back
+      a = std::move(it->second);
+      admitting_.erase(it);
+    }
+    a.request.payload.Attach(std::move(charge));
+    // Refused only once Close() began, which fails the call; the request
+    // and its charge are dropped.
+    Dispatch(std::move(a.from), a.id, std::move(a.request));
+  }
+
   const std::string address_;
   RequestHandler* const handler_;
+  PullAdmission* const admission_;
   SerialExecutor executor_;
   absl::Mutex mu_;
   std::vector<std::weak_ptr<ConnCore>> conns_ ABSL_GUARDED_BY(mu_);
+  bool closed_ ABSL_GUARDED_BY(mu_) = false;
+  uint64_t next_key_ ABSL_GUARDED_BY(mu_) = 1;
+  std::map<uint64_t, Admitting> admitting_ ABSL_GUARDED_BY(mu_);
+  std::unordered_set<uint64_t> asked_ ABSL_GUARDED_BY(mu_);
 };
 
 class Registry {
@@ -204,7 +304,8 @@ class Registry {
   }
 
   Result<std::shared_ptr<ListenerCore>> Add(std::string name,
-                                            RequestHandler* handler) {
+                                            RequestHandler* handler,
+                                            PullAdmission* admission) {
     absl::MutexLock l(&mu_);
     if (name.empty()) name = absl::StrCat("auto-", ++counter_);
     std::string address = std::string(kInProcScheme) + name;
@@ -212,7 +313,7 @@ class Registry {
       return absl::UnavailableError(
           absl::StrCat(address, " is already in use"));
     }
-    auto core = std::make_shared<ListenerCore>(address, handler);
+    auto core = std::make_shared<ListenerCore>(address, handler, admission);
     listeners_.emplace(std::move(name), core);
     return core;
   }
@@ -257,6 +358,8 @@ class InProcConnection final : public Connection {
   ~InProcConnection() override {
     core_->Break(absl::UnavailableError(
         absl::StrCat("connection to ", core_->peer(), " was closed")));
+    if (auto listener = listener_.lock())
+      listener->ConnectionClosed(core_->id());
     core_->Shutdown();
   }
 
@@ -275,7 +378,7 @@ class InProcConnection final : public Connection {
     request.payload = Buffer::CopyOf(payload);
     auto listener = listener_.lock();
     if (listener == nullptr ||
-        !listener->Deliver(core_, id, std::move(request))) {
+        !listener->Deliver(core_, core_->id(), id, std::move(request))) {
       core_->Break(absl::UnavailableError(
           absl::StrCat(core_->peer(), ": the listener went away")));
     }
@@ -298,14 +401,16 @@ Result<std::string> NameOf(const std::string& address) {
 
 class InProcTransport final : public Transport {
  public:
-  Result<std::unique_ptr<Listener>> Listen(const std::string& address,
-                                           RequestHandler* handler) override {
+  Result<std::unique_ptr<Listener>> Listen(
+      const std::string& address, RequestHandler* handler,
+      const ListenOptions& options) override {
     if (handler == nullptr) {
       return absl::InvalidArgumentError(
           absl::StrCat("listening on ", address, ": no request handler"));
     }
     STAGGER_ASSIGN_OR_RETURN(std::string name, NameOf(address));
-    STAGGER_ASSIGN_OR_RETURN(auto core, Registry::Get().Add(name, handler));
+    STAGGER_ASSIGN_OR_RETURN(
+        auto core, Registry::Get().Add(name, handler, options.admission));
     return std::unique_ptr<Listener>(new InProcListener(std::move(core)));
   }
 

@@ -27,6 +27,10 @@ struct Message {
   uint16_t op = 0;
   std::string header;
   Buffer payload;
+  // On a request: the connection it arrived on, an id unique among the
+  // listener's connections and never reused (the `peer` of PullAdmission).
+  // 0 on replies.
+  uint64_t peer = 0;
 };
 
 // Called once per Call() with the reply, or with UNAVAILABLE when the peer
@@ -70,6 +74,52 @@ class RequestHandler {
                          std::unique_ptr<ReplyChannel> reply) = 0;
 };
 
+// Admission of request payloads (DESIGN.md §5): a Listener given one asks
+// it before it takes in a request's payload, so the receiver decides when
+// bytes move. UCX asks for rendezvous payloads (>= rndv_threshold) before
+// pulling them; the in-process transport asks for every non-empty payload
+// before handing the request to the handler. Requests without admitted
+// bytes (eager UCX payloads, empty ones) do not wait.
+//
+// A granted payload's bytes stay charged to its peer until the Buffer the
+// handler received (Message::payload) is destroyed, or, when the payload
+// never reaches a handler (its peer went away, the listener shut down, the
+// pull failed), until the transport drops it: either way Release() runs
+// exactly once per grant. So the charge covers the bytes in memory and in
+// whatever queue the handler hands the Buffer to.
+//
+// Thread-safety: implementations must be thread-safe. Request and PeerGone
+// run on a transport thread (UCX: the listener's progress thread, never
+// inside a UCX callback; in-process: the thread calling Call() or closing
+// the connection); Release on any thread, including inside a grant and
+// inside Request.
+//
+// Lifetime: must outlive the Listener and every Buffer it charged.
+class PullAdmission {
+ public:
+  virtual ~PullAdmission() = default;
+  // Asks for `bytes` of credit for a payload from connection `peer`.
+  // `grant` runs at most once, on any thread, possibly inside Request; from
+  // then on the bytes are charged until Release(peer, bytes). A grant that
+  // is never going to come must simply never run (e.g. after PeerGone).
+  virtual void Request(uint64_t peer, size_t bytes,
+                       std::function<void()> grant) = 0;
+  // Returns `bytes` granted to `peer`. May come after PeerGone(peer): bytes
+  // of a gone peer can still be in the handler's queues.
+  virtual void Release(uint64_t peer, size_t bytes) = 0;
+  // `peer` disconnected (or the listener shut down): its requests that are
+  // still queued will not be used; drop them. Called once per peer that
+  // made a Request. A grant that races with it is released by the
+  // transport.
+  virtual void PeerGone(uint64_t peer) = 0;
+};
+
+struct ListenOptions {
+  // Not owned; nullptr: payloads are taken in as they come (UCX still
+  // bounds the bytes being pulled at once: max_inflight_pull_bytes).
+  PullAdmission* admission = nullptr;
+};
+
 // A listening endpoint; destroying it stops accepting and closes its
 // connections (requests in flight get no reply).
 class Listener {
@@ -85,8 +135,13 @@ class Transport {
   virtual ~Transport() = default;
   // Listens on `address` ("host:port", port 0 picks a free one; or
   // "inproc:name"). `handler` must outlive the listener.
-  virtual Result<std::unique_ptr<Listener>> Listen(const std::string& address,
-                                                   RequestHandler* handler) = 0;
+  virtual Result<std::unique_ptr<Listener>> Listen(
+      const std::string& address, RequestHandler* handler,
+      const ListenOptions& options) = 0;
+  Result<std::unique_ptr<Listener>> Listen(const std::string& address,
+                                           RequestHandler* handler) {
+    return Listen(address, handler, ListenOptions());
+  }
   // Connects to a listener's address. UNAVAILABLE when nobody listens.
   virtual Result<std::unique_ptr<Connection>> Connect(
       const std::string& address) = 0;

@@ -54,17 +54,19 @@ class UcxTransport final : public Transport {
     loop_options_.close_timeout = options.close_timeout;
   }
 
-  Result<std::unique_ptr<Listener>> Listen(const std::string& address,
-                                           RequestHandler* handler) override {
+  Result<std::unique_ptr<Listener>> Listen(
+      const std::string& address, RequestHandler* handler,
+      const ListenOptions& listen_options) override {
     if (handler == nullptr) {
       return absl::InvalidArgumentError(
           absl::StrCat("listening on ", address, ": no request handler"));
     }
     STAGGER_ASSIGN_OR_RETURN(auto host_port, SplitHostPort(address));
+    UcxLoopOptions options = loop_options_;
+    options.admission = listen_options.admission;
     STAGGER_ASSIGN_OR_RETURN(
-        auto loop,
-        UcxServerLoop::Create(context_, loop_options_, host_port.first,
-                              host_port.second, handler));
+        auto loop, UcxServerLoop::Create(context_, options, host_port.first,
+                                         host_port.second, handler));
     return std::unique_ptr<Listener>(new UcxListener(std::move(loop)));
   }
 

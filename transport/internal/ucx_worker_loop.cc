@@ -31,16 +31,6 @@ struct UcxWorkerLoop::SendOp {
   SendDone done;
 };
 
-struct UcxWorkerLoop::PullOp {
-  UcxWorkerLoop* loop;
-  uint64_t ep_id;
-  Frame frame;
-  std::string header;
-  void* desc;
-  size_t length;
-  Buffer data;
-};
-
 UcxWorkerLoop::UcxWorkerLoop(std::shared_ptr<UcxContext> context,
                              UcxLoopOptions options, std::string thread_name)
     : context_(std::move(context)),
@@ -185,6 +175,9 @@ void UcxWorkerLoop::Shutdown() {
   OnShutdown();
 
   // Rendezvous data nobody will read: release it (the sender completes).
+  // Every peer is reported gone first, so that the charges returned below
+  // do not grant requests of peers that are going away anyway.
+  DropAllAdmissions();
   for (auto& op : pulls_waiting_) ucp_am_data_release(worker(), op->desc);
   pulls_waiting_.clear();
 
@@ -264,7 +257,12 @@ void UcxWorkerLoop::CloseEndpoint(uint64_t ep_id, Status why, bool force) {
   ids_.erase(ep);
   endpoints_.erase(it);
   CloseHandle(ep, force);
-  Defer([this, ep_id, why = std::move(why)] { OnEndpointDown(ep_id, why); });
+  Defer([this, ep_id, why = std::move(why)] { EndpointGone(ep_id, why); });
+}
+
+void UcxWorkerLoop::EndpointGone(uint64_t ep_id, const Status& why) {
+  DropPeerAdmissions(ep_id);
+  OnEndpointDown(ep_id, why);
 }
 
 void UcxWorkerLoop::CloseHandle(ucp_ep_h ep, bool force) {
@@ -412,6 +410,8 @@ void UcxWorkerLoop::FinishPull(PullOp* raw, Status status) {
           payload.view().substr(op->frame.header_len, op->frame.payload_len));
       payload = std::move(rest);
     }
+    // The charge now lives as long as the bytes the handler holds.
+    if (op->charge != nullptr) payload.Attach(std::move(op->charge));
     Deliver(op->ep_id, op->frame, std::move(op->header), std::move(payload));
   });
 }
@@ -464,12 +464,13 @@ ucs_status_t UcxWorkerLoop::HandleAm(const void* header, size_t header_length,
   }
   auto op = std::make_unique<PullOp>();
   op->loop = this;
+  op->id = next_pull_id_++;
   op->ep_id = ep_id;
   op->frame = *frame;
   op->header = std::move(msg_header);
   op->desc = data;
   op->length = length;
-  pulls_waiting_.push_back(std::move(op));
+  QueuePull(std::move(op));
   return UCS_INPROGRESS;  // keep the descriptor; StartPulls() pulls it
 }
 
@@ -487,7 +488,7 @@ void UcxWorkerLoop::HandleEndpointError(ucp_ep_h ep, ucs_status_t status) {
   endpoints_.erase(ep_id);
   Defer([this, ep, ep_id, why] {
     CloseHandle(ep, /*force=*/true);
-    OnEndpointDown(ep_id, why);
+    EndpointGone(ep_id, why);
   });
 }
 

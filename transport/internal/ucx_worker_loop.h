@@ -13,6 +13,10 @@
 // rendezvous data is pulled with ucp_am_recv_data_nbx into a 4 KiB-aligned
 // Buffer, and each complete message is handed to OnMessage().
 //
+// With a PullAdmission (UcxLoopOptions::admission; listeners only), each
+// rendezvous payload waits for its grant before it may be pulled, and its
+// charge travels with the payload Buffer (ucx_pull_admission.cc).
+//
 // Subclasses (the server and client loops) implement the hooks. Hooks and
 // deferred work always run on the progress thread and never inside a UCX
 // callback, so they may send, close endpoints and call user code.
@@ -35,6 +39,7 @@
 #include <string>
 #include <thread>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -44,6 +49,7 @@
 #include "transport/buffer.h"
 #include "transport/internal/frame.h"
 #include "transport/internal/ucx_handles.h"
+#include "transport/transport.h"
 
 namespace stagger::transport_internal {
 
@@ -55,6 +61,9 @@ struct UcxLoopOptions {
   size_t max_inflight_pull_bytes = 512ull << 20;
   // How long shutdown waits for endpoints and requests to finish.
   std::chrono::milliseconds close_timeout{2000};
+  // Not owned; asked before each rendezvous pull (transport.h). nullptr:
+  // pull as soon as max_inflight_pull_bytes allows.
+  transport::PullAdmission* admission = nullptr;
 };
 
 class UcxWorkerLoop : public std::enable_shared_from_this<UcxWorkerLoop> {
@@ -129,7 +138,21 @@ class UcxWorkerLoop : public std::enable_shared_from_this<UcxWorkerLoop> {
 
  private:
   struct SendOp;
-  struct PullOp;
+  // A rendezvous payload: waiting for admission, waiting for pull room,
+  // being pulled, then delivered.
+  struct PullOp {
+    UcxWorkerLoop* loop;
+    uint64_t id;
+    uint64_t ep_id;
+    Frame frame;
+    std::string header;
+    void* desc;
+    size_t length;
+    transport::Buffer data;
+    // The admission charge for `length` bytes, once granted; released when
+    // the op (or, after delivery, the payload Buffer) is destroyed.
+    std::unique_ptr<transport::Buffer::Attachment> charge;
+  };
   struct Endpoint {
     ucp_ep_h ep;
     std::string peer;
@@ -148,6 +171,23 @@ class UcxWorkerLoop : public std::enable_shared_from_this<UcxWorkerLoop> {
   void FinishPull(PullOp* op, Status status);
   void Deliver(uint64_t ep_id, const Frame& frame, std::string header,
                transport::Buffer payload);
+  // The endpoint left the tables: drop what it still waits for, then tell
+  // the subclass.
+  void EndpointGone(uint64_t ep_id, const Status& why);
+
+  // ---- Pull admission (ucx_pull_admission.cc). ----
+  // Queues a new rendezvous payload: for admission, or for StartPulls().
+  void QueuePull(std::unique_ptr<PullOp> op);
+  // Asks the admission for op `op_id`'s bytes.
+  void AskAdmission(uint64_t op_id);
+  // The grant for op `op_id` arrived (posted by the grant callback).
+  void Admitted(uint64_t op_id,
+                std::unique_ptr<transport::Buffer::Attachment> charge);
+  // Drops the ops of `ep_id` still waiting for admission and reports the
+  // peer gone to the admission.
+  void DropPeerAdmissions(uint64_t ep_id);
+  // Shutdown: the same for every peer.
+  void DropAllAdmissions();
 
   ucs_status_t HandleAm(const void* header, size_t header_length, void* data,
                         size_t length, const ucp_am_recv_param_t* param);
@@ -191,6 +231,9 @@ class UcxWorkerLoop : public std::enable_shared_from_this<UcxWorkerLoop> {
   size_t closing_ = 0;  // ep close requests in flight
   uint64_t next_op_id_ = 1;
   std::unordered_map<SendOp*, std::unique_ptr<SendOp>> sends_;
+  uint64_t next_pull_id_ = 1;
+  std::unordered_map<uint64_t, std::unique_ptr<PullOp>> pulls_admitting_;
+  std::unordered_set<uint64_t> admission_peers_;  // asked at least once
   std::deque<std::unique_ptr<PullOp>> pulls_waiting_;
   std::unordered_map<PullOp*, std::unique_ptr<PullOp>> pulls_;
   size_t pull_bytes_ = 0;
