@@ -161,6 +161,9 @@ void SaveJob::Run() {
     s = CommitShard(*deps_.servers, manifest_).status();
   }
   stats.durable_s = Since(start_);
+  if (qos.deadline_s > 0 && stats.durable_s > qos.deadline_s) {
+    stats.late_s = stats.durable_s - qos.deadline_s;
+  }
   status_ = s;
   state_->Finish(WithContext(s, absl::StrCat("save of job '", manifest_.job(),
                                              "' step ", manifest_.step(),

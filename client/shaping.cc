@@ -115,6 +115,7 @@ Result<std::unique_ptr<Shaping>> Shaping::Make(const CheckpointerOptions& o,
 
 void Shaping::StartSave(uint64_t raw_bytes, double deadline_s) {
   const int64_t now = clock_->NowNs();
+  deadline_s_ = deadline_s > 0 ? deadline_s : 0;
   if (deadline_s <= 0) {
     pacer_.Start(now, raw_bytes, 0, options_.qos_floor_Bps,
                  options_.qos_max_Bps);
@@ -173,6 +174,7 @@ ShapingStats Shaping::Since(const Mark& start) const {
   s.windows = now.windows - start.windows;
   double rate = pacer_.last_rate_Bps();
   s.paced_rate_Bps = std::isfinite(rate) ? rate : 0;
+  s.deadline_s = deadline_s_;
   return s;
 }
 

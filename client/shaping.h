@@ -36,6 +36,7 @@ struct ShapingStats {
   double yield_s = 0;
   double paced_rate_Bps = 0;  // 0: not paced
   uint64_t windows = 0;
+  double deadline_s = 0;  // of the save last started; 0: none
 };
 
 class Shaping {
@@ -89,6 +90,7 @@ class Shaping {
   std::unique_ptr<qos::Shaper> pace_;
   std::unique_ptr<qos::Shaper> wire_;
   std::atomic<double> link_Bps_{0};
+  std::atomic<double> deadline_s_{0};
 };
 
 }  // namespace stagger::client

@@ -79,6 +79,21 @@ TEST_F(QosSaveTest, PerSaveDeadlineOverridesTheOption) {
             absl::StatusCode::kInvalidArgument);
 }
 
+TEST_F(QosSaveTest, ADeadlineThatCannotBeMetStillCompletesLate) {
+  CheckpointerOptions o;
+  o.qos_deadline_s = 0.05;
+  o.qos_max_Bps = 40e6;  // 16 MiB at most 40 MB/s: about 0.4 s
+  auto ck = Open(o);
+  ASSERT_NE(ck, nullptr);
+  auto h = ck->Save(1);
+  ASSERT_TRUE(h.ok());
+  ASSERT_TRUE(h->Wait().ok());
+  SaveStats s = h->stats();
+  EXPECT_GE(s.durable_s, 0.3);
+  EXPECT_NEAR(s.late_s, s.durable_s - 0.05, 1e-9);
+  ExpectLoadsBack(*ck, 1);
+}
+
 TEST_F(QosSaveTest, ACollectiveHoldsTheSaveBack) {
   CheckpointerOptions o;
   o.qos_yield = "pause";

@@ -57,6 +57,9 @@ struct SaveStats {
   double yield_s = 0;
   double paced_rate_Bps = 0;
   uint64_t windows = 0;
+  // With a deadline: how long after it the save became durable (0 when
+  // on time). A save that cannot meet its deadline still completes.
+  double late_s = 0;
 };
 
 class SaveHandle {
