@@ -11,6 +11,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 
 namespace stagger::bench {
 namespace {
@@ -314,6 +315,17 @@ int Fail(const std::string& name, const Status& status) {
   fprintf(stderr, "bench_%s: %s\n", name.c_str(),
           std::string(status.ToString()).c_str());
   return 1;
+}
+
+double Div(double a, double b) {
+  if (b == 0) return a == 0 ? 0 : std::numeric_limits<double>::infinity();
+  return a / b;
+}
+
+std::string Ratio(double a, double b) {
+  if (a == 0 && b == 0) return "-";
+  double r = Div(a, b);
+  return std::isinf(r) ? "inf" : Fixed(r, 2);
 }
 
 }  // namespace stagger::bench

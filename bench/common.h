@@ -59,6 +59,11 @@ double Median(std::vector<double> values);  // 0 when empty
 double Min(const std::vector<double>& values);
 
 // A table printed with aligned columns.
+// a / b; 0 for 0/0, +infinity for a/0.
+double Div(double a, double b);
+// Div(a, b) with two decimals; "-" for 0/0, "inf" for a/0.
+std::string Ratio(double a, double b);
+
 class Table {
  public:
   explicit Table(std::vector<std::string> header);

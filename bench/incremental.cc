@@ -16,6 +16,8 @@
 // Dense classes are also saved with --compare (plain zstd by default, on
 // full chunks: no deltas), so the table shows what deltas and byte grouping
 // gain over compressing the raw bytes.
+// --trace DIR replays a trace of real training (make_torch_trace.py) too
+// and adds trace_{fp32,bf16,adam}_ratio for its last dump.
 // RESULT ratio = bf16_ratio (raw / shipped for dense_bf16). Targets
 // (BENCHMARKS.md): bf16 >= 3, fp32+Adam >= 1.4, sparse/frozen shipped <=
 // 1.05x changed bytes.
@@ -32,6 +34,7 @@
 #include <vector>
 
 #include "bench/common.h"
+#include "bench/torch_trace.h"
 #include "client/cli/synthetic_state.h"
 #include "stagger/checkpointer.h"
 
@@ -65,17 +68,6 @@ std::string JobName(const std::string& cls, const std::string& codec) {
     if (c == '+') c = '.';
   }
   return job;
-}
-
-double Div(double a, double b) {
-  if (b == 0) return a == 0 ? 0 : std::numeric_limits<double>::infinity();
-  return a / b;
-}
-
-std::string Ratio(double a, double b) {
-  if (a == 0 && b == 0) return "-";
-  double r = Div(a, b);
-  return std::isinf(r) ? "inf" : Fixed(r, 2);
 }
 
 std::string CodecMix(const SaveStats& s) {
@@ -134,6 +126,10 @@ int Main(int argc, char** argv) {
         {"0",
          "1: CheckpointerOptions.adaptive_codec (auto may send raw where "
          "encoding is the bottleneck); 0: every chunk encoded"}},
+       {"trace",
+        {"",
+         "also replay this trace of real training "
+         "(bench/data/make_torch_trace.py --out DIR)"}},
        {"seed", {"1", "SyntheticState seed"}}});
   Status s = flags.Parse(argc, argv);
   if (!s.ok()) return Fail("incremental", s);
@@ -295,6 +291,13 @@ int Main(int argc, char** argv) {
              Div(shipped("embedding_sparse", codec),
                  static_cast<double>(changed["embedding_sparse"].bytes)));
   result.Add("frozen_shipped", shipped("frozen_base", codec));
+  if (!flags.Get("trace").empty()) {
+    auto trace = ReadTrace(flags.Get("trace"));
+    if (!trace.ok()) return Fail("incremental", trace.status());
+    s = ReplayTrace(*trace, (*dir)->path() + "/trace", *chunk_size,
+                    flags.Get("adaptive") == "1", &result);
+    if (!s.ok()) return Fail("incremental", WithContext(s, "trace"));
+  }
 
   JsonReport json;
   json.Set("name", std::string("incremental"));
