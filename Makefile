@@ -38,9 +38,11 @@ test: build test-cpp test-python bench-smoke test-sanitize
 test-cpp:
 	cd $(BUILD_DIR) && ctest --output-on-failure -j$(JOBS) --timeout 300
 
+# tests/python/test_torch.py needs torch (python3-torch, installed by
+# deps); without it those tests are skipped and -rs prints why.
 test-python:
 	PYTHONPATH=$(BUILD_DIR)/python STAGGER_BIN_DIR=$(CURDIR)/$(BUILD_DIR)/bin \
-	  $(PYTHON) -m pytest -q tests/python
+	  $(PYTHON) -m pytest -q -rs tests/python
 
 # Each benchmark once on a tiny size: they must run and print RESULT lines;
 # no timing is asserted.

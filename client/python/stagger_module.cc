@@ -4,6 +4,7 @@
 //                             world_size=1)
 //   h = ck.save({"w": numpy_array}, step=5); h.wait(); h.stats()
 //   ck.load({"w": out_array}, step="latest")  -> step loaded
+//   ck.save({"w": rows}, step=5, shards={"w": ([1024, 512], [256, 0])})
 //   ck.steps()                                -> [complete steps]
 //
 // Arrays travel without a copy (tensors.h: buffer protocol, CUDA array
@@ -104,6 +105,7 @@ PYBIND11_MODULE(_stagger, m) {
         d["yield_s"] = s.yield_s;
         d["paced_rate_Bps"] = s.paced_rate_Bps;
         d["windows"] = s.windows;
+        d["late_s"] = s.late_s;
         py::dict mix;
         for (const auto& [name, n] : s.codec_chunks) mix[py::str(name)] = n;
         d["codec_chunks"] = mix;
@@ -183,10 +185,11 @@ PYBIND11_MODULE(_stagger, m) {
       .def(
           "save",
           [](py::object self, const py::dict& tensors, int64_t step, bool lazy,
-             const py::dict& dtypes, uintptr_t cuda_stream, double deadline_s) {
+             const py::dict& dtypes, uintptr_t cuda_stream, double deadline_s,
+             const py::dict& shards) {
             Checkpointer& ck = self.cast<Checkpointer&>();
             auto held = std::make_shared<Held>();
-            RegisterAll(ck, tensors, false, dtypes, held.get());
+            RegisterAll(ck, tensors, false, dtypes, shards, held.get());
             Result<SaveHandle> h = absl::UnknownError("unset");
             {
               py::gil_scoped_release release;
@@ -205,10 +208,13 @@ PYBIND11_MODULE(_stagger, m) {
           },
           py::arg("tensors"), py::arg("step"), py::arg("lazy") = false,
           py::arg("dtypes") = py::dict(), py::arg("cuda_stream") = 0,
-          py::arg("deadline_s") = -1.0,
+          py::arg("deadline_s") = -1.0, py::arg("shards") = py::dict(),
           "Snapshot the arrays as `step` and save them in the background. "
           "Returns once the snapshot is taken (lazy=True: once the copies are "
-          "queued; call before_update() before modifying the arrays).")
+          "queued; call before_update() before modifying the arrays). "
+          "shards={name: (global_shape, global_offset)}: the slice of a "
+          "global tensor an array holds (global_shape == shape: replicated, "
+          "stored once by rank 0); without an entry the array is per-rank.")
       .def(
           "before_update",
           [](py::object self) {
@@ -232,10 +238,10 @@ PYBIND11_MODULE(_stagger, m) {
       .def(
           "load",
           [](Checkpointer& ck, const py::dict& tensors, const py::object& step,
-             const py::dict& dtypes) {
+             const py::dict& dtypes, const py::dict& shards) {
             int64_t s = ParseStep(step);
             Held held;
-            RegisterAll(ck, tensors, true, dtypes, &held);
+            RegisterAll(ck, tensors, true, dtypes, shards, &held);
             Result<int64_t> r = absl::UnknownError("unset");
             {
               py::gil_scoped_release release;
@@ -245,7 +251,11 @@ PYBIND11_MODULE(_stagger, m) {
             return Check(std::move(r));
           },
           py::arg("tensors"), py::arg("step") = "latest",
-          py::arg("dtypes") = py::dict())
+          py::arg("dtypes") = py::dict(), py::arg("shards") = py::dict(),
+          "Load `step` (or \"latest\") into the arrays, in place; returns the "
+          "step loaded. shards={name: (global_shape, global_offset)} gives "
+          "the slice each array wants, which may differ from how the step "
+          "was saved (resharding).")
       .def(
           "steps",
           [](Checkpointer& ck, bool include_partial) {

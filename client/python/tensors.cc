@@ -209,22 +209,67 @@ TensorSpec CudaSpec(const std::string& name, const py::object& obj,
   return spec;
 }
 
+// A sequence of ints (a shape or an offset) from a shard entry.
+std::vector<int64_t> IntsOf(const py::handle& seq, const std::string& name,
+                            const char* what) {
+  std::vector<int64_t> out;
+  try {
+    for (auto d : py::iter(seq)) out.push_back(d.cast<int64_t>());
+  } catch (const std::exception&) {  // not iterable, or not an int
+    Raise(absl::InvalidArgumentError(absl::StrCat(
+        "shard of tensor '", name, "': ", what, " must be a list of ints")));
+  }
+  return out;
+}
+
+// Sets spec.global_shape and global_offset from `shards[spec.name]`, if any.
+// The slice itself is validated by Register.
+void ApplyShard(const py::dict& shards, TensorSpec* spec) {
+  py::str key(spec->name);
+  if (!shards.contains(key)) return;
+  py::object entry = shards[key];
+  if (!py::isinstance<py::sequence>(entry) || py::len(entry) != 2) {
+    Raise(absl::InvalidArgumentError(
+        absl::StrCat("shard of tensor '", spec->name,
+                     "' must be a pair (global_shape, global_offset)")));
+  }
+  py::sequence pair = entry;
+  spec->global_shape = IntsOf(pair[0], spec->name, "global_shape");
+  spec->global_offset = IntsOf(pair[1], spec->name, "global_offset");
+}
+
+// Registers `spec` with its shard (if any), naming the tensor on failure.
+void RegisterOne(Checkpointer& ck, const py::dict& shards, TensorSpec spec) {
+  ApplyShard(shards, &spec);
+  Check(ck.Register(spec));
+}
+
 }  // namespace
 
 // Registers every entry of `tensors`; see tensors.h.
 void RegisterAll(Checkpointer& ck, const py::dict& tensors, bool writable,
-                 const py::dict& dtypes, Held* held) {
+                 const py::dict& dtypes, const py::dict& shards, Held* held) {
   ck.ClearRegistrations();
+  for (auto item : shards) {
+    if (!tensors.contains(item.first)) {
+      Raise(absl::InvalidArgumentError(absl::StrCat(
+          "shards names tensor '", std::string(py::str(item.first)),
+          "', which is not among the tensors")));
+    }
+  }
   for (auto item : tensors) {
     std::string name = py::str(item.first);
     py::object obj = py::reinterpret_borrow<py::object>(item.second);
     if (py::hasattr(obj, "__cuda_array_interface__")) {
-      Check(ck.Register(CudaSpec(name, obj, dtypes)));
+      // Held like the others: a lazy save reads the memory after save()
+      // returns, when the caller may have dropped its last reference.
+      held->objects.push_back(obj);
+      RegisterOne(ck, shards, CudaSpec(name, obj, dtypes));
       continue;
     }
     if (!PyObject_CheckBuffer(obj.ptr())) {
       if (py::hasattr(obj, "__dlpack__")) {
-        Check(ck.Register(DlpackSpec(name, obj, dtypes, held)));
+        RegisterOne(ck, shards, DlpackSpec(name, obj, dtypes, held));
         continue;
       }
       Raise(absl::InvalidArgumentError(absl::StrCat(
@@ -247,8 +292,8 @@ void RegisterAll(Checkpointer& ck, const py::dict& tensors, bool writable,
     spec.dtype = DtypeFor(name, dtypes, info.itemsize, DtypeOf(info, name));
     spec.shape.assign(info.shape.begin(), info.shape.end());
     spec.data = info.ptr;
-    Check(ck.Register(spec));
     held->buffers.push_back(std::move(info));
+    RegisterOne(ck, shards, std::move(spec));
   }
 }
 

@@ -31,7 +31,7 @@ T Check(Result<T> r) {
 }
 
 // What keeps registered arrays alive while the Checkpointer reads them:
-// buffer views and DLPack capsules.
+// buffer views, DLPack capsules and CUDA arrays.
 struct Held {
   std::vector<py::buffer_info> buffers;
   std::vector<py::object> objects;
@@ -39,9 +39,13 @@ struct Held {
 
 // Registers every entry of `tensors` ({name: array}) with `ck` (after
 // clearing earlier registrations); `writable` for load. `dtypes` ({name:
-// "BF16", ...}) overrides an element type (same element size).
+// "BF16", ...}) overrides an element type (same element size). `shards`
+// ({name: (global_shape, global_offset)}) says which slice of a global
+// tensor an array holds (TensorSpec::global_shape, global_offset); a name
+// without an entry is a per-rank tensor. Raises stagger.Error
+// (INVALID_ARGUMENT) for a shard entry naming no array or a malformed one.
 void RegisterAll(Checkpointer& ck, const py::dict& tensors, bool writable,
-                 const py::dict& dtypes, Held* held);
+                 const py::dict& dtypes, const py::dict& shards, Held* held);
 
 }  // namespace stagger::python
 

@@ -235,3 +235,35 @@ def test_bad_qos_option_names_the_option(tmp_path):
     with pytest.raises(stagger.Error, match="qos_yield"):
         stagger.Checkpointer(servers=f"embedded:{tmp_path}", job="q",
                              qos_yield="maybe")
+
+
+def test_shards_reshard_two_row_slices_onto_one_rank(tmp_path):
+    rng = np.random.default_rng(11)
+    full = rng.standard_normal((10, 6)).astype(np.float32)
+    for r, (lo, hi) in enumerate([(0, 4), (4, 10)]):
+        ck = stagger.Checkpointer(servers=f"embedded:{tmp_path}", job="sh",
+                                  rank=r, world_size=2)
+        ck.save({"w": np.ascontiguousarray(full[lo:hi])}, step=1,
+                shards={"w": ([10, 6], [lo, 0])}).wait()
+    one = stagger.Checkpointer(servers=f"embedded:{tmp_path}", job="sh")
+    cols = np.zeros((10, 4), np.float32)
+    assert one.load({"w": cols}, shards={"w": ((10, 6), (0, 2))}) == 1
+    np.testing.assert_array_equal(cols, full[:, 2:])
+
+
+def test_bad_shards_are_invalid_arguments(tmp_path):
+    ck = stagger.Checkpointer(servers=f"embedded:{tmp_path}", job="bad")
+    w = np.ones((4, 4), np.float32)
+    cases = [
+        ({"v": ([4, 4], [0, 0])}, "shards names tensor 'v'"),
+        ({"w": ([4, 4], [0, 0], [1])}, "pair (global_shape, global_offset)"),
+        ({"w": [4, 4]}, "global_shape must be a list of ints"),
+        ({"w": ([4, "x"], [0, 0])}, "global_shape must be a list of ints"),
+        ({"w": ([8, 4], [6, 0])}, "tensor 'w': slice [4,4] at offset [6,0]"),
+        ({"w": ([8], [0])}, "must have the rank of shape"),
+    ]
+    for shards, message in cases:
+        with pytest.raises(stagger.Error) as e:
+            ck.save({"w": w}, step=1, shards=shards)
+        assert e.value.code == "INVALID_ARGUMENT"
+        assert message in str(e.value)

@@ -7,6 +7,8 @@
     ck.load({"w": out}, step="latest")
 
 Errors raise stagger.Error; its .code names the status (e.g. "NOT_FOUND").
+PyTorch state dicts, sharding and training hooks: ``stagger.torch``
+(imported on its own; it needs torch).
 """
 from ._stagger import Checkpointer, Error, SaveHandle
 

@@ -1,0 +1,28 @@
+"""stagger.torch: checkpoint torch state dicts with stagger.
+
+    import stagger.torch as st
+    ck = st.checkpointer("127.0.0.1:7700", job="run1")   # rank from torchrun
+    hooks = st.install_hooks(ck, ddp_model, optimizer)
+    sd = {"model": model.state_dict(), "optim": optimizer.state_dict(),
+          "epoch": epoch}
+    st.save_state_dict(ck, sd, step, replicated=["model", "optim"],
+                       lazy=True)                  # fenced by the hooks
+    step = st.load_state_dict(ck, sd)             # fills sd in place
+    model.load_state_dict(sd["model"])
+    optimizer.load_state_dict(sd["optim"])
+
+Sharded tensors carry a ``Shard`` (global shape, offset; ``row_shard``,
+``column_shard``, ``flat_shard``), so a step loads on any world size.
+"""
+from .env import DistEnv, checkpointer, dist_env
+from .hooks import Hooks, install_hooks
+from .sharding import (Shard, chunk_shard, column_shard, flat_shard,
+                       local_slice, replicated, row_shard)
+from .state import load_state_dict, read_metadata, save_state_dict
+
+__all__ = [
+    "DistEnv", "Hooks", "Shard", "checkpointer", "chunk_shard",
+    "column_shard", "dist_env", "flat_shard", "install_hooks",
+    "load_state_dict", "local_slice", "read_metadata", "replicated",
+    "row_shard", "save_state_dict",
+]

@@ -1,0 +1,124 @@
+"""Training-loop hooks: QoS marks and lazy-save fences, installed once.
+
+``install_hooks(ck, model, optimizer)`` connects a Checkpointer to a
+training loop so the loop needs no stagger calls besides saving:
+
+* a DDP communication hook brackets every gradient all-reduce with
+  ``ck.collective_begin()`` / ``ck.collective_end()`` (the end when the
+  all-reduce's future completes), so checkpoint traffic yields to it, and
+  runs torch's default all-reduce;
+* before ``optimizer.step()``, ``ck.before_update()``: a lazy save's
+  snapshot completes before the step changes the tensors;
+* after ``optimizer.step()``, ``ck.iteration_begin()``: the end of a step
+  is the start of the next iteration, from which the QoS gate learns when
+  the all-reduces come.
+
+torch >= 2.0 has optimizer step hooks; on older torch (Debian's 1.13) the
+optimizer's ``step`` is wrapped in a bound method, which LR schedulers
+created afterwards wrap in turn as they do any optimizer's step.
+"""
+import types
+
+
+class Hooks:
+    """What ``install_hooks`` installed, with counters of what they saw.
+
+    ``collectives``: gradient all-reduces marked; ``steps``: optimizer steps
+    taken. The counters are updated under the GIL from torch's threads.
+    """
+
+    def __init__(self, ck, process_group, iteration_marks):
+        self.ck = ck
+        self._allreduce = None  # torch's default hook, once a model is hooked
+        self.process_group = process_group
+        self.iteration_marks = iteration_marks
+        self.collectives = 0
+        self.steps = 0
+        self._removers = []
+
+    def allreduce(self, bucket):
+        """The DDP communication hook: a marked default all-reduce."""
+        ck = self.ck
+        ck.collective_begin()
+        self.collectives += 1
+        try:
+            fut = self._allreduce(self.process_group, bucket)
+        except BaseException:
+            ck.collective_end()
+            raise
+
+        def done(f):
+            ck.collective_end()
+            return f.value()
+
+        return fut.then(done)
+
+    def before_step(self):
+        self.ck.before_update()
+
+    def after_step(self):
+        self.steps += 1
+        if self.iteration_marks:
+            self.ck.iteration_begin()
+
+    def remove(self):
+        """Removes the optimizer hooks. DDP cannot unregister a comm hook."""
+        while self._removers:
+            self._removers.pop()()
+
+
+def _comm_hook(hooks, bucket):
+    return hooks.allreduce(bucket)
+
+
+def _hook_optimizer(hooks, optimizer):
+    if hasattr(optimizer, "register_step_pre_hook"):
+        pre = optimizer.register_step_pre_hook(
+            lambda opt, args, kwargs: hooks.before_step())
+        post = optimizer.register_step_post_hook(
+            lambda opt, args, kwargs: hooks.after_step())
+        hooks._removers += [pre.remove, post.remove]
+        return
+    inner = optimizer.step
+    had_own = "step" in vars(optimizer)
+
+    def step(self, *args, **kwargs):
+        hooks.before_step()
+        out = inner(*args, **kwargs)
+        hooks.after_step()
+        return out
+
+    optimizer.step = types.MethodType(step, optimizer)
+
+    def restore():
+        if had_own:
+            optimizer.step = inner
+        else:
+            del optimizer.step
+
+    hooks._removers.append(restore)
+
+
+def install_hooks(ck, model=None, optimizer=None, *, process_group=None,
+                  iteration_marks=True):
+    """Connects ``ck`` to a DDP model and its optimizer; returns ``Hooks``.
+
+    ``model``: a ``DistributedDataParallel`` (None: no comm hook); its
+    gradient all-reduces run on ``process_group`` (None: the default
+    group) and are marked as collectives. ``optimizer``: gets the
+    before-step fence (``ck.before_update()``) and, with
+    ``iteration_marks``, the iteration mark after each step. Raises
+    TypeError for a model without ``register_comm_hook``; DDP raises if a
+    comm hook is already registered.
+    """
+    hooks = Hooks(ck, process_group, iteration_marks)
+    if model is not None:
+        if not hasattr(model, "register_comm_hook"):
+            raise TypeError("model must be a DistributedDataParallel, got "
+                            f"a {type(model).__name__}")
+        from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+        hooks._allreduce = default_hooks.allreduce_hook
+        model.register_comm_hook(hooks, _comm_hook)
+    if optimizer is not None:
+        _hook_optimizer(hooks, optimizer)
+    return hooks

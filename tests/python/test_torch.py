@@ -1,0 +1,353 @@
+"""stagger.torch: state dicts, sharding helpers, DDP hooks, the example.
+
+Skipped as a whole where torch is missing (CI installs python3-torch).
+"""
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip(
+    "torch", reason="torch is not installed (Debian: apt-get install "
+    "--no-install-recommends python3-torch)")
+
+import stagger  # noqa: E402
+import stagger.torch as st  # noqa: E402
+from torch_ddp_worker import bits, clone, same_bits  # noqa: E402
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(os.path.dirname(HERE))
+
+
+def open_ck(tmp_path, job, **options):
+    return stagger.Checkpointer(servers=f"embedded:{tmp_path}", job=job,
+                                chunk_size=4096, **options)
+
+
+class Net(torch.nn.Module):
+    """fp32 and bf16 parameters and an integer buffer."""
+
+    def __init__(self, seed):
+        super().__init__()
+        torch.manual_seed(seed)
+        self.fc = torch.nn.Linear(40, 30)
+        self.head = torch.nn.Linear(30, 20).to(torch.bfloat16)
+        self.register_buffer("seen", torch.tensor(seed, dtype=torch.int64))
+
+    def forward(self, x):
+        return self.head(torch.relu(self.fc(x)).to(torch.bfloat16)).float()
+
+
+def train(model, optimizer, steps, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    for _ in range(steps):
+        loss = model(torch.randn(8, 40, generator=g)).pow(2).mean()
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+
+
+def test_model_and_adamw_round_trip_bit_exact(tmp_path):
+    model = Net(1)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.1)
+    train(model, opt, 3)
+    sd = {"model": model.state_dict(), "optim": opt.state_dict(),
+          "epoch": 7, "lr": 3e-4, "name": "run-1",
+          "tags": ["a", 1, 2.5, None, True, -0.0],
+          "nested": {"pair": (1, 2.0), 3: "int key", "inf": float("inf")}}
+    want = clone(sd)
+    ck = open_ck(tmp_path, "rt")
+    st.save_state_dict(ck, sd, 5).wait()
+
+    fresh = Net(2)
+    fresh_opt = torch.optim.AdamW(fresh.parameters(), lr=1.0)
+    assert fresh_opt.state_dict()["state"] == {}
+    dest = {"model": fresh.state_dict(), "optim": fresh_opt.state_dict()}
+    assert st.load_state_dict(ck, dest) == 5
+    assert same_bits(want, dest)
+    assert dest["tags"][-1] == 0.0 and str(dest["tags"][-1]) == "-0.0"
+    fresh.load_state_dict(dest["model"])
+    fresh_opt.load_state_dict(dest["optim"])
+    assert same_bits(want["model"], fresh.state_dict())
+    assert same_bits(want["optim"], fresh_opt.state_dict())
+    assert fresh.head.weight.dtype == torch.bfloat16
+    # The restored optimizer continues exactly as the original.
+    train(model, opt, 2, seed=9)
+    train(fresh, fresh_opt, 2, seed=9)
+    assert same_bits(model.state_dict(), fresh.state_dict())
+
+
+def test_dtypes_layouts_and_values_round_trip(tmp_path):
+    g = torch.Generator().manual_seed(5)
+    base = torch.randn(6, 10, generator=g)
+    tensors = {
+        dt: (base * 50).to(dt) for dt in (
+            torch.float32, torch.float64, torch.float16, torch.bfloat16,
+            torch.int8, torch.uint8, torch.int16, torch.int32, torch.int64,
+            torch.complex64, torch.complex128)}
+    tensors[torch.bool] = base > 0
+    shared = torch.randn(4, 4, generator=g)
+    sd = {
+        "t": {str(dt).replace("torch.", ""): t for dt, t in tensors.items()},
+        "scalar": torch.tensor(3.5),
+        "empty": torch.zeros(0, 3),
+        "transposed": base.t(),  # not contiguous: saved from a copy
+        "nan": torch.tensor([float("nan"), -float("inf"), -0.0]),
+        "tied_a": shared, "tied_b": shared,  # stored once
+        "odd/key with spaces": torch.arange(5),
+        "a.b": torch.ones(2), "a": {"b": torch.zeros(2)},  # same dotted path
+        "x" * 200: torch.ones(1),  # name longer than 128
+        "meta": {"size": torch.Size([2, 3]), "dtype": torch.bfloat16,
+                 "device": torch.device("cpu"), 0: [1, [2, (3, None)]]},
+    }
+    want = clone(sd)
+    ck = open_ck(tmp_path, "dt")
+    st.save_state_dict(ck, sd, 1).wait()
+
+    # Loading into a transposed (non-contiguous) destination and into
+    # nothing at all (allocated) both give the saved bits.
+    dest = {"transposed": torch.zeros(6, 10).t(), "t": {}}
+    st.load_state_dict(ck, dest)
+    assert same_bits(want, dest)
+    assert dest["tied_a"] is dest["tied_b"]
+    assert isinstance(dest["meta"]["size"], torch.Size)
+    # A destination of the saved dtype is filled in place.
+    into = torch.zeros(6, 10, dtype=torch.bfloat16)
+    dest = {"t": {"bfloat16": into}}
+    st.load_state_dict(ck, dest, strict=False)
+    assert dest["t"]["bfloat16"] is into
+    assert torch.equal(bits(into), bits(want["t"]["bfloat16"]))
+
+
+def test_load_errors_name_the_entry(tmp_path):
+    ck = open_ck(tmp_path, "err")
+    with pytest.raises(TypeError, match="'bad.x' is a object"):
+        st.save_state_dict(ck, {"bad": {"x": object()}}, 1)
+    with pytest.raises(ValueError, match="shards name no tensor"):
+        st.save_state_dict(ck, {"w": torch.ones(4)}, 1,
+                           shards={"v": st.row_shard([4], 0, 1)})
+    st.save_state_dict(ck, {"w": torch.ones(4), "n": 1}, 1).wait()
+    with pytest.raises(TypeError, match="'w' was saved as float32"):
+        st.load_state_dict(ck, {"w": torch.zeros(4, dtype=torch.float64)})
+    with pytest.raises(KeyError, match="lacks tensors.*'extra'"):
+        st.load_state_dict(ck, {"w": torch.zeros(4), "extra": torch.ones(1)})
+    with pytest.raises(stagger.Error) as e:
+        st.load_state_dict(ck, {"w": torch.zeros(5)})
+    assert e.value.code == "INVALID_ARGUMENT"
+    with pytest.raises(stagger.Error) as e:
+        st.load_state_dict(ck, {}, step=2)
+    assert e.value.code == "NOT_FOUND"
+    # A step saved by the plain binding has no state dict metadata.
+    ck.save({"w": np.ones(4, np.float32)}, step=3).wait()
+    with pytest.raises(stagger.Error) as e:
+        st.load_state_dict(ck, {}, step=3)
+    assert e.value.code == "NOT_FOUND"
+
+
+def test_shard_helpers_match_torch_chunk():
+    for n in (1, 5, 7, 16, 37):
+        for world in (1, 2, 3, 4, 6):
+            full = torch.arange(n * 3).reshape(n, 3)
+            pieces = torch.chunk(full, world, 0)
+            for r in range(world):
+                s = st.row_shard(full.shape, r, world)
+                want = pieces[r] if r < len(pieces) else full[n:]
+                assert torch.equal(full[s.slices()], want), (n, world, r)
+                cols = torch.chunk(full.t(), world, 1)
+                c = st.column_shard((3, n), r, world)
+                want = cols[r] if r < len(cols) else full.t()[:, n:]
+                assert torch.equal(full.t()[c.slices()], want)
+    assert st.flat_shard(101, 3, 4) == st.Shard((101,), (78,), (23,))
+    assert st.flat_shard(5, 3, 4) == st.Shard((5,), (5,), (0,))
+    assert st.replicated((2, 3)) == st.Shard((2, 3), (0, 0), (2, 3))
+    with pytest.raises(ValueError):
+        st.Shard((4, 4), (0,))
+
+
+def _global_tensors():
+    g = torch.Generator().manual_seed(3)
+    return {
+        "w": torch.randn(37, 24, generator=g),
+        "b": torch.randn(37, 10, generator=g).to(torch.bfloat16),
+        "emb": torch.randint(0, 1 << 40, (37, 6, 5), generator=g),
+    }
+
+
+def test_save_on_4_ranks_load_on_2_and_3_by_rows_and_columns(tmp_path):
+    full = _global_tensors()
+    norm = torch.randn(24)
+    handles = []
+    savers = [open_ck(tmp_path, "rs", rank=r, world_size=4) for r in range(4)]
+    for r, ck in enumerate(savers):
+        shards = {k: st.row_shard(v.shape, r, 4) for k, v in full.items()}
+        sd = {k: st.local_slice(v, shards[k]) for k, v in full.items()}
+        sd.update(norm=norm.clone(), rank=r)
+        handles.append(st.save_state_dict(ck, sd, 1, shards=shards,
+                                          replicated=["norm"]))
+    for h in handles:
+        h.wait()
+    # The replicated tensor travels once, from rank 0 (the rest of the
+    # difference: the ranks' metadata differ by a few bytes).
+    extra = [h.stats()["bytes_raw"] - sum(
+        st.local_slice(v, st.row_shard(v.shape, r, 4)).numel()
+        * v.element_size() for v in full.values())
+        for r, h in enumerate(handles)]
+    assert abs(extra[0] - extra[1] - norm.numel() * 4) < 16
+
+    for world in (2, 3):
+        for helper, dim in ((st.row_shard, 0), (st.column_shard, -1)):
+            for r in range(world):
+                ck = open_ck(tmp_path, "rs", rank=r, world_size=world)
+                shards = {k: helper(v.shape, r, world)
+                          for k, v in full.items()}
+                dest = {k: torch.empty(shards[k].shape, dtype=v.dtype)
+                        for k, v in full.items()}
+                assert st.load_state_dict(ck, dest, shards=shards) == 1
+                for k, v in full.items():
+                    want = torch.chunk(v, world, dim)[r]
+                    assert torch.equal(bits(dest[k]), bits(want)), (
+                        k, world, helper.__name__, r)
+                assert torch.equal(dest["norm"], norm)
+                assert dest["rank"] == r
+
+
+def test_fsdp_flat_shards_reload_on_another_world_size(tmp_path):
+    flat = torch.randn(101, generator=torch.Generator().manual_seed(4))
+    handles = []
+    for r in range(4):
+        shard = st.flat_shard(flat.numel(), r, 4)
+        local = torch.zeros(26)  # padded to 4 x 26
+        local[:shard.shape[0]] = flat[shard.slices()]
+        ck = open_ck(tmp_path, "fsdp", rank=r, world_size=4)
+        handles.append(st.save_state_dict(ck, {"flat": local}, 1,
+                                          shards={"flat": shard}))
+    for h in handles:
+        h.wait()
+    for r in range(3):
+        shard = st.flat_shard(flat.numel(), r, 3)
+        local = torch.full((34,), -1.0)  # padded to 3 x 34
+        ck = open_ck(tmp_path, "fsdp", rank=r, world_size=3)
+        st.load_state_dict(ck, {"flat": local}, shards={"flat": shard})
+        n = shard.shape[0]
+        assert torch.equal(local[:n], flat[shard.slices()])
+        assert torch.all(local[n:] == -1)  # padding untouched
+
+
+def test_optimizer_hook_fences_lazy_save(tmp_path):
+    model = torch.nn.Linear(512, 512)
+    opt = torch.optim.SGD(model.parameters(), lr=0.5)
+    ck = open_ck(tmp_path, "hook")
+    hooks = st.install_hooks(ck, optimizer=opt)
+    # An LR scheduler created afterwards wraps the hooked step as usual.
+    sched = torch.optim.lr_scheduler.StepLR(opt, step_size=1)
+    for step in range(1, 4):
+        loss = model(torch.ones(4, 512)).sum()
+        opt.zero_grad()
+        loss.backward()
+        sd = {"model": model.state_dict()}
+        want = clone(sd)
+        h = st.save_state_dict(ck, sd, step, lazy=True)
+        opt.step()  # must wait for the snapshot first
+        sched.step()
+        h.wait()
+        dest = {"model": torch.nn.Linear(512, 512).state_dict()}
+        st.load_state_dict(ck, dest, step=step)
+        assert same_bits(want, dest)
+        assert not torch.equal(dest["model"]["weight"], model.weight)
+    assert hooks.steps == 3
+    assert hooks.collectives == 0
+    hooks.remove()
+    opt.step()
+    assert hooks.steps == 3
+    with pytest.raises(TypeError, match="DistributedDataParallel"):
+        st.install_hooks(ck, model=model)
+
+
+def test_ddp_comm_hook_marks_allreduces_two_processes(server, tmp_path):
+    procs, outs = [], []
+    for r in range(2):
+        out = tmp_path / f"rank{r}.json"
+        outs.append(out)
+        procs.append(subprocess.Popen(
+            [sys.executable, os.path.join(HERE, "torch_ddp_worker.py"),
+             str(r), "2", str(tmp_path / "init"), server, "ddp", str(out)]))
+    for p in procs:
+        assert p.wait(timeout=120) == 0
+    results = [json.loads(o.read_text()) for o in outs]
+    for res in results:
+        # 4 steps, at least one bucket each.
+        assert res["collectives"] >= 4, res
+        assert res["steps"] == 4
+        assert res["yield_s"] >= 0
+        assert res["equal"] is True
+    # Replicated state is stored by rank 0 only.
+    assert results[0]["bytes_raw"] > 4 * results[1]["bytes_raw"]
+    assert results[0]["digest"] == results[1]["digest"]
+
+
+def test_checkpointer_reads_the_torchrun_environment(tmp_path, monkeypatch):
+    for k, v in {"RANK": "1", "WORLD_SIZE": "2", "LOCAL_RANK": "1",
+                 "LOCAL_WORLD_SIZE": "2"}.items():
+        monkeypatch.setenv(k, v)
+    assert st.dist_env() == st.DistEnv(1, 2, 1, 2)
+    ck = st.checkpointer(f"embedded:{tmp_path}", "env")
+    st.save_state_dict(ck, {"x": torch.ones(3)}, 1).wait()
+    assert ck.steps() == []  # world size 2: rank 0 has not committed
+    assert ck.steps(include_partial=True) == [1]
+    ck0 = st.checkpointer(f"embedded:{tmp_path}", "env", rank=0)
+    st.save_state_dict(ck0, {"x": torch.ones(3)}, 1).wait()
+    assert ck.steps() == [1]
+    monkeypatch.setenv("RANK", "one")
+    with pytest.raises(ValueError, match="RANK='one'"):
+        st.dist_env()
+    for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE"):
+        monkeypatch.delenv(k)
+    assert st.dist_env() == st.DistEnv(0, 1, 0, 1)
+
+
+def _launch(server, steps, log):
+    """The example on 2 processes, in a session of its own (to kill it)."""
+    cmd = [sys.executable, os.path.join(REPO, "examples", "launch.py"),
+           "--nproc", "2",
+           os.path.join(REPO, "examples", "torch_ddp_train.py"),
+           "--servers", server, "--job", "example", "--steps", str(steps),
+           "--every", "3", "--step-time", "0.02"]
+    return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT,
+                            start_new_session=True)
+
+
+def test_example_is_killed_and_resumes(server, tmp_path):
+    watcher = stagger.Checkpointer(servers=server, job="example", rank=0,
+                                   world_size=2)
+    with open(tmp_path / "run1.log", "w") as log:
+        proc = _launch(server, 100000, log)
+        try:
+            deadline = time.monotonic() + 90
+            while not [s for s in watcher.steps() if s >= 6]:
+                assert proc.poll() is None, (tmp_path / "run1.log").read_text()
+                assert time.monotonic() < deadline, "no checkpoint in 90 s"
+                time.sleep(0.1)
+        finally:
+            os.killpg(proc.pid, signal.SIGKILL)  # a crash: nothing cleans up
+            proc.wait()
+    seen = watcher.steps()[-1]
+    # A step some ranks committed before the crash: the resumed run must
+    # save under other numbers (the server keeps rank 0's shard).
+    if seen + 3 not in watcher.steps(include_partial=True):
+        st.save_state_dict(watcher, {"x": torch.ones(1)}, seen + 3).wait()
+
+    with open(tmp_path / "run2.log", "w") as log:
+        proc = _launch(server, seen + 7, log)
+        assert proc.wait(timeout=120) == 0, (tmp_path / "run2.log").read_text()
+    out = (tmp_path / "run2.log").read_text()
+    resumed = [int(line.rsplit(" ", 1)[1]) for line in out.splitlines()
+               if "resumed from step" in line]
+    assert len(resumed) == 2 and resumed[0] == resumed[1] >= seen, out
+    assert out.count(f"done at step {seen + 7}") == 2, out
+    assert out.count(f"step {seen + 3} not saved") == 2, out
+    assert watcher.steps()[-1] == seen + 6
