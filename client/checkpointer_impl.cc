@@ -67,9 +67,12 @@ class CheckpointerImpl : public Checkpointer {
         driver_(options.max_outstanding_saves),
         host_source_(NewHostSnapshotSource(
             std::clamp<int>(std::thread::hardware_concurrency(), 1, 4))),
-        policy_(
-            std::min<int>(PipelineThreads(options),
-                          std::max(1u, std::thread::hardware_concurrency()))),
+        // Encoders get the cores the data path leaves: one core moves bytes
+        // to the wire (copies, completions) however many encode.
+        policy_(std::min<int>(
+            PipelineThreads(options),
+            std::max(
+                1, static_cast<int>(std::thread::hardware_concurrency()) - 1))),
         io_(servers_.get(), &executor_, options.job, options.codec,
             format::EncodeOptions{options.zstd_level},
             options.max_inflight_chunks,

@@ -39,8 +39,8 @@ class CodecPolicy {
   // One chunk encoded: `raw` bytes in, `encoded` bytes out, taking
   // `seconds` on one thread.
   void OnEncoded(uint64_t raw, uint64_t encoded, double seconds);
-  // The wire's measured throughput (bytes completed per second of busy
-  // time, averaged by the caller).
+  // What the wire can carry, bytes per second (measured by the sender:
+  // the window over the chunks' recent latency).
   void OnWire(double wire_Bps);
 
   // The current f* (1 until measured).

@@ -62,20 +62,21 @@ void Sender::Enqueue(SendItem item) {
 
 void Sender::Send(std::shared_ptr<SendItem> p) {
   const size_t wire_bytes = p->header.size() + p->payload.size();
+  const int64_t sent_ns = NowNs();
   p->server->data->Call(
       static_cast<uint16_t>(format::DataOp::kPutChunk), p->header, p->payload,
-      [this, p, wire_bytes](Result<transport::Message> reply) {
+      [this, p, wire_bytes, sent_ns](Result<transport::Message> reply) {
         Status s = reply.status();
         if (s.ok()) {
           auto r = format::DecodeReply(reply->header);
           s = r.ok() ? r->status : r.status();
         }
         p->done(WithContext(s, p->what));
-        OnSendDone(wire_bytes);
+        OnSendDone(wire_bytes, NowNs() - sent_ns);
       });
 }
 
-void Sender::OnSendDone(size_t wire_bytes) {
+void Sender::OnSendDone(size_t wire_bytes, int64_t latency_ns) {
   std::shared_ptr<SendItem> next;
   {
     absl::MutexLock lock(&mu_);
@@ -87,8 +88,18 @@ void Sender::OnSendDone(size_t wire_bytes) {
     wire_time_sum_ = wire_time_sum_ * kDecay + std::max(busy_s, 0.0);
     if (wire_time_sum_ > 0) {
       wire_Bps_ = wire_bytes_sum_ / wire_time_sum_;
-      if (policy_ != nullptr) policy_->OnWire(wire_Bps_);
       if (shaping_ != nullptr) shaping_->SetLinkRateHint(wire_Bps_);
+    }
+    // What the wire could carry with the whole window in flight (Little's
+    // law over recent chunks): with the window full this is the measured
+    // throughput; with the wire starved (encoders too slow to keep more
+    // than a chunk or two in flight) the busy rate above only shows the
+    // per-chunk latency, while this shows the room left.
+    latency_sum_ = latency_sum_ * kDecay + std::max<int64_t>(latency_ns, 1);
+    chunk_bytes_sum_ = chunk_bytes_sum_ * kDecay + wire_bytes;
+    if (policy_ != nullptr) {
+      policy_->OnWire(static_cast<double>(max_inflight_) * chunk_bytes_sum_ /
+                      (latency_sum_ * 1e-9));
     }
     in_flight_bytes_ -= wire_bytes;
     if (shaping_ != nullptr || queue_.empty()) {

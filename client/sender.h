@@ -57,7 +57,7 @@ class Sender {
 
  private:
   void Send(std::shared_ptr<SendItem> item);
-  void OnSendDone(size_t wire_bytes);
+  void OnSendDone(size_t wire_bytes, int64_t latency_ns);
   void ShapedLoop();
   bool Ready() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
@@ -75,6 +75,9 @@ class Sender {
   double wire_bytes_sum_ ABSL_GUARDED_BY(mu_) = 0;  // decayed, see .cc
   double wire_time_sum_ ABSL_GUARDED_BY(mu_) = 0;
   double wire_Bps_ ABSL_GUARDED_BY(mu_) = 0;
+  // Decayed sums of chunk latencies (send to ack, ns) and their bytes.
+  double latency_sum_ ABSL_GUARDED_BY(mu_) = 0;
+  double chunk_bytes_sum_ ABSL_GUARDED_BY(mu_) = 0;
   // When the link would have carried everything sent so far, at wire_Bps_
   // (shaped sends only).
   int64_t wire_free_ns_ ABSL_GUARDED_BY(mu_) = 0;
