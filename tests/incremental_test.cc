@@ -227,6 +227,7 @@ TEST_F(IncrementalTest, ChainsAreCutByFullChunks) {
   o.job = "chain";
   o.chunk_size = kChunk;
   o.delta_chain_max = 2;
+  o.adaptive_codec = false;
   auto ck = Checkpointer::Open(o);
   ASSERT_TRUE(ck.ok());
   std::vector<float> w = Weights(kChunk / 4, 17);
@@ -285,6 +286,7 @@ TEST_F(IncrementalTest, GcBetweenSavesNeverBreaksAKeptStep) {
   o.job = "gc";
   o.chunk_size = kChunk;
   o.delta_chain_max = 3;
+  o.adaptive_codec = false;  // deltas on every save: chains for gc to keep
   auto ck = Checkpointer::Open(o);
   ASSERT_TRUE(ck.ok());
   auto resolved = client::ResolveServers(o.servers);  // same server
