@@ -44,10 +44,11 @@ struct Fd {
   }
 };
 
-// One pass: writes `total` bytes through `ring` to `fd`. A slot is one
-// buffer; a short write is resubmitted for its remainder.
-Status WriteAll(io_uring* ring, int fd, std::vector<Buffer>& bufs,
-                uint64_t total, uint64_t block) {
+// One pass: writes (or reads, `write` false) `total` bytes through `ring`
+// at `fd`, sequentially. A slot is one buffer; a short transfer is
+// resubmitted for its remainder.
+Status TransferAll(io_uring* ring, int fd, std::vector<Buffer>& bufs,
+                   uint64_t total, uint64_t block, bool write) {
   struct Slot {
     uint64_t offset = 0;
     uint64_t done = 0;
@@ -59,9 +60,15 @@ Status WriteAll(io_uring* ring, int fd, std::vector<Buffer>& bufs,
   auto submit = [&](size_t i) {
     Slot& s = slots[i];
     io_uring_sqe* sqe = io_uring_get_sqe(ring);
-    io_uring_prep_write(sqe, fd, bufs[i].data() + s.done,
-                        static_cast<unsigned>(s.len - s.done),
-                        s.offset + s.done);
+    if (write) {
+      io_uring_prep_write(sqe, fd, bufs[i].data() + s.done,
+                          static_cast<unsigned>(s.len - s.done),
+                          s.offset + s.done);
+    } else {
+      io_uring_prep_read(sqe, fd, bufs[i].data() + s.done,
+                         static_cast<unsigned>(s.len - s.done),
+                         s.offset + s.done);
+    }
     io_uring_sqe_set_data64(sqe, i);
   };
   for (size_t i = 0; i < slots.size() && next < total; ++i, next += block) {
@@ -80,7 +87,8 @@ Status WriteAll(io_uring* ring, int fd, std::vector<Buffer>& bufs,
     if (res <= 0) {
       return Status(res == -EINVAL ? absl::StatusCode::kInvalidArgument
                                    : absl::StatusCode::kUnavailable,
-                    absl::StrCat("write: ", strerror(res == 0 ? EIO : -res)));
+                    absl::StrCat(write ? "write: " : "read: ",
+                                 strerror(res == 0 ? EIO : -res)));
     }
     Slot& s = slots[i];
     s.done += static_cast<uint64_t>(res);
@@ -120,13 +128,50 @@ Result<DiskWriteResult> WriteOnce(const std::string& path, uint64_t total,
         absl::StrCat("io_uring_queue_init: ", strerror(-rc)));
   }
   auto start = std::chrono::steady_clock::now();
-  Status s = WriteAll(&ring, f.fd, bufs, total, block);
+  Status s = TransferAll(&ring, f.fd, bufs, total, block, /*write=*/true);
   io_uring_queue_exit(&ring);
   if (s.ok() && fdatasync(f.fd) != 0) {
     s = absl::UnavailableError(absl::StrCat("fdatasync: ", strerror(errno)));
   }
   DiskWriteResult r;
   r.seconds = Since(start);
+  r.bytes = total;
+  r.direct = direct;
+  if (!s.ok()) return WithContext(s, path);
+  return r;
+}
+
+// Drops the cached pages of `path` (written and synced already), so a
+// buffered read goes to the disk.
+void DropCache(const std::string& path) {
+  Fd f;
+  f.fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (f.fd >= 0) posix_fadvise(f.fd, 0, 0, POSIX_FADV_DONTNEED);
+}
+
+Result<DiskReadResult> ReadOnce(const std::string& path, uint64_t total,
+                                uint64_t block, unsigned depth, bool direct) {
+  if (!direct) DropCache(path);
+  Fd f;
+  f.fd = open(path.c_str(), O_RDONLY | O_CLOEXEC | (direct ? O_DIRECT : 0));
+  if (f.fd < 0) {
+    return Status(errno == EINVAL ? absl::StatusCode::kInvalidArgument
+                                  : absl::StatusCode::kUnavailable,
+                  absl::StrCat("open ", path, ": ", strerror(errno)));
+  }
+  std::vector<Buffer> bufs;
+  for (unsigned i = 0; i < depth; ++i) bufs.emplace_back(block);
+  io_uring ring;
+  int rc = io_uring_queue_init(depth * 2, &ring, 0);
+  if (rc < 0) {
+    return absl::UnavailableError(
+        absl::StrCat("io_uring_queue_init: ", strerror(-rc)));
+  }
+  auto start = std::chrono::steady_clock::now();
+  Status s = TransferAll(&ring, f.fd, bufs, total, block, /*write=*/false);
+  DiskReadResult r;
+  r.seconds = Since(start);
+  io_uring_queue_exit(&ring);
   r.bytes = total;
   r.direct = direct;
   if (!s.ok()) return WithContext(s, path);
@@ -159,6 +204,27 @@ Result<DiskWriteResult> MeasureDiskWrite(const std::string& dir, uint64_t bytes,
   // EINVAL from open or the first write: the filesystem refuses O_DIRECT.
   if (!r.ok() && r.status().code() == absl::StatusCode::kInvalidArgument) {
     r = WriteOnce(path, total, block, queue_depth, /*direct=*/false);
+  }
+  unlink(path.c_str());
+  return r;
+}
+
+Result<DiskReadResult> MeasureDiskRead(const std::string& dir, uint64_t bytes,
+                                       uint64_t block, unsigned queue_depth) {
+  uint64_t total = (bytes + block - 1) / block * block;
+  std::string path = dir + "/disk-read-ceiling.tmp";
+  auto w = WriteOnce(path, total, block, queue_depth, /*direct=*/true);
+  if (!w.ok() && w.status().code() == absl::StatusCode::kInvalidArgument) {
+    w = WriteOnce(path, total, block, queue_depth, /*direct=*/false);
+  }
+  if (!w.ok()) {
+    unlink(path.c_str());
+    return w.status();
+  }
+  auto r = ReadOnce(path, total, block, queue_depth, /*direct=*/true);
+  // EINVAL from open or the first read: the filesystem refuses O_DIRECT.
+  if (!r.ok() && r.status().code() == absl::StatusCode::kInvalidArgument) {
+    r = ReadOnce(path, total, block, queue_depth, /*direct=*/false);
   }
   unlink(path.c_str());
   return r;

@@ -1,7 +1,8 @@
 // Same-run ceilings the drivers compare stagger against: sequential write
-// bandwidth of a directory's disk (a small io_uring writer) and UCX
-// loopback bandwidth (stagger's own transport with a handler that replies
-// at once). Each returns what it measured; nothing here is stagger's path.
+// and read bandwidth of a directory's disk (a small io_uring writer and
+// reader) and UCX loopback bandwidth (stagger's own transport with a
+// handler that replies at once). Each returns what it measured; nothing
+// here is stagger's path.
 #ifndef STAGGER_BENCH_CEILINGS_H_
 #define STAGGER_BENCH_CEILINGS_H_
 
@@ -26,6 +27,24 @@ struct DiskWriteResult {
 Result<DiskWriteResult> MeasureDiskWrite(const std::string& dir, uint64_t bytes,
                                          uint64_t block = 4ull << 20,
                                          unsigned queue_depth = 8);
+
+struct DiskReadResult {
+  double seconds = 0;  // first submit to last read completed
+  uint64_t bytes = 0;
+  // false: O_DIRECT was refused; buffered reads after the file's cached
+  // pages were dropped (posix_fadvise DONTNEED).
+  bool direct = false;
+  double GBps() const { return seconds > 0 ? bytes / seconds / 1e9 : 0; }
+};
+
+// Writes a file of `bytes` (rounded up to `block` bytes) in `dir` as
+// MeasureDiskWrite does (untimed), then reads it back sequentially with
+// io_uring, `queue_depth` reads of `block` bytes in flight, O_DIRECT
+// (buffered if the filesystem refuses it), so the page cache does not
+// serve it. The file is removed afterwards. UNAVAILABLE on I/O errors.
+Result<DiskReadResult> MeasureDiskRead(const std::string& dir, uint64_t bytes,
+                                       uint64_t block = 4ull << 20,
+                                       unsigned queue_depth = 8);
 
 struct LinkResult {
   double seconds = 0;  // first call sent to last reply received

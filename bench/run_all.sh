@@ -16,7 +16,7 @@ set -u -o pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 bin_dir="${STAGGER_BIN_DIR:-$here/../build/bin}"
-drivers=(stall throughput incremental)
+drivers=(stall throughput incremental restore)
 
 smoke=0
 size=""
@@ -40,7 +40,7 @@ if [[ ! -d "$bin_dir" ]]; then
   exit 1
 fi
 bin_dir="$(cd "$bin_dir" && pwd)"
-# The throughput driver starts stagger-server from here too.
+# The throughput and restore drivers start stagger-server from here too.
 export STAGGER_BIN_DIR="$bin_dir"
 export UCX_TLS="${UCX_TLS:-sm,tcp}"
 
