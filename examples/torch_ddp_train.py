@@ -12,7 +12,10 @@ state are saved lazily: the save returns at once, the copy overlaps the next
 forward and backward pass, and the optimizer step waits for it
 (``install_hooks``). The gradient all-reduces are marked, so checkpoint
 traffic yields to them. Started again (after a crash, or stopped with
-Ctrl-C), the job resumes from its latest complete step.
+Ctrl-C), the job resumes from its latest complete step and continues with
+the losses an uninterrupted run has, bit for bit (``--print-losses`` shows
+them): each batch is derived from the seed and the step, and the
+algorithms are deterministic.
 
 One process may use an embedded server instead (``--servers
 embedded:DIR``); several processes need a stagger-server.
@@ -43,6 +46,10 @@ def parse_args():
                    help="extra seconds per step (stands in for real work)")
     p.add_argument("--deadline-s", type=float, default=0.0,
                    help="spread each save's traffic over this many seconds")
+    p.add_argument("--seed", type=int, default=0,
+                   help="seeds the model's initial weights and the batches")
+    p.add_argument("--print-losses", action="store_true",
+                   help="print every step's loss, exactly (float.hex)")
     return p.parse_args()
 
 
@@ -53,9 +60,9 @@ def make_model():
         torch.nn.Linear(128, 1))
 
 
-def batch(step, rank):
+def batch(seed, step, rank):
     """This rank's batch of a step: the same after a restart."""
-    g = torch.Generator().manual_seed(step * 1009 + rank)
+    g = torch.Generator().manual_seed((seed * 1000003 + step) * 1009 + rank)
     x = torch.randn(64, 32, generator=g)
     return x, x.sum(dim=1, keepdim=True).sin()
 
@@ -99,7 +106,8 @@ def main():
                                 world_size=1)
     rank = env.rank
 
-    torch.manual_seed(0)
+    torch.manual_seed(args.seed)
+    torch.use_deterministic_algorithms(True)
     model = DistributedDataParallel(make_model())
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
     ck = st.checkpointer(args.servers, args.job,
@@ -120,11 +128,14 @@ def main():
     loss_fn = torch.nn.MSELoss()
     handle = None
     for step in range(start + 1, args.steps + 1):
-        x, y = batch(step, rank)
+        x, y = batch(args.seed, step, rank)
         loss = loss_fn(model(x), y)
         optimizer.zero_grad()
         loss.backward()        # all-reduces marked as collectives
         optimizer.step()       # waits for a lazy save's snapshot first
+        if args.print_losses:
+            print(f"rank {rank}: step {step} loss.hex {loss.item().hex()}",
+                  flush=True)
         if step % args.every == 0 and step in partial:
             print(f"rank {rank}: step {step} not saved: a partial "
                   "checkpoint of that number is left from before", flush=True)

@@ -4,6 +4,7 @@ Skipped as a whole where torch is missing (CI installs python3-torch).
 """
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -68,7 +69,7 @@ def test_model_and_adamw_round_trip_bit_exact(tmp_path):
     fresh_opt = torch.optim.AdamW(fresh.parameters(), lr=1.0)
     assert fresh_opt.state_dict()["state"] == {}
     dest = {"model": fresh.state_dict(), "optim": fresh_opt.state_dict()}
-    assert st.load_state_dict(ck, dest) == 5
+    assert st.load_state_dict(ck, dest) == (5, [], [], [])
     assert same_bits(want, dest)
     assert dest["tags"][-1] == 0.0 and str(dest["tags"][-1]) == "-0.0"
     fresh.load_state_dict(dest["model"])
@@ -109,13 +110,16 @@ def test_dtypes_layouts_and_values_round_trip(tmp_path):
     ck = open_ck(tmp_path, "dt")
     st.save_state_dict(ck, sd, 1).wait()
 
-    # Loading into a transposed (non-contiguous) destination and into
-    # nothing at all (allocated) both give the saved bits.
-    dest = {"transposed": torch.zeros(6, 10).t(), "t": {}}
+    # Loading into nothing at all (allocated) and into a transposed
+    # (non-contiguous) destination both give the saved bits.
+    dest = {"t": {}}
     st.load_state_dict(ck, dest)
     assert same_bits(want, dest)
     assert dest["tied_a"] is dest["tied_b"]
     assert isinstance(dest["meta"]["size"], torch.Size)
+    dest = {"transposed": torch.zeros(6, 10).t()}
+    st.load_state_dict(ck, dest, strict=False)
+    assert torch.equal(bits(dest["transposed"]), bits(want["transposed"]))
     # A destination of the saved dtype is filled in place.
     into = torch.zeros(6, 10, dtype=torch.bfloat16)
     dest = {"t": {"bfloat16": into}}
@@ -132,13 +136,15 @@ def test_load_errors_name_the_entry(tmp_path):
         st.save_state_dict(ck, {"w": torch.ones(4)}, 1,
                            shards={"v": st.row_shard([4], 0, 1)})
     st.save_state_dict(ck, {"w": torch.ones(4), "n": 1}, 1).wait()
-    with pytest.raises(TypeError, match="'w' was saved as float32"):
+    with pytest.raises(st.StateDictMismatch,
+                       match=r"'w': saved float32\[4\], state dict float64"):
         st.load_state_dict(ck, {"w": torch.zeros(4, dtype=torch.float64)})
-    with pytest.raises(KeyError, match="lacks tensors.*'extra'"):
+    with pytest.raises(RuntimeError, match="missing.*'extra'"):
         st.load_state_dict(ck, {"w": torch.zeros(4), "extra": torch.ones(1)})
-    with pytest.raises(stagger.Error) as e:
+    with pytest.raises(st.StateDictMismatch,
+                       match=r"'w': saved float32\[4\], state dict float32"
+                             r"\[5\]"):
         st.load_state_dict(ck, {"w": torch.zeros(5)})
-    assert e.value.code == "INVALID_ARGUMENT"
     with pytest.raises(stagger.Error) as e:
         st.load_state_dict(ck, {}, step=2)
     assert e.value.code == "NOT_FOUND"
@@ -147,6 +153,57 @@ def test_load_errors_name_the_entry(tmp_path):
     with pytest.raises(stagger.Error) as e:
         st.load_state_dict(ck, {}, step=3)
     assert e.value.code == "NOT_FOUND"
+
+
+def test_strict_load_names_every_difference_non_strict_reports_them(
+        tmp_path):
+    g = torch.Generator().manual_seed(6)
+    w = torch.randn(4, 3, generator=g)
+    saved = {"model": {"w": w, "b": torch.randn(5, generator=g),
+                       "h": torch.randn(2, generator=g).bfloat16(),
+                       "n": torch.arange(3), "tied": w,
+                       "extra": torch.randn(2, generator=g)},
+             "optim": {"state": {0: {"m": torch.randn(3, generator=g)}}},
+             "epoch": 3}
+    want = clone(saved)
+    ck = open_ck(tmp_path, "strict")
+    st.save_state_dict(ck, saved, 4).wait()
+
+    def destination():
+        # "w" and "extra" are unexpected, "b" and "h" mismatched (shape,
+        # dtype), "new" missing; "optim.state" holds no tensor, so it
+        # receives the saved ones.
+        return {"model": {"tied": torch.zeros(4, 3), "b": torch.zeros(6),
+                          "h": torch.zeros(2), "n": torch.zeros(3).long(),
+                          "new": torch.ones(2)},
+                "optim": {"state": {}}, "epoch": 0}
+
+    dest = destination()
+    with pytest.raises(st.StateDictMismatch) as e:
+        st.load_state_dict(ck, dest)
+    assert e.value.result == st.LoadResult(
+        4, ["model.new"], ["model.extra", "model.w"], ["model.b", "model.h"])
+    message = str(e.value)
+    for text in ("missing (in the state dict, not in the step): "
+                 "'model.new'",
+                 "unexpected (in the step, not in the state dict): "
+                 "'model.extra', 'model.w'",
+                 "'model.b': saved float32[5], state dict float32[6]",
+                 "'model.h': saved bfloat16[2], state dict float32[2]"):
+        assert text in message, message
+    assert isinstance(e.value, RuntimeError)
+    assert same_bits(dest, destination())  # nothing was loaded
+
+    result = st.load_state_dict(ck, dest, strict=False)
+    assert result == e.value.result
+    model = dest["model"]
+    assert sorted(model) == ["b", "h", "n", "new", "tied"]
+    assert torch.equal(model["tied"], want["model"]["w"])  # took w's place
+    assert torch.equal(model["n"], want["model"]["n"])
+    assert same_bits({k: model[k] for k in ("b", "h", "new")},
+                     {k: destination()["model"][k] for k in ("b", "h", "new")})
+    assert same_bits(dest["optim"], want["optim"])
+    assert dest["epoch"] == 3
 
 
 def test_shard_helpers_match_torch_chunk():
@@ -207,7 +264,9 @@ def test_save_on_4_ranks_load_on_2_and_3_by_rows_and_columns(tmp_path):
                           for k, v in full.items()}
                 dest = {k: torch.empty(shards[k].shape, dtype=v.dtype)
                         for k, v in full.items()}
-                assert st.load_state_dict(ck, dest, shards=shards) == 1
+                dest["norm"] = torch.empty(24)
+                assert st.load_state_dict(ck, dest,
+                                          shards=shards).step == 1
                 for k, v in full.items():
                     want = torch.chunk(v, world, dim)[r]
                     assert torch.equal(bits(dest[k]), bits(want)), (
@@ -310,18 +369,28 @@ def test_checkpointer_reads_the_torchrun_environment(tmp_path, monkeypatch):
     assert st.dist_env() == st.DistEnv(0, 1, 0, 1)
 
 
-def _launch(server, steps, log):
+def _launch(server, steps, log, job="example"):
     """The example on 2 processes, in a session of its own (to kill it)."""
     cmd = [sys.executable, os.path.join(REPO, "examples", "launch.py"),
            "--nproc", "2",
            os.path.join(REPO, "examples", "torch_ddp_train.py"),
-           "--servers", server, "--job", "example", "--steps", str(steps),
-           "--every", "3", "--step-time", "0.02"]
+           "--servers", server, "--job", job, "--steps", str(steps),
+           "--every", "3", "--step-time", "0.02", "--print-losses"]
     return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT,
                             start_new_session=True)
 
 
-def test_example_is_killed_and_resumes(server, tmp_path):
+def _losses(log):
+    """{(rank, step): loss as float.hex} from the example's output (the
+    ranks' lines may run together: a line's newline is a write of its
+    own)."""
+    found = re.findall(r"rank (\d+): step (\d+) loss\.hex "
+                       r"(-?0x[0-9a-f]+(?:\.[0-9a-f]+)?p[-+]\d+)", log)
+    return {(int(rank), int(step)): value for rank, step, value in found}
+
+
+def test_example_is_killed_and_resumes_with_the_same_losses(server,
+                                                            tmp_path):
     watcher = stagger.Checkpointer(servers=server, job="example", rank=0,
                                    world_size=2)
     with open(tmp_path / "run1.log", "w") as log:
@@ -345,9 +414,28 @@ def test_example_is_killed_and_resumes(server, tmp_path):
         proc = _launch(server, seen + 7, log)
         assert proc.wait(timeout=120) == 0, (tmp_path / "run2.log").read_text()
     out = (tmp_path / "run2.log").read_text()
-    resumed = [int(line.rsplit(" ", 1)[1]) for line in out.splitlines()
-               if "resumed from step" in line]
+    resumed = [int(s) for s in re.findall(r"resumed from step (\d+)", out)]
     assert len(resumed) == 2 and resumed[0] == resumed[1] >= seen, out
     assert out.count(f"done at step {seen + 7}") == 2, out
     assert out.count(f"step {seen + 3} not saved") == 2, out
     assert watcher.steps()[-1] == seen + 6
+
+    # An uninterrupted run of another job: the resumed run's losses (model,
+    # AdamW state, RNG state and step restored) equal its own, bit for bit,
+    # and so do the killed run's up to the kill.
+    with open(tmp_path / "straight.log", "w") as log:
+        proc = _launch(server, seen + 7, log, job="example-straight")
+        assert proc.wait(timeout=120) == 0, (
+            tmp_path / "straight.log").read_text()
+    straight = _losses((tmp_path / "straight.log").read_text())
+    assert sorted(straight) == [(r, s) for r in (0, 1)
+                                for s in range(1, seen + 8)]
+    resumed_losses = _losses(out)
+    assert sorted(resumed_losses) == [(r, s) for r in (0, 1)
+                                      for s in range(resumed[0] + 1, seen + 8)]
+    for key, value in resumed_losses.items():
+        assert value == straight[key], (key, value, straight[key])
+    killed = _losses((tmp_path / "run1.log").read_text())
+    assert len(killed) >= 12
+    for key, value in killed.items():
+        assert key[1] > seen + 7 or value == straight[key], key

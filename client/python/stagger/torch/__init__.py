@@ -7,7 +7,7 @@
           "epoch": epoch}
     st.save_state_dict(ck, sd, step, replicated=["model", "optim"],
                        lazy=True)                  # fenced by the hooks
-    step = st.load_state_dict(ck, sd)             # fills sd in place
+    step = st.load_state_dict(ck, sd).step        # fills sd in place
     model.load_state_dict(sd["model"])
     optimizer.load_state_dict(sd["optim"])
 
@@ -18,11 +18,12 @@ from .env import DistEnv, checkpointer, dist_env
 from .hooks import Hooks, install_hooks
 from .sharding import (Shard, chunk_shard, column_shard, flat_shard,
                        local_slice, replicated, row_shard)
-from .state import load_state_dict, read_metadata, save_state_dict
+from .state import (LoadResult, StateDictMismatch, load_state_dict,
+                    read_metadata, save_state_dict)
 
 __all__ = [
-    "DistEnv", "Hooks", "Shard", "checkpointer", "chunk_shard",
-    "column_shard", "dist_env", "flat_shard", "install_hooks",
-    "load_state_dict", "local_slice", "read_metadata", "replicated",
-    "row_shard", "save_state_dict",
+    "DistEnv", "Hooks", "LoadResult", "Shard", "StateDictMismatch",
+    "checkpointer", "chunk_shard", "column_shard", "dist_env", "flat_shard",
+    "install_hooks", "load_state_dict", "local_slice", "read_metadata",
+    "replicated", "row_shard", "save_state_dict",
 ]

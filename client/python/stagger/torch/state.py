@@ -5,8 +5,12 @@ plain values around them), registers every tensor without a copy
 (``tensors.py``) and stores the structure as JSON (``meta.py``).
 ``load_state_dict`` reads the structure back, fills the destination's
 tensors in place, allocates the ones it lacks (a fresh optimizer's state)
-and puts the plain values back.
+and puts the plain values back. It matches the destination's tensors with
+the step's, as ``torch.nn.Module.load_state_dict`` does: ``strict`` raises
+``StateDictMismatch`` naming what differs, otherwise the result reports it.
 """
+from typing import List, NamedTuple
+
 import numpy as np
 import torch
 
@@ -164,6 +168,44 @@ def read_metadata(ck, step="latest"):
     return step, meta.loads(doc.tobytes())
 
 
+class LoadResult(NamedTuple):
+    """What ``load_state_dict`` loaded, and which tensors it left alone.
+
+    Keys are dotted paths ("model.fc.weight"). ``missing_keys``: tensors of
+    the state dict that the step lacks (left untouched).
+    ``unexpected_keys``: tensors of the step that a dict of the state dict
+    holding tensors lacks (not loaded). ``mismatched_keys``: tensors of
+    both whose dtype or shape differ (left untouched). All three are empty
+    after a strict load.
+    """
+
+    step: int
+    missing_keys: List[str]
+    unexpected_keys: List[str]
+    mismatched_keys: List[str]
+
+
+class StateDictMismatch(RuntimeError):
+    """The state dict and the step hold different tensors (``strict``).
+
+    ``result``: the ``LoadResult`` a non-strict load would have returned;
+    the message names every missing, unexpected and mismatched tensor.
+    """
+
+    def __init__(self, result, details):
+        lines = [f"step {result.step} does not match the state dict:"]
+        if result.missing_keys:
+            lines.append("  missing (in the state dict, not in the step): "
+                         + ", ".join(map(repr, result.missing_keys)))
+        if result.unexpected_keys:
+            lines.append("  unexpected (in the step, not in the state "
+                         "dict): "
+                         + ", ".join(map(repr, result.unexpected_keys)))
+        lines += [f"  mismatched {d}" for d in sorted(details)]
+        super().__init__("\n".join(lines))
+        self.result = result
+
+
 def _has_tensor(value):
     if isinstance(value, torch.Tensor):
         return True
@@ -174,36 +216,56 @@ def _has_tensor(value):
     return False
 
 
+def _tensor_paths(value, path):
+    """Dotted paths of the tensors in ``value`` (a destination subtree)."""
+    if isinstance(value, torch.Tensor):
+        return [meta.path_str(path)]
+    items = (value.items() if isinstance(value, dict) else
+             enumerate(value) if isinstance(value, (list, tuple)) else ())
+    return [p for k, v in items for p in _tensor_paths(v, path + (k,))]
+
+
+def _describe(dtype, shape):
+    return f"{dtype}{list(shape)}"
+
+
 class _LoadPlan:
     """Matches the saved tree with the destination; collects registrations.
 
     Builds the loaded tree without touching the destination's containers;
-    tensors of the destination are reused (filled in place).
+    tensors of the destination are reused (filled in place). A dict of the
+    destination that holds tensors must hold the step's: a saved tensor it
+    lacks is unexpected. A dict without tensors (a fresh optimizer's
+    ``state``) receives what the step saved there.
     """
 
-    def __init__(self, shards, strict):
+    def __init__(self, shards):
         self.shards = _shard_table(shards)
-        self.strict = strict
         self.regs = _Registrations()
         self.targets = {}      # stored name -> tensor the step fills
+        self.skipped = {}      # stored name -> info of a tensor not loaded
         self.copy_back = []    # (destination, contiguous scratch)
         self.alias_copies = []  # (destination, primary)
-        self.missing = []
+        self.missing, self.unexpected, self.mismatched = [], [], []
+        self.details = []      # "'path': saved ..., state dict ..."
         self.used_shards = set()
 
     def decode(self, enc, dest, path):
         if not isinstance(enc, dict):
             return enc
         if "d" in enc:
+            holds = isinstance(dest, dict) and _has_tensor(dest)
             out = {}
             for k_enc, v_enc in enc["d"]:
                 k = meta.decode_plain(k_enc)
+                if holds and k not in dest and self._skip(v_enc,
+                                                          path + (k,)):
+                    continue
                 sub = dest.get(k) if isinstance(dest, dict) else None
                 out[k] = self.decode(v_enc, sub, path + (k,))
-            if isinstance(dest, dict) and self.strict:
-                self.missing += [meta.path_str(path + (k,))
-                                 for k in dest.keys() - out.keys()
-                                 if _has_tensor(dest[k])]
+            if isinstance(dest, dict):
+                for k in dest.keys() - out.keys():
+                    self.missing += _tensor_paths(dest[k], path + (k,))
             return out
         if "l" in enc or "t" in enc:
             items = enc.get("l", enc.get("t"))
@@ -217,20 +279,55 @@ class _LoadPlan:
             return self.alias(enc["A"], dest, path)
         return meta.decode_plain(enc)
 
-    def _target(self, info, dest, path, shape):
-        key = meta.path_str(path)
+    def _skip(self, enc, path):
+        """Records the saved tensors under ``enc`` as unexpected; whether
+        there were any (a subtree of plain values is loaded as usual)."""
+        if not isinstance(enc, dict):
+            return False
+        if "T" in enc or "A" in enc:
+            self.unexpected.append(meta.path_str(path))
+            if "T" in enc:
+                self.skipped[enc["T"]["name"]] = enc["T"]
+            return True
+        if "d" in enc:
+            found = [self._skip(v, path + (meta.decode_plain(k),))
+                     for k, v in enc["d"]]
+        else:
+            found = [self._skip(v, path + (i,))
+                     for i, v in enumerate(enc.get("l", enc.get("t", ())))]
+        return any(found)
+
+    def _mismatch(self, key, info, dest, shard):
+        """Records ``dest`` as mismatched when it cannot take the saved
+        tensor (another dtype, or a shape that is not the saved one or the
+        shard's); whether it did."""
         dtype = dtype_from_name(info["dtype"])
-        if isinstance(dest, torch.Tensor):
-            if dest.dtype != dtype:
-                raise TypeError(f"'{key}' was saved as {info['dtype']}, the "
-                                f"destination is {dtype_name(dest.dtype)}")
-            return dest
+        fits = dest.dtype == dtype
+        if fits and shard is not None:
+            try:
+                _fit_to_shard(stored_view(dest), shard, key)
+            except ValueError:
+                fits = False
+        elif fits:
+            fits = list(dest.shape) == list(info["shape"])
+        if fits:
+            return False
+        saved = (shard.shape if shard is not None and shard.shape is not None
+                 else info["shape"])
+        self.mismatched.append(key)
+        self.details.append(
+            f"'{key}': saved {_describe(info['dtype'], saved)}, state dict "
+            f"{_describe(dtype_name(dest.dtype), dest.shape)}")
+        return True
+
+    def _allocate(self, info, shape):
         device = torch.device(info["device"])
         if device.type == "cuda" and (
                 not torch.cuda.is_available()
                 or (device.index or 0) >= torch.cuda.device_count()):
             device = torch.device("cpu")
-        return torch.empty(shape, dtype=dtype, device=device)
+        return torch.empty(shape, dtype=dtype_from_name(info["dtype"]),
+                           device=device)
 
     def tensor(self, info, dest, path):
         key = meta.path_str(path)
@@ -246,7 +343,13 @@ class _LoadPlan:
             if "global_shape" in info:
                 shard = Shard(info["global_shape"], info["offset"],
                               info["shard_shape"])
-        target = self._target(info, dest, path, shape)
+        if isinstance(dest, torch.Tensor):
+            if self._mismatch(key, info, dest, shard):
+                self.skipped[info["name"]] = info
+                return dest
+            target = dest
+        else:
+            target = self._allocate(info, shape)
         self.targets[info["name"]] = target
         view = stored_view(target)
         if (not target.is_contiguous()
@@ -262,16 +365,31 @@ class _LoadPlan:
         return target
 
     def alias(self, info, dest, path):
-        primary = self.targets.get(info["name"])
+        name = info["name"]
+        if name not in self.targets and name in self.skipped:
+            # The tensor it shares memory with was not loaded: this one
+            # takes its place.
+            return self.tensor(self.skipped.pop(name), dest, path)
+        primary = self.targets.get(name)
         if primary is None:
             raise ValueError(f"'{meta.path_str(path)}' shares memory with "
-                             f"'{info['name']}', which the step lacks")
+                             f"'{name}', which the step lacks")
         if isinstance(dest, torch.Tensor):
-            if not (dest.data_ptr() == primary.data_ptr()
-                    and dest.shape == primary.shape):
+            if dest.dtype != primary.dtype or dest.shape != primary.shape:
+                key = meta.path_str(path)
+                self.mismatched.append(key)
+                self.details.append(
+                    f"'{key}': saved "
+                    f"{_describe(info['dtype'], info['shape'])}, state dict "
+                    f"{_describe(dtype_name(dest.dtype), dest.shape)}")
+            elif dest.data_ptr() != primary.data_ptr():
                 self.alias_copies.append((dest, primary))
             return dest
         return primary
+
+    def result(self, step):
+        return LoadResult(step, sorted(self.missing),
+                          sorted(self.unexpected), sorted(self.mismatched))
 
     def finish(self):
         for target, scratch in self.copy_back:
@@ -294,31 +412,44 @@ def _update_in_place(dest, new):
 
 def load_state_dict(ck, state_dict, step="latest", *, shards=None,
                     strict=True):
-    """Loads ``step`` (an int or "latest") into ``state_dict``; returns it.
+    """Loads ``step`` (an int or "latest") into ``state_dict``.
 
-    Tensors of ``state_dict`` are filled in place (same dtype; the shape the
-    step saved, or the slice ``shards`` gives); tensors it lacks are
-    allocated (on the saved CUDA device when present, else the CPU), and
-    plain values are replaced by the saved ones, all written back into
-    ``state_dict``'s own dicts and lists. Hand the parts to the objects:
+    Tensors of ``state_dict`` are filled in place (the saved dtype and
+    shape, or the slice ``shards`` gives); tensors it lacks are allocated
+    (on the saved CUDA device when present, else the CPU), and plain values
+    are replaced by the saved ones, all written back into ``state_dict``'s
+    own dicts and lists. Hand the parts to the objects:
     ``model.load_state_dict(sd["model"])``,
     ``optimizer.load_state_dict(sd["optim"])``.
 
+    The tensors are matched by path, as ``torch.nn.Module.load_state_dict``
+    does: a tensor of ``state_dict`` that the step lacks is missing; a
+    saved tensor that a dict of ``state_dict`` holding tensors lacks is
+    unexpected (a dict without tensors, such as a fresh optimizer's
+    ``state``, receives what the step saved there); a tensor of both with
+    another dtype or shape is mismatched. ``strict`` (default): any of
+    these raises ``StateDictMismatch`` (a RuntimeError) naming them all,
+    before anything is loaded. ``strict=False``: loads what matches and
+    leaves the rest of ``state_dict`` untouched.
+
     ``shards``: {path: Shard}, the slice of each sharded tensor this rank
     wants, when the layout differs from the saved one (another world size);
-    without an entry a tensor loads the slice this rank saved. ``strict``:
-    a tensor of ``state_dict`` that the step lacks raises KeyError (before
-    anything is loaded). Raises stagger.Error from the Checkpointer
-    (NOT_FOUND: no such step, or not saved by ``save_state_dict``).
+    without an entry a tensor loads the slice this rank saved.
+
+    Returns a ``LoadResult``: the step, ``missing_keys``,
+    ``unexpected_keys`` and ``mismatched_keys``. Raises stagger.Error from
+    the Checkpointer (NOT_FOUND: no such step, or not saved by
+    ``save_state_dict``).
     """
     if not isinstance(state_dict, dict):
         raise TypeError("state_dict must be a dict")
     step, tree = read_metadata(ck, step)
-    plan = _LoadPlan(shards, strict)
+    plan = _LoadPlan(shards)
     new = plan.decode(tree, state_dict, ())
-    if plan.missing:
-        raise KeyError(f"step {step} lacks tensors of the state dict: "
-                       f"{sorted(plan.missing)}")
+    result = plan.result(step)
+    if strict and (result.missing_keys or result.unexpected_keys
+                   or result.mismatched_keys):
+        raise StateDictMismatch(result, plan.details)
     unused = set(plan.shards) - plan.used_shards
     if unused:
         raise ValueError(f"shards name no tensor of step {step}: "
@@ -328,4 +459,4 @@ def load_state_dict(ck, state_dict, step="latest", *, shards=None,
                 shards=plan.regs.shards)
     plan.finish()
     _update_in_place(state_dict, new)
-    return step
+    return result
