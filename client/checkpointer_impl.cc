@@ -73,7 +73,7 @@ class CheckpointerImpl : public Checkpointer {
             PipelineThreads(options),
             std::max(
                 1, static_cast<int>(std::thread::hardware_concurrency()) - 1))),
-        io_(servers_.get(), &executor_, options.job, options.codec,
+        io_(&executor_, options.job, options.codec,
             format::EncodeOptions{options.zstd_level},
             options.max_inflight_chunks,
             options.adaptive_codec ? &policy_ : nullptr, shaping_.get()) {}

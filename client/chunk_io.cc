@@ -40,11 +40,10 @@ int64_t NowNs() {
 
 }  // namespace
 
-ChunkIo::ChunkIo(ServerSet* servers, qos::Executor* executor, std::string job,
-                 std::string codec, format::EncodeOptions encode,
-                 size_t max_inflight, CodecPolicy* policy, Shaping* shaping)
-    : servers_(servers),
-      executor_(executor),
+ChunkIo::ChunkIo(qos::Executor* executor, std::string job, std::string codec,
+                 format::EncodeOptions encode, size_t max_inflight,
+                 CodecPolicy* policy, Shaping* shaping)
+    : executor_(executor),
       job_(std::move(job)),
       codec_(std::move(codec)),
       encode_(encode),

@@ -61,8 +61,8 @@ class ChunkIo {
   // the caller). With "auto" and a `policy`, each chunk is encoded or sent
   // raw as the policy says, and the policy is fed encode and wire timings.
   // With `shaping`, puts go on the wire as its QoS allows (sender.h).
-  ChunkIo(ServerSet* servers, qos::Executor* executor, std::string job,
-          std::string codec, format::EncodeOptions encode, size_t max_inflight,
+  ChunkIo(qos::Executor* executor, std::string job, std::string codec,
+          format::EncodeOptions encode, size_t max_inflight,
           CodecPolicy* policy = nullptr, Shaping* shaping = nullptr);
 
   // Fingerprints and encodes `len` bytes at `data` on the calling thread,
@@ -102,7 +102,6 @@ class ChunkIo {
                      size_t raw_length, const transport::Message& msg,
                      char* out, int depth_left);
 
-  ServerSet* servers_;
   qos::Executor* executor_;
   std::string job_;
   // The codec for a chunk of a tensor with this float element width (0:

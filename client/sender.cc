@@ -42,11 +42,6 @@ Sender::~Sender() {
       +[](size_t* n) { return *n == 0; }, &in_flight_));
 }
 
-double Sender::wire_Bps() const {
-  absl::MutexLock lock(&mu_);
-  return wire_Bps_;
-}
-
 void Sender::Enqueue(SendItem item) {
   {
     absl::MutexLock lock(&mu_);
@@ -55,7 +50,6 @@ void Sender::Enqueue(SendItem item) {
       return;
     }
     if (in_flight_++ == 0) wire_mark_ns_ = NowNs();
-    in_flight_bytes_ += item.header.size() + item.payload.size();
   }
   Send(std::make_shared<SendItem>(std::move(item)));
 }
@@ -96,19 +90,16 @@ void Sender::OnSendDone(size_t wire_bytes, int64_t latency_ns) {
     // than a chunk or two in flight) the busy rate above only shows the
     // per-chunk latency, while this shows the room left.
     latency_sum_ = latency_sum_ * kDecay + std::max<int64_t>(latency_ns, 1);
-    chunk_bytes_sum_ = chunk_bytes_sum_ * kDecay + wire_bytes;
     if (policy_ != nullptr) {
-      policy_->OnWire(static_cast<double>(max_inflight_) * chunk_bytes_sum_ /
+      policy_->OnWire(static_cast<double>(max_inflight_) * wire_bytes_sum_ /
                       (latency_sum_ * 1e-9));
     }
-    in_flight_bytes_ -= wire_bytes;
     if (shaping_ != nullptr || queue_.empty()) {
       --in_flight_;  // the shaped loop sends the next one
       return;
     }
     next = std::make_shared<SendItem>(std::move(queue_.front()));
     queue_.pop_front();
-    in_flight_bytes_ += next->header.size() + next->payload.size();
   }
   Send(std::move(next));
 }
@@ -156,7 +147,6 @@ void Sender::ShapedLoop() {
       absl::MutexLock lock(&mu_);
       const int64_t now = NowNs();
       if (in_flight_++ == 0) wire_mark_ns_ = now;
-      in_flight_bytes_ += wire_bytes;
       if (wire_Bps_ > 0) {
         wire_free_ns_ = std::max(wire_free_ns_, now) +
                         static_cast<int64_t>(wire_bytes * 1e9 / wire_Bps_);

@@ -52,9 +52,6 @@ class Sender {
 
   void Enqueue(SendItem item);
 
-  // The measured wire throughput in bytes/s (0 until measured).
-  double wire_Bps() const;
-
  private:
   void Send(std::shared_ptr<SendItem> item);
   void OnSendDone(size_t wire_bytes, int64_t latency_ns);
@@ -68,16 +65,15 @@ class Sender {
   mutable absl::Mutex mu_;
   std::deque<SendItem> queue_ ABSL_GUARDED_BY(mu_);
   size_t in_flight_ ABSL_GUARDED_BY(mu_) = 0;
-  uint64_t in_flight_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   // Since when the wire has been busy without a break, or its last
   // completion within that stretch.
   int64_t wire_mark_ns_ ABSL_GUARDED_BY(mu_) = 0;
   double wire_bytes_sum_ ABSL_GUARDED_BY(mu_) = 0;  // decayed, see .cc
   double wire_time_sum_ ABSL_GUARDED_BY(mu_) = 0;
   double wire_Bps_ ABSL_GUARDED_BY(mu_) = 0;
-  // Decayed sums of chunk latencies (send to ack, ns) and their bytes.
+  // Decayed sum of chunk latencies (send to ack, ns), over the same
+  // completions as wire_bytes_sum_.
   double latency_sum_ ABSL_GUARDED_BY(mu_) = 0;
-  double chunk_bytes_sum_ ABSL_GUARDED_BY(mu_) = 0;
   // When the link would have carried everything sent so far, at wire_Bps_
   // (shaped sends only).
   int64_t wire_free_ns_ ABSL_GUARDED_BY(mu_) = 0;

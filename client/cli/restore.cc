@@ -176,8 +176,7 @@ int RunRestore(const RestoreArgs& a) {
     return Fail("restore", absl::FailedPreconditionError(absl::StrCat(
                                "cannot create ", a.out, ": ", ec.message())));
   }
-  ChunkIo io(session->servers.get(), session->executor.get(), a.job, "raw", {},
-             16);
+  ChunkIo io(session->executor.get(), a.job, "raw", {}, 16);
   uint64_t bytes = 0;
   if (a.consolidate) {
     std::string path = a.out + "/model.safetensors";
@@ -216,8 +215,7 @@ int RunVerify(const VerifyArgs& a) {
   if (!session.ok()) return Fail("verify", session.status());
   auto reply = CompleteStep(*session, a.job, a.step);
   if (!reply.ok()) return Fail("verify", reply.status());
-  ChunkIo io(session->servers.get(), session->executor.get(), a.job, "raw", {},
-             16);
+  ChunkIo io(session->executor.get(), a.job, "raw", {}, 16);
   std::vector<FetchItem> items;
   std::vector<std::string> labels;
   uint64_t bytes = 0;
