@@ -137,6 +137,13 @@ int Main(int argc, char** argv) {
     flags.PrintUsage();
     return 0;
   }
+  const std::string adaptive_flag = flags.Get("adaptive");
+  if (adaptive_flag != "0" && adaptive_flag != "1") {
+    return Fail("incremental",
+                absl::InvalidArgumentError("--adaptive must be 0 or 1, got '" +
+                                           adaptive_flag + "'"));
+  }
+  const bool adaptive = adaptive_flag == "1";
   auto size = flags.GetSize("size");
   auto steps = flags.GetInt("steps");
   auto chunk_size = flags.GetSize("chunk-size");
@@ -189,7 +196,7 @@ int Main(int argc, char** argv) {
     o.codec = r.codec;
     // The question is bytes: every chunk encoded, whatever the link speed
     // (--adaptive to let "auto" send raw where encoding is the bottleneck).
-    o.adaptive_codec = flags.Get("adaptive") == "1";
+    o.adaptive_codec = adaptive;
     // The comparison is the codec alone on each full chunk: no deltas.
     if (r.codec != codec) o.delta_chain_max = 0;
     o.pipeline_threads = atoi(flags.Get("pipeline-threads").c_str());
@@ -294,8 +301,8 @@ int Main(int argc, char** argv) {
   if (!flags.Get("trace").empty()) {
     auto trace = ReadTrace(flags.Get("trace"));
     if (!trace.ok()) return Fail("incremental", trace.status());
-    s = ReplayTrace(*trace, (*dir)->path() + "/trace", *chunk_size,
-                    flags.Get("adaptive") == "1", &result);
+    s = ReplayTrace(*trace, (*dir)->path() + "/trace", *chunk_size, adaptive,
+                    &result);
     if (!s.ok()) return Fail("incremental", WithContext(s, "trace"));
   }
 

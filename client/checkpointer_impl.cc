@@ -469,6 +469,7 @@ class CheckpointerImpl : public Checkpointer {
 
 Status ValidateOptions(const CheckpointerOptions& o) {
   STAGGER_RETURN_IF_ERROR(format::ValidateName("job", o.job));
+  STAGGER_RETURN_IF_ERROR(Shaping::Validate(o));
   if (o.world_size == 0) {
     return absl::InvalidArgumentError("world_size must be at least 1");
   }

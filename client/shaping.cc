@@ -33,8 +33,7 @@ uint64_t Burst(double rate, uint64_t chunk_size) {
 
 }  // namespace
 
-Result<std::unique_ptr<Shaping>> Shaping::Make(const CheckpointerOptions& o,
-                                               qos::Clock* clock) {
+Status Shaping::Validate(const CheckpointerOptions& o) {
   STAGGER_RETURN_IF_ERROR(CheckRate("qos_deadline_s", o.qos_deadline_s));
   STAGGER_RETURN_IF_ERROR(CheckRate("qos_floor_Bps", o.qos_floor_Bps));
   STAGGER_RETURN_IF_ERROR(CheckRate("qos_max_Bps", o.qos_max_Bps));
@@ -54,6 +53,12 @@ Result<std::unique_ptr<Shaping>> Shaping::Make(const CheckpointerOptions& o,
                      "\"",
                      o.qos_yield, "\""));
   }
+  return absl::OkStatus();
+}
+
+Result<std::unique_ptr<Shaping>> Shaping::Make(const CheckpointerOptions& o,
+                                               qos::Clock* clock) {
+  STAGGER_RETURN_IF_ERROR(Validate(o));
   auto s = std::unique_ptr<Shaping>(new Shaping());
   s->clock_ = clock != nullptr ? clock : qos::RealClock::Get();
   s->options_ = o;

@@ -46,6 +46,9 @@ class Shaping {
   // tests; nullptr: the real clock.
   static Result<std::unique_ptr<Shaping>> Make(const CheckpointerOptions& o,
                                                qos::Clock* clock = nullptr);
+  // The option checks of Make alone (no files opened), so that bad options
+  // are refused before anything starts.
+  static Status Validate(const CheckpointerOptions& o);
 
   // A save of `raw_bytes` starts now, with `deadline_s` (<= 0: none).
   void StartSave(uint64_t raw_bytes, double deadline_s);
