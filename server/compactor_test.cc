@@ -54,6 +54,9 @@ class CompactorTest : public ::testing::Test {
     so.dir = dir_.path() + "/segments";
     so.fs = fs_.get();
     so.segment_bytes = 64 << 10;
+    // Directory sizes are compared byte for byte below; without this the
+    // open segment's file would be its reservation, not its records.
+    so.preallocate_bytes = 0;
     so.max_batch_bytes = 1 << 20;
     so.queue_depth = 4;
     auto segments = SegmentStore::Open(so);

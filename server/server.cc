@@ -1,5 +1,7 @@
 #include "server/server.h"
 
+#include "format/record.h"
+
 #include <grpcpp/grpcpp.h>
 #include <unistd.h>
 
@@ -125,6 +127,9 @@ Result<std::unique_ptr<Server>> Server::Start(const ServerOptions& options) {
   }
   transport::ListenOptions listen_options;
   listen_options.admission = impl->admission.get();
+  // Room for the record header: the segment store writes a chunk straight
+  // from the buffer it was received into.
+  listen_options.payload_headroom = format::kRecordHeaderSize;
   STAGGER_ASSIGN_OR_RETURN(
       impl->listener,
       transport->Listen(data_listen, impl->data.get(), listen_options));

@@ -1,4 +1,5 @@
-// Buffer: an owned, 4 KiB-aligned byte buffer, the unit payloads travel in.
+// Buffer: an owned, 4 KiB-aligned byte buffer, the unit payloads travel in
+// (aligned at data(), or at data() - headroom() for WithHeadroom).
 // Move-only. Not thread-safe (one owner at a time).
 //
 // A buffer may carry an Attachment that lives exactly as long as its memory:
@@ -31,6 +32,7 @@ class Buffer {
   Buffer(Buffer&& other) noexcept
       : attachment_(std::move(other.attachment_)),
         data_(std::move(other.data_)),
+        headroom_(std::exchange(other.headroom_, 0)),
         size_(std::exchange(other.size_, 0)),
         capacity_(std::exchange(other.capacity_, 0)) {}
   Buffer& operator=(Buffer&& other) noexcept {
@@ -38,6 +40,7 @@ class Buffer {
       Buffer old(std::move(*this));  // freed, then detached, on return
       attachment_ = std::move(other.attachment_);
       data_ = std::move(other.data_);
+      headroom_ = std::exchange(other.headroom_, 0);
       size_ = std::exchange(other.size_, 0);
       capacity_ = std::exchange(other.capacity_, 0);
     }
@@ -46,12 +49,13 @@ class Buffer {
   // Allocates `size` bytes (uninitialised), aligned to kAlignment; capacity
   // is rounded up to a multiple of kAlignment. Aborts only if the process is
   // out of memory, like operator new.
-  explicit Buffer(size_t size) : size_(size) {
-    if (size == 0) return;
-    capacity_ = (size + kAlignment - 1) / kAlignment * kAlignment;
-    void* p = std::aligned_alloc(kAlignment, capacity_);
-    if (p == nullptr) std::abort();
-    data_.reset(static_cast<char*>(p));
+  explicit Buffer(size_t size) : Buffer(size, 0) {}
+  // `size` bytes placed `headroom` bytes into an allocation that starts on
+  // a kAlignment boundary and is a multiple of it: room for a header to be
+  // written in front of the bytes without moving them (the segment store
+  // writes a received chunk and its record header to disk this way).
+  static Buffer WithHeadroom(size_t size, size_t headroom) {
+    return Buffer(size, headroom);
   }
   static Buffer CopyOf(std::string_view bytes) {
     Buffer b(bytes.size());
@@ -59,12 +63,16 @@ class Buffer {
     return b;
   }
 
-  char* data() { return data_.get(); }
-  const char* data() const { return data_.get(); }
+  char* data() { return data_.get() + headroom_; }
+  const char* data() const { return data_.get() + headroom_; }
   size_t size() const { return size_; }
+  // Bytes from data() to the end of the allocation.
   size_t capacity() const { return capacity_; }
   bool empty() const { return size_ == 0; }
-  std::string_view view() const { return {data_.get(), size_}; }
+  std::string_view view() const { return {data(), size_}; }
+  // Bytes in front of data() (WithHeadroom); data() - headroom() is
+  // kAlignment-aligned and the allocation is headroom() + capacity() bytes.
+  size_t headroom() const { return headroom_; }
   // Shrinks (never grows past capacity) the logical size.
   void resize(size_t n) {
     if (n <= capacity_) size_ = n;
@@ -76,13 +84,25 @@ class Buffer {
   }
 
  private:
+  Buffer(size_t size, size_t headroom) : size_(size) {
+    if (size == 0 && headroom == 0) return;
+    const size_t block =
+        (headroom + size + kAlignment - 1) / kAlignment * kAlignment;
+    void* p = std::aligned_alloc(kAlignment, block);
+    if (p == nullptr) std::abort();
+    data_.reset(static_cast<char*>(p));
+    headroom_ = headroom;
+    capacity_ = block - headroom;
+  }
+
   struct Free {
     void operator()(char* p) const { std::free(p); }
   };
   // Declared before data_: members die in reverse order, so the memory is
   // freed first.
   std::unique_ptr<Attachment> attachment_;
-  std::unique_ptr<char, Free> data_;
+  std::unique_ptr<char, Free> data_;  // the allocation, headroom first
+  size_t headroom_ = 0;
   size_t size_ = 0;
   size_t capacity_ = 0;
 };

@@ -118,6 +118,12 @@ struct ListenOptions {
   // Not owned; nullptr: payloads are taken in as they come (UCX still
   // bounds the bytes being pulled at once: max_inflight_pull_bytes).
   PullAdmission* admission = nullptr;
+  // Received payloads are placed this many bytes into a 4 KiB-aligned
+  // allocation (Buffer::WithHeadroom), so a handler can put a header in
+  // front of them without moving the bytes. A hint: a transport may deliver
+  // a payload without it (in-process payloads arrive as the caller's
+  // Buffer).
+  size_t payload_headroom = 0;
 };
 
 // A listening endpoint; destroying it stops accepting and closes its

@@ -64,6 +64,7 @@ class UcxTransport final : public Transport {
     STAGGER_ASSIGN_OR_RETURN(auto host_port, SplitHostPort(address));
     UcxLoopOptions options = loop_options_;
     options.admission = listen_options.admission;
+    options.payload_headroom = listen_options.payload_headroom;
     STAGGER_ASSIGN_OR_RETURN(
         auto loop, UcxServerLoop::Create(context_, options, host_port.first,
                                          host_port.second, handler));

@@ -336,5 +336,55 @@ TEST(UcxAdmissionTest, PullsBeyondTheInflightLimitWaitAndComplete) {
   EXPECT_EQ(handler.requests(), kCalls);
 }
 
+// Records where each received payload sits in its allocation.
+class HeadroomProbe : public RequestHandler {
+ public:
+  void OnRequest(Message request,
+                 std::unique_ptr<ReplyChannel> reply) override {
+    const Buffer& b = request.payload;
+    const auto base = reinterpret_cast<uintptr_t>(b.data()) - b.headroom();
+    std::string facts = absl::StrCat(b.headroom(), " ", base % Buffer::kAlignment,
+                                     " ", (b.headroom() + b.capacity()) %
+                                              Buffer::kAlignment);
+    reply->Send(1, facts, std::move(request.payload));
+  }
+};
+
+TEST(UcxHeadroomTest, PulledPayloadsLeaveTheAskedRoomInFront) {
+  auto t = NewUcxTransport();
+  ASSERT_TRUE(t.ok()) << t.status();
+  HeadroomProbe handler;
+  ListenOptions lo;
+  lo.payload_headroom = 64;
+  auto listener = (*t)->Listen("127.0.0.1:0", &handler, lo);
+  ASSERT_TRUE(listener.ok()) << listener.status();
+  auto conn = (*t)->Connect((*listener)->address());
+  ASSERT_TRUE(conn.ok()) << conn.status();
+  std::string payload(1 << 20, '\0');
+  std::mt19937 rng(3);
+  for (char& c : payload) c = static_cast<char>(rng());
+  auto r = (*conn)->CallSync(1, "h", payload);
+  ASSERT_TRUE(r.ok()) << r.status();
+  // 64 bytes of headroom, an aligned allocation, a whole number of blocks,
+  // and the bytes themselves intact.
+  EXPECT_EQ(r->header, "64 0 0");
+  EXPECT_EQ(r->payload.view(), payload);
+}
+
+TEST(BufferTest, WithHeadroomPlacesBytesAfterTheRoom) {
+  Buffer b = Buffer::WithHeadroom(5000, 64);
+  EXPECT_EQ(b.size(), 5000u);
+  EXPECT_EQ(b.headroom(), 64u);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(b.data() - 64) % Buffer::kAlignment,
+            0u);
+  EXPECT_EQ(b.headroom() + b.capacity(), 8192u);
+  Buffer moved = std::move(b);
+  EXPECT_EQ(moved.headroom(), 64u);
+  EXPECT_EQ(b.headroom(), 0u);
+  Buffer plain(100);
+  EXPECT_EQ(plain.headroom(), 0u);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(plain.data()) % Buffer::kAlignment, 0u);
+}
+
 }  // namespace
 }  // namespace stagger::transport

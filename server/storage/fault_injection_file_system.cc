@@ -64,6 +64,12 @@ class FaultInjectionFileSystem::FaultFile final : public File {
   }
 
   Result<uint64_t> Size() override { return base_->Size(); }
+
+  Status Allocate(uint64_t offset, uint64_t len) override {
+    STAGGER_RETURN_IF_ERROR(fs_->AdmitAllocate(path(), len));
+    return base_->Allocate(offset, len);
+  }
+
   bool direct_io() const override { return base_->direct_io(); }
   const std::string& path() const override { return base_->path(); }
 
@@ -131,6 +137,16 @@ uint64_t FaultInjectionFileSystem::write_requests() const {
 uint64_t FaultInjectionFileSystem::syncs() const {
   absl::MutexLock l(&mu_);
   return syncs_;
+}
+
+Status FaultInjectionFileSystem::AdmitAllocate(const std::string& path,
+                                              uint64_t len) {
+  absl::MutexLock l(&mu_);
+  if (!active_) return Inactive("fallocate", path);
+  // Reserving counts nothing against the space left (the bytes are
+  // charged when written) but fails where the disk could not hold them.
+  if (no_space_ && len > space_left_) return IoError("fallocate", path, ENOSPC);
+  return absl::OkStatus();
 }
 
 size_t FaultInjectionFileSystem::Admit(const std::string& path, size_t len,

@@ -4,7 +4,8 @@
 //
 //  - FailNthWrite: one write request fails (nothing of it is written);
 //  - SetNoSpaceAfter: the disk "fills up" after N more bytes (ENOSPC ->
-//    RESOURCE_EXHAUSTED; the crossing write is written up to the limit);
+//    RESOURCE_EXHAUSTED; the crossing write is written up to the limit;
+//    File::Allocate of more than what is left fails);
 //  - FailNextSyncs: fdatasync fails;
 //  - CrashAfterWrites / SetActive(false): the process "dies": later writes,
 //    syncs, creations and removals fail with UNAVAILABLE;
@@ -99,6 +100,10 @@ class FaultInjectionFileSystem : public FileSystem {
   // Decides the fate of one write request. Returns the number of bytes to
   // pass to the base (≤ len) and sets *error when the request fails.
   size_t Admit(const std::string& path, size_t len, bool direct, Status* error);
+  // Decides whether a reservation (File::Allocate) of `len` bytes may
+  // proceed: UNAVAILABLE when inactive, RESOURCE_EXHAUSTED past the space
+  // left.
+  Status AdmitAllocate(const std::string& path, uint64_t len);
   void Written(const std::string& path, uint64_t end);
   uint64_t WrittenEnd(const std::string& path);
   Status BeforeSync();

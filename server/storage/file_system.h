@@ -88,6 +88,16 @@ class File {
   // Current size in bytes.
   virtual Result<uint64_t> Size() = 0;
 
+  // Reserves disk blocks for [offset, offset + len) and extends the size to
+  // cover them (fallocate mode 0); bytes never written read as zeros.
+  // Writes into reserved blocks below the size are overwrites, which the
+  // kernel runs in parallel (O_DIRECT writes that extend a file are
+  // serialized on the inode). RESOURCE_EXHAUSTED when the disk lacks the
+  // space, UNIMPLEMENTED where the filesystem cannot reserve.
+  virtual Status Allocate(uint64_t offset, uint64_t len) {
+    return absl::UnimplementedError("fallocate not supported");
+  }
+
   // True when the file was opened with O_DIRECT.
   virtual bool direct_io() const = 0;
   virtual const std::string& path() const = 0;

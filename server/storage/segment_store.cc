@@ -79,8 +79,9 @@ class SegmentStore::Impl {
     uint64_t id = 0;
     std::string path;
     std::unique_ptr<File> file;
-    uint64_t size = 0;     // bytes placed, written or not
-    uint64_t durable = 0;  // bytes synced and acknowledged
+    uint64_t size = 0;       // bytes placed, written or not
+    uint64_t durable = 0;    // bytes synced and acknowledged
+    uint64_t allocated = 0;  // file size reserved by Allocate
   };
   struct JobState {
     uint64_t next_id = kFirstSegmentId;
@@ -120,7 +121,20 @@ class SegmentStore::Impl {
   Status WriteSegments(const std::vector<Segment*>& touched,
                        const std::vector<Placement>& placements);
   Status FlushPieces(std::vector<Piece>* pieces);
+  // When `p`'s payload was received with room for the record header in
+  // front (transport::Buffer::WithHeadroom) and for the padding behind,
+  // lays the record out in place (header and zero padding written around
+  // the payload) and returns its start; otherwise nullptr (the record is
+  // copied into staging buffers).
+  char* InPlaceRecord(Pending& p);
   void Abandon(Segment* segment);
+  // Reserves space for `segment`'s placed bytes and as much again, up to
+  // options_.preallocate_bytes more (not beyond the segment limit unless a
+  // record needs it).
+  // Failures only cost speed: writes extend the file instead.
+  void Reserve(Segment* segment);
+  // Cuts a segment's unused reservation off (best effort).
+  void Trim(Segment* segment);
   // Marks segment `id` of `job` unsealed; called before its file exists.
   void Unseal(const std::string& job, uint64_t id);
   // After a batch's callbacks ran: only each job's current segment stays
@@ -131,7 +145,8 @@ class SegmentStore::Impl {
   Result<std::unique_ptr<File>> OpenForRead(const std::string& job,
                                             uint64_t segment);
   // Reads and verifies the record at `offset` of an open segment; `size` is
-  // the file's size. DATA_LOSS for a torn or corrupt record.
+  // the file's size. DATA_LOSS for a torn or corrupt record, OUT_OF_RANGE
+  // when the header is all zeros (reserved space, never written).
   Result<format::RecordHeader> ReadRecordAt(File* file, uint64_t size,
                                             uint64_t offset,
                                             transport::Buffer* out);
@@ -140,6 +155,8 @@ class SegmentStore::Impl {
   const std::unique_ptr<FileSystem> owned_fs_;
   FileSystem* const fs_;
   std::atomic<bool> direct_{true};
+  // Cleared when the file system cannot reserve space at all.
+  bool preallocate_ = true;
 
   absl::Mutex mu_;
   std::deque<Pending> queue_ ABSL_GUARDED_BY(mu_);
@@ -214,7 +231,10 @@ void SegmentStore::Impl::WriterLoop() {
     ++batches_done_;
   }
   fs_->UnregisterBuffers();
-  for (auto& [job, state] : jobs_) state.current.reset();
+  for (auto& [job, state] : jobs_) {
+    if (state.current != nullptr) Trim(state.current.get());
+    state.current.reset();
+  }
 }
 
 Result<SegmentStore::Impl::JobState*> SegmentStore::Impl::GetJob(
@@ -292,7 +312,10 @@ void SegmentStore::Impl::Commit(std::vector<Pending>& batch) {
     placements.push_back(Placement{&p, s, s->size});
     s->size += p.record_size;
   }
-  if (error.ok()) error = WriteSegments(touched, placements);
+  if (error.ok()) {
+    for (Segment* s : touched) Reserve(s);
+    error = WriteSegments(touched, placements);
+  }
   for (size_t i = 0; error.ok() && i < touched.size(); ++i) {
     error = touched[i]->file->Sync();
   }
@@ -302,6 +325,7 @@ void SegmentStore::Impl::Commit(std::vector<Pending>& batch) {
   }
   if (error.ok()) {
     for (Segment* s : touched) s->durable = s->size;
+    for (auto& s : retired) Trim(s.get());
     if (dirs_to_sync.count(options_.dir) != 0) {
       for (const Placement& pl : placements) {
         jobs_[pl.item->job].dir_durable = true;
@@ -407,6 +431,39 @@ Status SegmentStore::Impl::RemoveSegment(const std::string& job, uint64_t id) {
   return fs_->SyncDir(dir);
 }
 
+void SegmentStore::Impl::Reserve(Segment* segment) {
+  const uint64_t step = options_.preallocate_bytes;
+  if (!preallocate_ || step == 0 || segment->allocated >= segment->size) {
+    return;
+  }
+  // As far ahead as the segment already holds, up to `step`: a job that
+  // writes little reserves little.
+  const uint64_t ahead = std::min(step, segment->size);
+  uint64_t target = (segment->size + ahead + format::kRecordAlignment - 1) /
+                    format::kRecordAlignment * format::kRecordAlignment;
+  target = std::max(segment->size,
+                    std::min(target, std::max(options_.segment_bytes,
+                                              segment->allocated)));
+  Status s = segment->file->Allocate(segment->allocated,
+                                     target - segment->allocated);
+  if (s.ok()) {
+    segment->allocated = target;
+  } else if (absl::IsUnimplemented(s)) {
+    preallocate_ = false;  // this file system cannot; stop asking
+  }
+  // RESOURCE_EXHAUSTED and the rest: the writes themselves say whether the
+  // bytes fit.
+}
+
+void SegmentStore::Impl::Trim(Segment* segment) {
+  if (segment->allocated <= segment->durable) return;
+  // A cut that fails leaves zeros after the last record: Scan ends there,
+  // and the compactor counts them as dead bytes.
+  if (fs_->Truncate(segment->path, segment->durable).ok()) {
+    segment->allocated = segment->durable;
+  }
+}
+
 void SegmentStore::Impl::Abandon(Segment* segment) {
   segment->file.reset();
   if (segment->durable == 0) {
@@ -437,7 +494,14 @@ Status SegmentStore::Impl::WriteSegments(
     for (const Placement& pl : placements) {
       if (pl.segment != seg) continue;
       if (offset == UINT64_MAX) offset = pl.offset;
-      const Pending& p = *pl.item;
+      Pending& p = *pl.item;
+      if (char* record = InPlaceRecord(p); record != nullptr) {
+        // Written from the buffer it arrived in: no copy.
+        if (used > 0) STAGGER_RETURN_IF_ERROR(emit(seg, &offset));
+        pieces.push_back(Piece{seg, offset, record, p.record_size});
+        offset += p.record_size;
+        continue;
+      }
       char header[format::kRecordHeaderSize];
       format::EncodeRecordHeader(p.header, header);
       const uint64_t payload_end =
@@ -473,6 +537,19 @@ Status SegmentStore::Impl::WriteSegments(
     if (used > 0) STAGGER_RETURN_IF_ERROR(emit(seg, &offset));
   }
   return FlushPieces(&pieces);
+}
+
+char* SegmentStore::Impl::InPlaceRecord(Pending& p) {
+  transport::Buffer& b = p.payload;
+  if (b.headroom() != format::kRecordHeaderSize ||
+      b.capacity() + b.headroom() < p.record_size) {
+    return nullptr;
+  }
+  char* record = b.data() - format::kRecordHeaderSize;
+  format::EncodeRecordHeader(p.header, record);
+  const size_t payload_end = format::kRecordHeaderSize + b.size();
+  std::memset(record + payload_end, 0, p.record_size - payload_end);
+  return record;
 }
 
 Status SegmentStore::Impl::FlushPieces(std::vector<Piece>* pieces) {
@@ -513,6 +590,11 @@ Result<format::RecordHeader> SegmentStore::Impl::ReadRecordAt(
   STAGGER_RETURN_IF_ERROR(file->ReadAt(absl::MakeSpan(&r, 1)));
   if (r.bytes_read < r.len) {
     return absl::DataLossError("torn record: segment ends inside it");
+  }
+  if (std::all_of(first.data(), first.data() + format::kRecordHeaderSize,
+                   [](char c) { return c == 0; })) {
+    // Reserved space never written: the segment's records end here.
+    return absl::OutOfRangeError("end of records");
   }
   STAGGER_ASSIGN_OR_RETURN(format::RecordHeader h,
                            format::DecodeRecordHeader(std::string_view(
@@ -595,6 +677,7 @@ Status SegmentStore::Impl::Scan(
     for (uint64_t offset = 0; offset < *size;) {
       transport::Buffer record;
       auto h = ReadRecordAt(file->get(), *size, offset, &record);
+      if (absl::IsOutOfRange(h.status())) break;  // zeros: reserved space
       if (!h.ok()) {
         if (!absl::IsDataLoss(h.status())) {
           return WithContext(h.status(), Where(job, id, offset));

@@ -5,7 +5,9 @@
 // Layout: <dir>/<job>/<segment id, 8 digits>.seg. A store never appends to a
 // segment that existed when it opened: a crash leaves at most a torn tail in
 // an old segment, which readers never reach because the index only points at
-// records that were durable.
+// records that were durable. Space is reserved ahead of the appends
+// (SegmentStoreOptions::preallocate_bytes), so a segment left by a crash may
+// end in zeros; an all-zero record header is the end of a segment's records.
 //
 // Writes are group-committed: the writer takes every pending append (across
 // jobs and clients), issues the writes with several in flight, waits for all
@@ -45,6 +47,12 @@ struct SegmentStoreOptions {
   uint64_t segment_bytes = 1ull << 30;   // roll to a new segment past this
   size_t max_batch_bytes = 64ull << 20;  // bytes per group commit
   size_t queue_depth = 32;               // writes in flight
+  // Reserve disk space ahead of the appends to a segment (File::Allocate):
+  // as much again as the segment holds, at most this many bytes, so that
+  // its writes are overwrites the kernel runs in parallel instead of
+  // extending writes it serializes. The unused reservation is cut off when
+  // the segment is retired or the store closes. 0: never reserve.
+  uint64_t preallocate_bytes = 64ull << 20;
 };
 
 struct SegmentInfo {
@@ -83,7 +91,8 @@ class SegmentStore {
                             const IOOptions& io = {});
 
   // Visits every intact record of `job` in segment order; stops at the
-  // first torn or corrupt record of each segment (reported to `on_error`).
+  // first torn or corrupt record of each segment (reported to `on_error`)
+  // and, silently, at reserved space that was never written.
   Status Scan(const std::string& job,
               const std::function<void(const format::RecordHeader&,
                                        const ChunkLocation&)>& on_record,

@@ -64,6 +64,9 @@ struct UcxLoopOptions {
   // Not owned; asked before each rendezvous pull (transport.h). nullptr:
   // pull as soon as max_inflight_pull_bytes allows.
   transport::PullAdmission* admission = nullptr;
+  // Pulled payloads start this many bytes into their aligned allocation
+  // (transport::ListenOptions::payload_headroom).
+  size_t payload_headroom = 0;
 };
 
 class UcxWorkerLoop : public std::enable_shared_from_this<UcxWorkerLoop> {

@@ -6,6 +6,8 @@
 
 #include <cerrno>
 
+#include "absl/strings/str_cat.h"
+
 namespace stagger::storage_internal {
 
 FdFile::~FdFile() {
@@ -16,6 +18,19 @@ Result<uint64_t> FdFile::Size() {
   struct stat st;
   if (::fstat(fd_, &st) != 0) return server::IoError("fstat", path_, errno);
   return static_cast<uint64_t>(st.st_size);
+}
+
+Status FdFile::Allocate(uint64_t offset, uint64_t len) {
+  while (::fallocate(fd_, 0, static_cast<off_t>(offset),
+                     static_cast<off_t>(len)) != 0) {
+    if (errno == EINTR) continue;
+    if (errno == EOPNOTSUPP) {
+      return absl::UnimplementedError(
+          absl::StrCat("fallocate ", path_, ": not supported here"));
+    }
+    return server::IoError("fallocate", path_, errno);
+  }
+  return absl::OkStatus();
 }
 
 Status PwriteAll(int fd, const std::string& path,
