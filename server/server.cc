@@ -1,13 +1,12 @@
 #include "server/server.h"
 
-#include "format/record.h"
-
 #include <grpcpp/grpcpp.h>
 #include <unistd.h>
 
 #include <filesystem>
 
 #include "absl/strings/str_cat.h"
+#include "format/record.h"
 #include "qos/executor.h"
 #include "server/compactor.h"
 #include "server/control_service.h"

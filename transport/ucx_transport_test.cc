@@ -343,9 +343,9 @@ class HeadroomProbe : public RequestHandler {
                  std::unique_ptr<ReplyChannel> reply) override {
     const Buffer& b = request.payload;
     const auto base = reinterpret_cast<uintptr_t>(b.data()) - b.headroom();
-    std::string facts = absl::StrCat(b.headroom(), " ", base % Buffer::kAlignment,
-                                     " ", (b.headroom() + b.capacity()) %
-                                              Buffer::kAlignment);
+    std::string facts =
+        absl::StrCat(b.headroom(), " ", base % Buffer::kAlignment, " ",
+                     (b.headroom() + b.capacity()) % Buffer::kAlignment);
     reply->Send(1, facts, std::move(request.payload));
   }
 };

@@ -140,7 +140,7 @@ uint64_t FaultInjectionFileSystem::syncs() const {
 }
 
 Status FaultInjectionFileSystem::AdmitAllocate(const std::string& path,
-                                              uint64_t len) {
+                                               uint64_t len) {
   absl::MutexLock l(&mu_);
   if (!active_) return Inactive("fallocate", path);
   // Reserving counts nothing against the space left (the bytes are

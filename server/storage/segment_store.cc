@@ -441,11 +441,11 @@ void SegmentStore::Impl::Reserve(Segment* segment) {
   const uint64_t ahead = std::min(step, segment->size);
   uint64_t target = (segment->size + ahead + format::kRecordAlignment - 1) /
                     format::kRecordAlignment * format::kRecordAlignment;
-  target = std::max(segment->size,
-                    std::min(target, std::max(options_.segment_bytes,
-                                              segment->allocated)));
-  Status s = segment->file->Allocate(segment->allocated,
-                                     target - segment->allocated);
+  target = std::max(
+      segment->size,
+      std::min(target, std::max(options_.segment_bytes, segment->allocated)));
+  Status s =
+      segment->file->Allocate(segment->allocated, target - segment->allocated);
   if (s.ok()) {
     segment->allocated = target;
   } else if (absl::IsUnimplemented(s)) {
@@ -592,7 +592,7 @@ Result<format::RecordHeader> SegmentStore::Impl::ReadRecordAt(
     return absl::DataLossError("torn record: segment ends inside it");
   }
   if (std::all_of(first.data(), first.data() + format::kRecordHeaderSize,
-                   [](char c) { return c == 0; })) {
+                  [](char c) { return c == 0; })) {
     // Reserved space never written: the segment's records end here.
     return absl::OutOfRangeError("end of records");
   }

@@ -367,9 +367,10 @@ bool UcxWorkerLoop::StartPulls() {
       continue;
     }
     // With the header in the data, the payload is copied out below anyway.
-    op->data = op->frame.header_in_data()
-                   ? Buffer(op->length)
-                   : Buffer::WithHeadroom(op->length, options_.payload_headroom);
+    op->data =
+        op->frame.header_in_data()
+            ? Buffer(op->length)
+            : Buffer::WithHeadroom(op->length, options_.payload_headroom);
     ucp_request_param_t param{};
     param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK |
                          UCP_OP_ATTR_FIELD_USER_DATA |
