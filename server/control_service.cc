@@ -48,12 +48,15 @@ grpc::Status ControlService::CommitShard(grpc::ServerContext*,
                                          pb::CommitShardReply* reply) {
   auto info = meta_->CommitShard(req->manifest(), req->chunks_elsewhere());
   if (!info.ok()) {
+    ++counters_.failed_commits;
     return ToGrpc(WithContext(
         info.status(), absl::StrCat("commit of job '", req->manifest().job(),
                                     "' step ", req->manifest().step(), " rank ",
                                     req->manifest().rank())));
   }
   *reply->mutable_step() = *info;
+  ++counters_.shard_commits;
+  if (info->complete()) ++counters_.steps_completed;
   if (info->complete() && retention_.keep_last > 0) {
     auto gc = meta_->Gc(req->manifest().job(), retention_.keep_last,
                         retention_.grace_ms);

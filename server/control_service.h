@@ -7,6 +7,7 @@
 #ifndef STAGGER_SERVER_CONTROL_SERVICE_H_
 #define STAGGER_SERVER_CONTROL_SERVICE_H_
 
+#include <atomic>
 #include <string>
 
 #include "proto/stagger.grpc.pb.h"
@@ -27,6 +28,12 @@ inline constexpr int kLiveIdsPerMessage = 1 << 15;
 struct RetentionPolicy {
   uint32_t keep_last = 0;  // 0: keep every step
   int64_t grace_ms = 600 * 1000;
+};
+
+struct ControlCounters {
+  std::atomic<uint64_t> shard_commits{0};    // accepted CommitShard calls
+  std::atomic<uint64_t> steps_completed{0};  // commits that completed a step
+  std::atomic<uint64_t> failed_commits{0};
 };
 
 class ControlService final : public pb::Stagger::Service {
@@ -58,6 +65,8 @@ class ControlService final : public pb::Stagger::Service {
                      grpc::ServerReader<pb::SweepRequest>* reader,
                      pb::SweepReply* reply) override;
 
+  const ControlCounters& counters() const { return counters_; }
+
  private:
   // Schedules a pass over `job` (when compaction is on); with a `report`,
   // fills it with the pass's outcome, waiting no longer than the call's
@@ -70,6 +79,7 @@ class ControlService final : public pb::Stagger::Service {
   std::string data_address_;
   std::string server_id_;
   RetentionPolicy retention_;
+  ControlCounters counters_;
 };
 
 }  // namespace stagger::server

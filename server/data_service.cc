@@ -114,7 +114,14 @@ void DataService::HandlePut(transport::Message request,
     ReplyStatus(reply.get(), DataOp::kPutChunkReply, req.status());
     return;
   }
-  std::shared_ptr<transport::ReplyChannel> shared(std::move(reply));
+  counters_.bytes_received += request.payload.size();
+  ++counters_.puts_in_flight;
+  // Answered exactly once, whichever way the put ends.
+  std::shared_ptr<transport::ReplyChannel> shared(
+      reply.release(), [this](transport::ReplyChannel* r) {
+        delete r;
+        --counters_.puts_in_flight;
+      });
   auto payload =
       std::make_shared<transport::Buffer>(std::move(request.payload));
   // Off the progress thread: the index lookup may touch disk and the store
@@ -215,10 +222,12 @@ void DataService::ReadAndReply(transport::ReplyChannel* reply,
   // Follows the record if compaction moves it during the read.
   auto rec = ReadChunk(meta_, segments_, r.job, r.id, meta);
   if (!rec.ok()) {
+    if (absl::IsDataLoss(rec.status())) ++counters_.verify_failures;
     ReplyStatus(reply, DataOp::kGetChunkReply, rec.status());
     return;
   }
   ++counters_.chunks_read;
+  counters_.bytes_read += rec->payload.size();
   reply->Send(static_cast<uint16_t>(DataOp::kGetChunkReply),
               format::EncodeReply(absl::OkStatus(), &rec->header),
               std::move(rec->payload));

@@ -36,9 +36,14 @@ namespace stagger::server {
 struct DataServiceCounters {
   std::atomic<uint64_t> chunks_written{0};
   std::atomic<uint64_t> chunks_deduplicated{0};
-  std::atomic<uint64_t> bytes_written{0};
+  std::atomic<uint64_t> bytes_written{0};   // payload bytes stored
+  std::atomic<uint64_t> bytes_received{0};  // put payload bytes taken in
   std::atomic<uint64_t> chunks_read{0};
+  std::atomic<uint64_t> bytes_read{0};  // payload bytes sent to readers
+  // Reads that found a record failing its checks (DATA_LOSS).
+  std::atomic<uint64_t> verify_failures{0};
   std::atomic<uint64_t> bad_requests{0};
+  std::atomic<int64_t> puts_in_flight{0};  // taken in, not yet answered
 };
 
 class DataService : public transport::RequestHandler {

@@ -68,6 +68,9 @@ int main(int argc, char** argv) {
                  "(pulled, not yet written; or being read for a restore)")
       ->check(CLI::Range(uint64_t{1}, uint64_t{1} << 20))
       ->capture_default_str();
+  app.add_option("--metrics-listen", options.metrics_listen,
+                 "serve Prometheus metrics at http://HOST:PORT/metrics "
+                 "(port 0 picks a free one; default: no metrics endpoint)");
   CLI11_PARSE(app, argc, argv);
   options.ingest_budget_bytes = ingest_budget_mib << 20;
   options.gc_grace_ms = static_cast<int64_t>(gc_grace_s * 1000);
@@ -88,8 +91,10 @@ int main(int argc, char** argv) {
             std::string(server.status().ToString()).c_str());
     return 1;
   }
-  printf("stagger-server ready grpc=%s data=%s\n",
-         (*server)->grpc_address().c_str(), (*server)->data_address().c_str());
+  const std::string metrics = (*server)->metrics_address();
+  printf("stagger-server ready grpc=%s data=%s%s%s\n",
+         (*server)->grpc_address().c_str(), (*server)->data_address().c_str(),
+         metrics.empty() ? "" : " metrics=", metrics.c_str());
   fflush(stdout);
 
   int sig = 0;

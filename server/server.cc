@@ -7,11 +7,13 @@
 
 #include "absl/strings/str_cat.h"
 #include "format/record.h"
+#include "metrics/http_exporter.h"
 #include "qos/executor.h"
 #include "server/compactor.h"
 #include "server/control_service.h"
 #include "server/data_service.h"
 #include "server/meta_store.h"
+#include "server/metrics_page.h"
 #include "server/storage/segment_store.h"
 #include "transport/transport.h"
 #include "transport/ucx_transport.h"
@@ -32,12 +34,14 @@ class Server::Impl {
   std::unique_ptr<transport::Listener> listener;
   std::unique_ptr<ControlService> control;
   std::unique_ptr<grpc::Server> grpc_server;
+  std::unique_ptr<metrics::HttpExporter> metrics;  // reads all of the above
   std::string grpc_address;
   bool stopped = false;
 
   void Shutdown() {
     if (stopped) return;
     stopped = true;
+    metrics.reset();
     // Compaction first: a Gc waiting for its pass returns at once, so the
     // control plane's shutdown does not wait for a long pass.
     if (compactor) compactor->Stop();
@@ -63,6 +67,9 @@ Server::Server(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Server::~Server() { Shutdown(); }
 void Server::Shutdown() { impl_->Shutdown(); }
 std::string Server::grpc_address() const { return impl_->grpc_address; }
+std::string Server::metrics_address() const {
+  return impl_->metrics ? impl_->metrics->address() : std::string();
+}
 std::string Server::data_address() const {
   return impl_->listener ? impl_->listener->address() : std::string();
 }
@@ -156,6 +163,22 @@ Result<std::unique_ptr<Server>> Server::Start(const ServerOptions& options) {
                      " (address in use or not local?)"));
   }
   impl->grpc_address = absl::StrCat(grpc_hp.first, ":", bound_port);
+  if (!options.metrics_listen.empty()) {
+    MetricsSources sources;
+    sources.data = impl->data.get();
+    sources.control = impl->control.get();
+    sources.segments = impl->segments.get();
+    sources.admission = impl->admission.get();
+    sources.data_dir = options.data_dir;
+    auto exporter = metrics::HttpExporter::Start(
+        options.metrics_listen,
+        [sources] { return RenderServerMetrics(sources); });
+    if (!exporter.ok()) {
+      impl->Shutdown();
+      return exporter.status();
+    }
+    impl->metrics = std::move(*exporter);
+  }
   return std::unique_ptr<Server>(new Server(std::move(impl)));
 }
 

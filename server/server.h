@@ -49,6 +49,8 @@ struct ServerOptions {
   // sent (restore reads, which go first). Must be > 0; one chunk larger
   // than this is still taken when it is alone.
   uint64_t ingest_budget_bytes = 256ull << 20;
+  // HOST:PORT for the Prometheus metrics page (GET /metrics); empty: none.
+  std::string metrics_listen;
 };
 
 class Server {
@@ -65,6 +67,8 @@ class Server {
 
   std::string grpc_address() const;  // "host:port" actually bound
   std::string data_address() const;  // "host:port" or "inproc:name"
+  // "host:port" of the metrics page actually bound; empty without one.
+  std::string metrics_address() const;
   // Admission queue depth, credit in use and per-client bytes in flight
   // (ingest_admission.h); all zero after Shutdown.
   AdmissionStats admission_stats() const;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <deque>
@@ -26,6 +27,11 @@ using storage_internal::ValidateJobName;
 // device busy without pinning much memory per request in flight.
 constexpr size_t kStagingBytes = 1 << 20;
 constexpr uint64_t kFirstSegmentId = 1;  // segment 0 never exists
+
+double SecondsSince(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+      .count();
+}
 
 std::string Where(const std::string& job, uint64_t segment, uint64_t offset) {
   return absl::StrCat("job ", job, " segment ", segment, " offset ", offset);
@@ -65,6 +71,7 @@ class SegmentStore::Impl {
   Result<std::vector<SegmentInfo>> ListSealedSegments(const std::string& job);
   Status RemoveSegment(const std::string& job, uint64_t id);
   bool direct_io() const { return direct_.load(std::memory_order_relaxed); }
+  SegmentStoreStats Stats() const;
 
  private:
   struct Pending {
@@ -158,7 +165,15 @@ class SegmentStore::Impl {
   // Cleared when the file system cannot reserve space at all.
   bool preallocate_ = true;
 
-  absl::Mutex mu_;
+  // Stats() counters, written by the writer thread.
+  std::atomic<uint64_t> records_written_{0};
+  std::atomic<uint64_t> bytes_written_{0};
+  std::atomic<uint64_t> batches_{0};
+  std::atomic<uint64_t> failed_batches_{0};
+  metrics::Histogram write_seconds_;
+  metrics::Histogram sync_seconds_;
+
+  mutable absl::Mutex mu_;
   std::deque<Pending> queue_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   // Batches taken from the queue / fully committed (callbacks run, seals
@@ -314,10 +329,23 @@ void SegmentStore::Impl::Commit(std::vector<Pending>& batch) {
   }
   if (error.ok()) {
     for (Segment* s : touched) Reserve(s);
+    const auto start = std::chrono::steady_clock::now();
     error = WriteSegments(touched, placements);
+    write_seconds_.Observe(SecondsSince(start));
   }
   for (size_t i = 0; error.ok() && i < touched.size(); ++i) {
+    const auto start = std::chrono::steady_clock::now();
     error = touched[i]->file->Sync();
+    sync_seconds_.Observe(SecondsSince(start));
+  }
+  ++batches_;
+  if (!error.ok()) {
+    ++failed_batches_;
+  } else {
+    for (const Placement& pl : placements) {
+      ++records_written_;
+      bytes_written_ += pl.item->record_size;
+    }
   }
   for (auto it = dirs_to_sync.begin(); error.ok() && it != dirs_to_sync.end();
        ++it) {
@@ -756,5 +784,22 @@ Status SegmentStore::RemoveSegment(const std::string& job, uint64_t id) {
 }
 
 bool SegmentStore::direct_io() const { return impl_->direct_io(); }
+
+SegmentStoreStats SegmentStore::Stats() const { return impl_->Stats(); }
+
+SegmentStoreStats SegmentStore::Impl::Stats() const {
+  SegmentStoreStats s;
+  s.records_written = records_written_.load();
+  s.bytes_written = bytes_written_.load();
+  s.batches = batches_.load();
+  s.failed_batches = failed_batches_.load();
+  {
+    absl::MutexLock l(&mu_);
+    s.queued = queue_.size();
+  }
+  s.write_seconds = write_seconds_.Take();
+  s.sync_seconds = sync_seconds_.Take();
+  return s;
+}
 
 }  // namespace stagger::server

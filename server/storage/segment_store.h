@@ -29,6 +29,7 @@
 #include <vector>
 
 #include "format/record.h"
+#include "metrics/histogram.h"
 #include "server/storage/file_system.h"
 #include "stagger/status.h"
 #include "transport/buffer.h"
@@ -66,6 +67,17 @@ struct StoredRecord {
 };
 
 using AppendCallback = std::function<void(Result<ChunkLocation>)>;
+
+// What the writer has done since the store opened (for the metrics page).
+struct SegmentStoreStats {
+  uint64_t records_written = 0;  // acknowledged records
+  uint64_t bytes_written = 0;    // their record bytes (header + padding too)
+  uint64_t batches = 0;          // group commits, failed ones included
+  uint64_t failed_batches = 0;
+  size_t queued = 0;  // appends waiting for the writer now
+  metrics::Histogram::Snapshot write_seconds;  // per batch: all its writes
+  metrics::Histogram::Snapshot sync_seconds;   // per fdatasync
+};
 
 class SegmentStore {
  public:
@@ -114,6 +126,8 @@ class SegmentStore {
 
   // True when segments are written with O_DIRECT (false after a fallback).
   bool direct_io() const;
+
+  SegmentStoreStats Stats() const;
 
  private:
   class Impl;

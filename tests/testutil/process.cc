@@ -96,6 +96,10 @@ Result<std::unique_ptr<ServerProcess>> ServerProcess::Start(
   }
   p->grpc_ = line.substr(kReady.size(), d - kReady.size());
   p->data_ = line.substr(d + 6, nl - d - 6);
+  if (size_t m = p->data_.find(" metrics="); m != std::string::npos) {
+    p->metrics_ = p->data_.substr(m + 9);
+    p->data_.resize(m);
+  }
   return p;
 }
 

@@ -38,12 +38,14 @@ class ServerProcess {
 
   const std::string& grpc() const { return grpc_; }
   const std::string& data() const { return data_; }
+  // The metrics page's address (with --metrics-listen), else empty.
+  const std::string& metrics() const { return metrics_; }
   // Sends `sig` and waits for the process; returns its wait status.
   int Stop(int sig);
 
  private:
   pid_t pid_ = -1;
-  std::string grpc_, data_;
+  std::string grpc_, data_, metrics_;
 };
 
 struct RunResult {

@@ -1,0 +1,125 @@
+#include "server/metrics_page.h"
+
+#include <sys/statvfs.h>
+
+#include "metrics/text_format.h"
+
+namespace stagger::server {
+
+std::string RenderServerMetrics(const MetricsSources& s) {
+  metrics::TextWriter w;
+  if (s.data != nullptr) {
+    const DataServiceCounters& c = s.data->counters();
+    w.Counter("stagger_server_received_bytes_total",
+              "Chunk payload bytes taken in from clients (put requests).",
+              c.bytes_received.load());
+    w.Counter("stagger_server_written_bytes_total",
+              "Chunk payload bytes stored and acknowledged durable.",
+              c.bytes_written.load());
+    w.Counter("stagger_server_chunks_written_total",
+              "Chunks stored and acknowledged durable.",
+              c.chunks_written.load());
+    w.Counter("stagger_server_chunks_deduplicated_total",
+              "Chunks put that were already stored (acknowledged, not "
+              "written again).",
+              c.chunks_deduplicated.load());
+    w.Counter("stagger_server_read_bytes_total",
+              "Chunk payload bytes sent to readers (load, restore, verify).",
+              c.bytes_read.load());
+    w.Counter("stagger_server_chunks_read_total", "Chunks sent to readers.",
+              c.chunks_read.load());
+    w.Counter("stagger_server_verify_failures_total",
+              "Reads that found a stored record failing its checksums.",
+              c.verify_failures.load());
+    w.Counter("stagger_server_bad_requests_total",
+              "Data-plane requests refused as malformed or inconsistent.",
+              c.bad_requests.load());
+    w.Gauge("stagger_server_puts_in_flight",
+            "Put requests taken in and not yet answered (saves being "
+            "written).",
+            static_cast<double>(c.puts_in_flight.load()));
+  }
+  if (s.control != nullptr) {
+    const ControlCounters& c = s.control->counters();
+    w.Counter("stagger_server_shard_commits_total",
+              "Rank manifests committed (CommitShard calls accepted).",
+              c.shard_commits.load());
+    w.Counter("stagger_server_steps_completed_total",
+              "Commits that completed a step (every rank committed).",
+              c.steps_completed.load());
+    w.Counter("stagger_server_commit_failures_total",
+              "CommitShard calls refused (missing chunks, bad manifest).",
+              c.failed_commits.load());
+  }
+  if (s.segments != nullptr) {
+    const SegmentStoreStats st = s.segments->Stats();
+    w.Counter("stagger_server_records_written_total",
+              "Records written to segments and synced.", st.records_written);
+    w.Counter("stagger_server_segment_bytes_written_total",
+              "Segment bytes written and synced (records with their headers "
+              "and padding).",
+              st.bytes_written);
+    w.Counter("stagger_server_commit_batches_total",
+              "Group commits of the segment writer.", st.batches);
+    w.Counter("stagger_server_commit_batches_failed_total",
+              "Group commits that failed (their appends got the error).",
+              st.failed_batches);
+    w.Gauge("stagger_server_write_queue_appends",
+            "Appends waiting for the segment writer.",
+            static_cast<double>(st.queued));
+    w.Histogram("stagger_server_write_seconds",
+                "Time to write one group commit's records (io_uring, all "
+                "writes in flight).",
+                st.write_seconds);
+    w.Histogram("stagger_server_fsync_seconds",
+                "Time of one fdatasync of a segment.", st.sync_seconds);
+  }
+  if (s.admission != nullptr) {
+    const AdmissionStats a = s.admission->Stats();
+    w.Gauge("stagger_server_ingest_budget_bytes",
+            "Admission budget: client bytes allowed in flight inside the "
+            "server.",
+            static_cast<double>(a.budget_bytes));
+    w.Gauge("stagger_server_ingest_in_flight_bytes",
+            "Admission credit in use (pulled or being read, not yet "
+            "written or sent).",
+            static_cast<double>(a.in_flight_bytes));
+    w.Gauge("stagger_server_ingest_queue_depth",
+            "Requests waiting for admission credit.",
+            static_cast<double>(a.queue_depth - a.restore_queue_depth),
+            {{"class", "checkpoint"}});
+    w.Gauge("stagger_server_ingest_queue_depth",
+            "Requests waiting for admission credit.",
+            static_cast<double>(a.restore_queue_depth), {{"class", "restore"}});
+    w.Counter(
+        "stagger_server_ingest_grants_total", "Admission grants since start.",
+        static_cast<double>(a.checkpoint_grants), {{"class", "checkpoint"}});
+    w.Counter("stagger_server_ingest_grants_total",
+              "Admission grants since start.",
+              static_cast<double>(a.restore_grants), {{"class", "restore"}});
+    for (const auto& [client, c] : a.clients) {
+      const std::string id = std::to_string(client);
+      w.Gauge("stagger_server_client_credit_bytes",
+              "Admission credit held by one client connection.",
+              static_cast<double>(c.in_flight_bytes), {{"client", id}});
+      w.Gauge("stagger_server_client_queued_requests",
+              "Requests of one client connection waiting for credit.",
+              static_cast<double>(c.queued), {{"client", id}});
+    }
+  }
+  if (!s.data_dir.empty()) {
+    struct statvfs v;
+    if (::statvfs(s.data_dir.c_str(), &v) == 0) {
+      w.Gauge("stagger_server_disk_free_bytes",
+              "Bytes available to the server on its data directory's "
+              "filesystem.",
+              static_cast<double>(v.f_bavail) * v.f_frsize);
+      w.Gauge("stagger_server_disk_size_bytes",
+              "Size of the data directory's filesystem.",
+              static_cast<double>(v.f_blocks) * v.f_frsize);
+    }
+  }
+  return w.text();
+}
+
+}  // namespace stagger::server
