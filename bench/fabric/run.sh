@@ -36,6 +36,8 @@
 # --deadline-s D        qos deadline (default: 0.8 x J x baseline p50
 #                       iteration)
 # --data DIR            parent of the temporary directory (/tmp)
+# --server-arg ARG      one more stagger-server flag (repeatable), e.g.
+#                       --server-arg=--ingest-budget-mib=64
 #
 # Needs root, iproute2 (ip netns, tc), build/bin/stagger-server (or
 # $STAGGER_BIN_DIR) and the binding in build/python (or $STAGGER_PYTHONPATH).
@@ -69,6 +71,7 @@ save_mode="lazy"
 qos_rate_limit=0
 deadline_s=""
 data="${TMPDIR:-/tmp}"
+server_args=()
 
 need() {
   [[ $# -ge 2 && -n "$2" ]] && return 0
@@ -97,7 +100,9 @@ while [[ $# -gt 0 ]]; do
     --qos-rate-limit-Bps) need "$@"; qos_rate_limit="$2"; shift ;;
     --deadline-s) need "$@"; deadline_s="$2"; shift ;;
     --data) need "$@"; data="$2"; shift ;;
-    -h|--help) sed -n '2,38p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    --server-arg) need "$@"; server_args+=("$2"); shift ;;
+    --server-arg=*) server_args+=("${1#--server-arg=}") ;;
+    -h|--help) sed -n '2,40p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "run.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
   shift
@@ -283,7 +288,7 @@ start_server() {  # MODE
   local mode="$1"
   mkdir -p "$work/data-$mode"
   ip netns exec "$ns_s0" "${ns_env[@]}" "$server_bin" \
-    --data "$work/data-$mode" --listen "$s0_ip:7700" \
+    --data "$work/data-$mode" --listen "$s0_ip:7700" "${server_args[@]}" \
     > "$work/server-$mode.out" 2> "$work/server-$mode.log" &
   server_pid=$!
   for _ in $(seq 1 300); do
