@@ -158,6 +158,13 @@ void SaveJob::Run() {
     ss->set_chunks(stats.chunks);
     ss->set_durable_s(Since(start_));
     ss->set_stall_s(state_->stats().stall_s);
+    ss->set_snapshot_s(stats.snapshot_s);
+    ss->set_chunks_unchanged(stats.chunks_unchanged);
+    ss->set_yield_s(stats.yield_s);
+    ss->set_paced_bytes_per_s(stats.paced_rate_Bps);
+    for (const auto& [codec, n] : stats.codec_chunks) {
+      (*ss->mutable_codec_chunks())[codec] = n;
+    }
     s = CommitShard(*deps_.servers, manifest_).status();
   }
   stats.durable_s = Since(start_);

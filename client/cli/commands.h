@@ -34,6 +34,14 @@ struct VerifyArgs {
 };
 int RunVerify(const VerifyArgs& a);
 
+// Per-rank report of a step: stall, snapshot and durable times, bytes raw
+// and shipped, codec mix, QoS yield, servers used.
+struct ShowArgs {
+  std::string server, job, step = "latest";
+  bool json = false;
+};
+int RunShow(const ShowArgs& a);
+
 struct GcArgs {
   std::string server, job;
   uint32_t keep = 1;

@@ -3,6 +3,7 @@
 //   stagger [--server HOST:PORT] restore --job J --step latest|N --out DIR
 //                                        [--consolidate]
 //   stagger [--server HOST:PORT] verify --job J --step latest|N
+//   stagger [--server HOST:PORT[,...]] show --job J [--step N] [--json]
 //   stagger [--server HOST:PORT[,...]] gc --job J --keep N [--grace-s S]
 //   stagger demo [--servers HOST:PORT[,...]]
 #include <CLI/CLI.hpp>
@@ -42,6 +43,16 @@ int main(int argc, char** argv) {
   verify_cmd->add_option("--step", verify.step, "latest or a step number")
       ->capture_default_str();
 
+  ShowArgs show;
+  auto* show_cmd = app.add_subcommand(
+      "show",
+      "per-rank report of a step: stall, durable time, bytes, codecs, "
+      "QoS yield, servers");
+  show_cmd->add_option("--job", show.job, "job name")->required();
+  show_cmd->add_option("--step", show.step, "latest or a step number")
+      ->capture_default_str();
+  show_cmd->add_flag("--json", show.json, "print JSON");
+
   GcArgs gc;
   auto* gc_cmd = app.add_subcommand(
       "gc", "delete all but the newest complete steps and what only they use");
@@ -73,7 +84,8 @@ int main(int argc, char** argv) {
   demo_cmd->add_option("--job", demo.job, "job name")->capture_default_str();
 
   CLI11_PARSE(app, argc, argv);
-  ls.server = restore.server = verify.server = gc.server = server;
+  ls.server = restore.server = verify.server = gc.server = show.server = server;
+  if (*show_cmd) return RunShow(show);
   if (*ls_cmd) return RunLs(ls);
   if (*restore_cmd) return RunRestore(restore);
   if (*verify_cmd) return RunVerify(verify);

@@ -267,3 +267,63 @@ def test_bad_shards_are_invalid_arguments(tmp_path):
             ck.save({"w": w}, step=1, shards=shards)
         assert e.value.code == "INVALID_ARGUMENT"
         assert message in str(e.value)
+
+
+def test_show_json_matches_the_saves_own_stats(server):
+    import json
+    import os
+    import subprocess
+
+    from conftest import bin_dir
+
+    cks = [stagger.Checkpointer(servers=server, job="shown", rank=r,
+                                world_size=2, chunk_size=65536)
+           for r in range(2)]
+    states = [state(10 + r) for r in range(2)]
+    first = [ck.save(s, step=1) for ck, s in zip(cks, states)]
+    for h in first:
+        h.wait()
+    handles = [ck.save(s, step=2) for ck, s in zip(cks, states)]
+    for h in handles:
+        h.wait()
+    out = subprocess.run(
+        [os.path.join(bin_dir(), "stagger"), "--server", server, "show",
+         "--job", "shown", "--json"],
+        capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    shown = json.loads(out.stdout)
+    assert shown["job"] == "shown"
+    assert shown["step"] == 2
+    assert shown["state"] == "complete"
+    assert [r["rank"] for r in shown["ranks"]] == [0, 1]
+    for row, h in zip(shown["ranks"], handles):
+        st = h.stats()
+        for key in ("bytes_raw", "bytes_shipped", "chunks",
+                    "chunks_unchanged"):
+            assert row[key] == st[key], key
+        assert row["codec_chunks"] == st["codec_chunks"]
+        # Step 2 saved the same bytes again: every chunk a reference.
+        assert row["chunks_unchanged"] == row["chunks"]
+        assert row["bytes_shipped"] == 0
+        assert row["stall_s"] == pytest.approx(st["stall_s"], rel=1e-4)
+        assert row["snapshot_s"] == pytest.approx(st["snapshot_s"], rel=1e-4)
+        # Stored when the commit was sent, so just below the handle's.
+        assert 0 < row["durable_s"] <= st["durable_s"]
+        assert row["servers"] == [server]
+    one = json.loads(subprocess.run(
+        [os.path.join(bin_dir(), "stagger"), "--server", server, "show",
+         "--job", "shown", "--step", "1", "--json"],
+        capture_output=True, text=True, timeout=120, check=True).stdout)
+    for row, h in zip(one["ranks"], first):
+        st = h.stats()
+        assert row["bytes_shipped"] == st["bytes_shipped"] > 0
+        assert row["codec_chunks"] == st["codec_chunks"]
+        assert sum(row["codec_chunks"].values()) == row["chunks"]
+        assert row["ratio"] == pytest.approx(
+            st["bytes_raw"] / st["bytes_shipped"], rel=1e-4)
+    bad = subprocess.run(
+        [os.path.join(bin_dir(), "stagger"), "--server", server, "show",
+         "--job", "shown", "--step", "7"],
+        capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 1
+    assert "step 7" in bad.stderr or "NOT_FOUND" in bad.stderr, bad.stderr

@@ -1,0 +1,126 @@
+// stagger show: what a person wants to know after a save, per rank, from
+// the statistics each rank's client stored with its manifest.
+#include <cstdio>
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "client/cli/commands.h"
+#include "client/cli/session.h"
+#include "client/control.h"
+
+namespace stagger::client {
+namespace {
+
+std::string JsonString(const std::string& s) {
+  std::string out = "\"";
+  for (char c : s) {
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += c;
+    } else if (static_cast<unsigned char>(c) < 0x20) {
+      out += absl::StrFormat("\\u%04x", c);
+    } else {
+      out += c;
+    }
+  }
+  return out + "\"";
+}
+
+// "raw:12 zstd:3"
+std::string CodecMix(const pb::ShardStats& st) {
+  std::vector<std::string> parts;
+  for (const auto& [codec, n] : std::map<std::string, uint64_t>(
+           st.codec_chunks().begin(), st.codec_chunks().end())) {
+    parts.push_back(absl::StrCat(codec, ":", n));
+  }
+  return parts.empty() ? "-" : absl::StrJoin(parts, " ");
+}
+
+// The servers holding the chunks of `shard` (placement: ServerSet).
+std::vector<std::string> ServersOf(ServerSet& servers,
+                                   const pb::ShardManifest& shard) {
+  std::set<std::string> used;
+  for (const pb::TensorEntry& t : shard.tensors()) {
+    for (int i = 0; i < t.chunks_size(); ++i) {
+      used.insert(servers.ForSlot(shard.rank(), t.name(), i).address);
+    }
+  }
+  return {used.begin(), used.end()};
+}
+
+double Ratio(const pb::ShardStats& st) {
+  return st.bytes_shipped() > 0
+             ? static_cast<double>(st.bytes_raw()) / st.bytes_shipped()
+             : 0;
+}
+
+}  // namespace
+
+int RunShow(const ShowArgs& a) {
+  auto step = ParseStep(a.step);
+  if (!step.ok()) return Fail("show", step.status());
+  auto session = OpenSession(a.server);
+  if (!session.ok()) return Fail("show", session.status());
+  auto reply = GetStep(*session->servers, a.job, *step, true, {});
+  if (!reply.ok()) return Fail("show", reply.status());
+  const pb::StepInfo& info = reply->step();
+  if (a.json) {
+    std::vector<std::string> ranks;
+    for (const pb::ShardManifest& m : reply->shards()) {
+      const pb::ShardStats& st = m.stats();
+      std::vector<std::string> codecs, servers;
+      for (const auto& [codec, n] : std::map<std::string, uint64_t>(
+               st.codec_chunks().begin(), st.codec_chunks().end())) {
+        codecs.push_back(absl::StrCat(JsonString(codec), ":", n));
+      }
+      for (const std::string& s : ServersOf(*session->servers, m)) {
+        servers.push_back(JsonString(s));
+      }
+      ranks.push_back(absl::StrCat(
+          "{\"rank\":", m.rank(), ",\"stall_s\":", st.stall_s(),
+          ",\"snapshot_s\":", st.snapshot_s(),
+          ",\"durable_s\":", st.durable_s(), ",\"bytes_raw\":", st.bytes_raw(),
+          ",\"bytes_shipped\":", st.bytes_shipped(), ",\"ratio\":", Ratio(st),
+          ",\"chunks\":", st.chunks(), ",\"chunks_unchanged\":",
+          st.chunks_unchanged(), ",\"codec_chunks\":{",
+          absl::StrJoin(codecs, ","), "},\"yield_s\":", st.yield_s(),
+          ",\"paced_rate_Bps\":", st.paced_bytes_per_s(), ",\"servers\":[",
+          absl::StrJoin(servers, ","), "]}"));
+    }
+    printf(
+        "{\"job\":%s,\"step\":%lld,\"state\":\"%s\",\"world_size\":%u,"
+        "\"ranks\":[%s]}\n",
+        JsonString(a.job).c_str(), static_cast<long long>(info.step()),
+        info.complete() ? "complete" : "partial", info.world_size(),
+        absl::StrJoin(ranks, ",").c_str());
+    return 0;
+  }
+  printf("job %s step %lld: %s, %d of %u ranks committed\n", a.job.c_str(),
+         static_cast<long long>(info.step()),
+         info.complete() ? "complete" : "partial", info.committed_ranks_size(),
+         info.world_size());
+  printf("%-5s %9s %9s %9s %14s %14s %6s %11s %8s  %-24s %s\n", "RANK",
+         "STALL_S", "SNAP_S", "DURABLE_S", "RAW_BYTES", "SHIPPED_BYTES",
+         "RATIO", "UNCHANGED", "YIELD_S", "CODECS", "SERVERS");
+  for (const pb::ShardManifest& m : reply->shards()) {
+    const pb::ShardStats& st = m.stats();
+    printf(
+        "%-5u %9.3f %9.3f %9.3f %14llu %14llu %6.2f %5llu/%-5llu %8.3f  "
+        "%-24s %s\n",
+        m.rank(), st.stall_s(), st.snapshot_s(), st.durable_s(),
+        static_cast<unsigned long long>(st.bytes_raw()),
+        static_cast<unsigned long long>(st.bytes_shipped()), Ratio(st),
+        static_cast<unsigned long long>(st.chunks_unchanged()),
+        static_cast<unsigned long long>(st.chunks()), st.yield_s(),
+        CodecMix(st).c_str(),
+        absl::StrJoin(ServersOf(*session->servers, m), ",").c_str());
+  }
+  return 0;
+}
+
+}  // namespace stagger::client
