@@ -1,7 +1,11 @@
 #include "client/codec_policy.h"
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <chrono>
 #include <cmath>
+#include <cstdio>
 
 namespace stagger::client {
 namespace {
@@ -17,14 +21,61 @@ double Blend(double old_value, double sample, bool first) {
 
 }  // namespace
 
-CodecPolicy::CodecPolicy(int encoder_threads)
-    : threads_(std::max(1, encoder_threads)) {}
+HostCpu HostCpu::Real() {
+  HostCpu h;
+  h.idle_core_seconds = [] {
+    // "cpu  user nice system idle iowait ..." in USER_HZ ticks.
+    std::FILE* f = std::fopen("/proc/stat", "re");
+    if (f == nullptr) return -1.0;
+    unsigned long long v[5] = {0, 0, 0, 0, 0};
+    int n = std::fscanf(f, "cpu %llu %llu %llu %llu %llu", &v[0], &v[1], &v[2],
+                        &v[3], &v[4]);
+    std::fclose(f);
+    if (n != 5) return -1.0;
+    static const double hz = static_cast<double>(::sysconf(_SC_CLK_TCK));
+    return static_cast<double>(v[3] + v[4]) / hz;
+  };
+  h.now_s = [] {
+    return std::chrono::duration<double>(
+               std::chrono::steady_clock::now().time_since_epoch())
+        .count();
+  };
+  return h;
+}
+
+CodecPolicy::CodecPolicy(int encoder_threads, HostCpu cpu)
+    : threads_(std::max(1, encoder_threads)), cpu_(std::move(cpu)) {}
 
 double CodecPolicy::FractionLocked() const {
-  if (encode_Bps_ <= 0 || wire_Bps_ <= 0) return 1;
-  double te = threads_ * encode_Bps_;
-  double f = te / (wire_Bps_ + te * (1 - ratio_));
-  return std::clamp(f, 0.0, 1.0);
+  double f = 1;
+  if (encode_Bps_ > 0 && wire_Bps_ > 0) {
+    double te = threads_ * encode_Bps_;
+    f = te / (wire_Bps_ + te * (1 - ratio_));
+  }
+  return std::clamp(std::min(f, cap_), 0.0, 1.0);
+}
+
+void CodecPolicy::SampleCpuLocked() {
+  if (!cpu_.idle_core_seconds || !cpu_.now_s) return;
+  const double now = cpu_.now_s();
+  if (last_idle_ >= 0 && now - last_now_ < kCpuSamplePeriod - 1e-9) return;
+  const double idle = cpu_.idle_core_seconds();
+  if (idle < 0) return;  // no /proc/stat: the model alone decides
+  if (last_idle_ >= 0 && now > last_now_) {
+    const double idle_cores = (idle - last_idle_) / (now - last_now_);
+    if (idle_cores < kBusyIdleCores) {
+      cap_ = std::max(kMinFraction, cap_ / 2);
+    } else if (idle_cores > kFreeIdleCores) {
+      cap_ = std::min(1.0, cap_ + kCapStep);
+    }
+  }
+  last_idle_ = idle;
+  last_now_ = now;
+}
+
+double CodecPolicy::cpu_cap() const {
+  absl::MutexLock lock(&mu_);
+  return cap_;
 }
 
 double CodecPolicy::encode_fraction() const {
@@ -34,6 +85,7 @@ double CodecPolicy::encode_fraction() const {
 
 bool CodecPolicy::ShouldEncode() {
   absl::MutexLock lock(&mu_);
+  SampleCpuLocked();
   credit_ += FractionLocked();
   if (credit_ >= 1 - 1e-9) {
     credit_ -= 1;

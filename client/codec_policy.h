@@ -19,20 +19,46 @@
 // assigned with a deterministic accumulator, so over any n chunks the encoded
 // count is within one of n*f.
 //
+// The model assumes encoders run on CPU nobody else needs. When the wire's
+// own path burns the host's CPU (TCP copies, checksums, a server on the
+// same host) or the training job does, an encoder slows the wire it is
+// meant to relieve, and W, measured while encoders run, falls and calls for
+// more encoding. So the fraction is also capped by the host's idle CPU,
+// sampled every kCpuSamplePeriod: below kBusyIdleCores idle cores the cap
+// halves, above kFreeIdleCores it grows by kCapStep (AIMD), never below
+// kMinFraction so that E and r keep being measured. The encoded fraction is
+// min(f*, cap).
+//
 // Thread-safe.
 #ifndef STAGGER_CLIENT_CODEC_POLICY_H_
 #define STAGGER_CLIENT_CODEC_POLICY_H_
 
 #include <cstdint>
+#include <functional>
 
 #include "absl/synchronization/mutex.h"
 
 namespace stagger::client {
 
+// The host's CPU as the policy sees it (injectable for tests).
+struct HostCpu {
+  // Idle core-seconds so far, all CPUs together (monotonic).
+  std::function<double()> idle_core_seconds;
+  std::function<double()> now_s;  // a monotonic clock, seconds
+  // /proc/stat (idle + iowait) and the steady clock.
+  static HostCpu Real();
+};
+
 class CodecPolicy {
  public:
+  static constexpr double kCpuSamplePeriod = 0.05;  // seconds
+  static constexpr double kBusyIdleCores = 0.2;
+  static constexpr double kFreeIdleCores = 0.5;
+  static constexpr double kCapStep = 0.125;
+  static constexpr double kMinFraction = 0.02;
+
   // `encoder_threads`: threads encoding in parallel (at least 1).
-  explicit CodecPolicy(int encoder_threads);
+  explicit CodecPolicy(int encoder_threads, HostCpu cpu = HostCpu::Real());
 
   // True: encode the next chunk; false: send it raw.
   bool ShouldEncode();
@@ -43,11 +69,15 @@ class CodecPolicy {
   // the window over the chunks' recent latency).
   void OnWire(double wire_Bps);
 
-  // The current f* (1 until measured).
+  // min(f*, the CPU cap) (1 until measured).
   double encode_fraction() const;
+  // The CPU cap alone.
+  double cpu_cap() const;
 
  private:
   double FractionLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Takes a CPU sample when one is due and moves the cap.
+  void SampleCpuLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const int threads_;
   mutable absl::Mutex mu_;
@@ -55,6 +85,10 @@ class CodecPolicy {
   double ratio_ ABSL_GUARDED_BY(mu_) = 1;       // encoded / raw
   double wire_Bps_ ABSL_GUARDED_BY(mu_) = 0;    // 0: unknown
   double credit_ ABSL_GUARDED_BY(mu_) = 0;
+  const HostCpu cpu_;
+  double cap_ ABSL_GUARDED_BY(mu_) = 1;
+  double last_idle_ ABSL_GUARDED_BY(mu_) = -1;  // -1: no sample yet
+  double last_now_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace stagger::client

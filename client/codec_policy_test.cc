@@ -5,6 +5,25 @@
 namespace stagger::client {
 namespace {
 
+// A host whose clock never moves: one CPU sample, the cap stays 1, and the
+// model alone decides.
+HostCpu Frozen() {
+  return HostCpu{[] { return 0.0; }, [] { return 0.0; }};
+}
+
+// A host driven by the test.
+struct FakeCpu {
+  double idle = 0, now = 0;
+  HostCpu Host() {
+    return HostCpu{[this] { return idle; }, [this] { return now; }};
+  }
+  // `seconds` pass with `idle_cores` idle.
+  void Pass(double seconds, double idle_cores) {
+    now += seconds;
+    idle += seconds * idle_cores;
+  }
+};
+
 int EncodedOf(CodecPolicy& p, int n) {
   int k = 0;
   for (int i = 0; i < n; ++i) k += p.ShouldEncode() ? 1 : 0;
@@ -12,7 +31,7 @@ int EncodedOf(CodecPolicy& p, int n) {
 }
 
 TEST(CodecPolicy, EncodesEverythingUntilBothSidesAreMeasured) {
-  CodecPolicy p(2);
+  CodecPolicy p(2, Frozen());
   EXPECT_EQ(EncodedOf(p, 10), 10);
   p.OnEncoded(4 << 20, 1 << 20, 0.04);  // 100 MB/s per thread
   EXPECT_EQ(p.encode_fraction(), 1.0);
@@ -20,7 +39,7 @@ TEST(CodecPolicy, EncodesEverythingUntilBothSidesAreMeasured) {
 }
 
 TEST(CodecPolicy, EncodesEverythingWhenTheWireIsTheBottleneck) {
-  CodecPolicy p(2);
+  CodecPolicy p(2, Frozen());
   // Encoders: 2 x 400 MB/s, ratio 0.25; wire 100 MB/s: even fully
   // encoded the wire limits (it carries 400 MB/s of raw bytes at r=0.25).
   p.OnEncoded(400'000'000, 100'000'000, 1.0);
@@ -30,7 +49,7 @@ TEST(CodecPolicy, EncodesEverythingWhenTheWireIsTheBottleneck) {
 }
 
 TEST(CodecPolicy, MixesWhenEncodingIsTheBottleneck) {
-  CodecPolicy p(2);
+  CodecPolicy p(2, Frozen());
   // T*E = 2 x 250 MB/s = 500 MB/s, r = 0.5, W = 1000 MB/s:
   // f* = 500 / (1000 + 500 * 0.5) = 0.4, X = 1000 + 250 = 1250 MB/s.
   p.OnEncoded(250'000'000, 125'000'000, 1.0);
@@ -41,7 +60,7 @@ TEST(CodecPolicy, MixesWhenEncodingIsTheBottleneck) {
 }
 
 TEST(CodecPolicy, IncompressibleDataOnAFastWireStillKeepsSampling) {
-  CodecPolicy p(1);
+  CodecPolicy p(1, Frozen());
   // r = 1 (nothing gained), T*E = 100 MB/s, W = 1000 MB/s: f* = 0.1.
   p.OnEncoded(100'000'000, 100'000'000, 1.0);
   p.OnWire(1'000'000'000);
@@ -50,7 +69,7 @@ TEST(CodecPolicy, IncompressibleDataOnAFastWireStillKeepsSampling) {
 }
 
 TEST(CodecPolicy, FollowsAChangeOfTheWire) {
-  CodecPolicy p(1);
+  CodecPolicy p(1, Frozen());
   p.OnEncoded(200'000'000, 100'000'000, 1.0);
   p.OnWire(2'000'000'000);  // fast: f* = 200 / (2000 + 100) < 0.1
   EXPECT_LT(p.encode_fraction(), 0.1);
@@ -60,12 +79,86 @@ TEST(CodecPolicy, FollowsAChangeOfTheWire) {
 }
 
 TEST(CodecPolicy, IgnoresEmptySamples) {
-  CodecPolicy p(1);
+  CodecPolicy p(1, Frozen());
   p.OnEncoded(0, 0, 1.0);
   p.OnEncoded(100, 50, 0);
   p.OnWire(0);
   p.OnWire(-1);
   EXPECT_EQ(p.encode_fraction(), 1.0);
+}
+
+TEST(CodecPolicy, BusyHostHalvesTheCapIdleHostGrowsIt) {
+  FakeCpu cpu;
+  CodecPolicy p(1, cpu.Host());
+  EXPECT_TRUE(p.ShouldEncode());  // first sample: nothing measured yet
+  EXPECT_EQ(p.cpu_cap(), 1.0);
+  // 0.1 idle cores (< 0.2): halves per sample period, down to the floor.
+  const double expected[] = {0.5, 0.25, 0.125, 0.0625, 0.03125, 0.02, 0.02};
+  for (double e : expected) {
+    cpu.Pass(CodecPolicy::kCpuSamplePeriod, 0.1);
+    p.ShouldEncode();
+    EXPECT_DOUBLE_EQ(p.cpu_cap(), e);
+  }
+  // Between the thresholds (0.3 idle cores): the cap holds.
+  cpu.Pass(CodecPolicy::kCpuSamplePeriod, 0.3);
+  p.ShouldEncode();
+  EXPECT_DOUBLE_EQ(p.cpu_cap(), 0.02);
+  // Samples come at most once per period.
+  cpu.Pass(CodecPolicy::kCpuSamplePeriod / 4, 2.0);
+  p.ShouldEncode();
+  EXPECT_DOUBLE_EQ(p.cpu_cap(), 0.02);
+  // A core and more idle: + kCapStep per period, up to 1.
+  cpu.Pass(CodecPolicy::kCpuSamplePeriod, 1.5);
+  p.ShouldEncode();
+  EXPECT_DOUBLE_EQ(p.cpu_cap(), 0.02 + CodecPolicy::kCapStep);
+  for (int i = 0; i < 10; ++i) {
+    cpu.Pass(CodecPolicy::kCpuSamplePeriod, 1.5);
+    p.ShouldEncode();
+  }
+  EXPECT_EQ(p.cpu_cap(), 1.0);
+}
+
+TEST(CodecPolicy, EncodesTheSmallerOfModelAndCpuCap) {
+  FakeCpu cpu;
+  CodecPolicy p(2, cpu.Host());
+  // The model says 0.4 (as in MixesWhenEncodingIsTheBottleneck).
+  p.OnEncoded(250'000'000, 125'000'000, 1.0);
+  p.OnWire(1'000'000'000);
+  p.ShouldEncode();
+  EXPECT_NEAR(p.encode_fraction(), 0.4, 1e-9);
+  // A saturated host: two halvings bring the cap to 0.25, below the model.
+  for (int i = 0; i < 2; ++i) {
+    cpu.Pass(CodecPolicy::kCpuSamplePeriod, 0.0);
+    p.ShouldEncode();
+  }
+  EXPECT_DOUBLE_EQ(p.encode_fraction(), 0.25);
+  EXPECT_EQ(EncodedOf(p, 100), 25);
+  // With idle CPU again the cap climbs past the model, which then rules.
+  for (int i = 0; i < 8; ++i) {
+    cpu.Pass(CodecPolicy::kCpuSamplePeriod, 1.0);
+    p.ShouldEncode();
+  }
+  EXPECT_NEAR(p.encode_fraction(), 0.4, 1e-9);
+}
+
+TEST(CodecPolicy, WithoutCpuFiguresTheModelAloneDecides) {
+  FakeCpu cpu;
+  HostCpu blind = cpu.Host();
+  blind.idle_core_seconds = [] { return -1.0; };  // no /proc/stat
+  CodecPolicy p(1, blind);
+  for (int i = 0; i < 5; ++i) {
+    cpu.Pass(CodecPolicy::kCpuSamplePeriod, 0.0);
+    p.ShouldEncode();
+  }
+  EXPECT_EQ(p.cpu_cap(), 1.0);
+}
+
+TEST(CodecPolicy, RealHostCpuReadsProcStat) {
+  HostCpu h = HostCpu::Real();
+  const double a = h.idle_core_seconds();
+  ASSERT_GT(a, 0) << "no readable /proc/stat";
+  EXPECT_GE(h.idle_core_seconds(), a);
+  EXPECT_GT(h.now_s(), 0);
 }
 
 }  // namespace
