@@ -11,7 +11,7 @@ BUILD_TYPE ?= RelWithDebInfo
 export UCX_TLS ?= sm,tcp
 export UCX_WARN_UNUSED_ENV_VARS ?= n
 
-.PHONY: all deps configure build demo test test-cpp test-python bench-smoke test-sanitize clean
+.PHONY: all deps configure build demo test test-cpp test-python test-install bench-smoke test-sanitize clean
 
 # Unit tests that also run under AddressSanitizer + UBSan.
 SANITIZE_DIR ?= build-asan
@@ -33,7 +33,7 @@ build: configure
 demo: build
 	$(BUILD_DIR)/bin/stagger demo
 
-test: build test-cpp test-python bench-smoke test-sanitize
+test: build test-cpp test-python test-install bench-smoke test-sanitize
 
 test-cpp:
 	cd $(BUILD_DIR) && ctest --output-on-failure -j$(JOBS) --timeout 300
@@ -43,6 +43,12 @@ test-cpp:
 test-python:
 	PYTHONPATH=$(BUILD_DIR)/python STAGGER_BIN_DIR=$(CURDIR)/$(BUILD_DIR)/bin \
 	  $(PYTHON) -m pytest -q -rs tests/python
+
+# cmake --install into a temporary prefix; examples/cpp_client built
+# against it (find_package and pkg-config) and run against the installed
+# stagger-server.
+test-install:
+	bash scripts/test-install.sh $(BUILD_DIR)
 
 # Each benchmark once on a tiny size: they must run and print RESULT lines;
 # no timing is asserted.
