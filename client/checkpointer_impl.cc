@@ -14,6 +14,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
 #include "client/chunk_io.h"
+#include "client/client_metrics.h"
 #include "client/control.h"
 #include "client/cuda/cuda_copy.h"
 #include "client/cuda/cuda_snapshot.h"
@@ -24,6 +25,7 @@
 #include "client/server_set.h"
 #include "client/staging_pool.h"
 #include "format/names.h"
+#include "metrics/http_exporter.h"
 #include "transport/ucx_transport.h"
 
 namespace stagger {
@@ -258,12 +260,19 @@ class CheckpointerImpl : public Checkpointer {
     }
     driver_.Submit([this, job] {
       job->Run();
+      CountFinished(*job);
       absl::MutexLock lock(&save_mu_);
       if (job->status().ok()) RememberChunks(job->manifest(), job->outcomes());
       --outstanding_;
     });
     if (!so.lazy) job->WaitSnapshot().IgnoreError();  // the handle reports it
-    job->AddStall(Seconds(start));
+    const double stall = Seconds(start);
+    job->AddStall(stall);
+    {
+      absl::MutexLock lock(&metrics_mu_);
+      metrics_.stall_s += stall;
+      metrics_.last_stall_s = stall;
+    }
     return SaveHandle(job->handle_state());
   }
 
@@ -280,8 +289,32 @@ class CheckpointerImpl : public Checkpointer {
     }
     if (!job) return absl::OkStatus();
     Status s = job->WaitSnapshot();
-    job->AddStall(Seconds(start));
+    const double stall = Seconds(start);
+    job->AddStall(stall);
+    absl::MutexLock lock(&metrics_mu_);
+    metrics_.stall_s += stall;
+    metrics_.last_stall_s += stall;
     return s;
+  }
+
+  ClientMetrics Metrics() const override {
+    absl::MutexLock lock(&metrics_mu_);
+    return metrics_;
+  }
+
+  std::string MetricsAddress() const override {
+    return metrics_exporter_ ? metrics_exporter_->address() : std::string();
+  }
+
+  // Serves Metrics() at options_.metrics_listen, if set.
+  Status StartMetrics() {
+    if (options_.metrics_listen.empty()) return absl::OkStatus();
+    STAGGER_ASSIGN_OR_RETURN(
+        metrics_exporter_,
+        metrics::HttpExporter::Start(options_.metrics_listen, [this] {
+          return RenderClientMetrics(Metrics(), options_.job, options_.rank);
+        }));
+    return absl::OkStatus();
   }
 
   void WaitAll() override {
@@ -291,6 +324,19 @@ class CheckpointerImpl : public Checkpointer {
   }
 
   Result<int64_t> Load(int64_t step) override {
+    Result<int64_t> r = LoadTargets(step);
+    absl::MutexLock lock(&metrics_mu_);
+    if (r.ok()) {
+      ++metrics_.loads;
+      for (const auto& [name, reg] : tensors_)
+        metrics_.bytes_loaded += reg.bytes;
+    } else {
+      ++metrics_.loads_failed;
+    }
+    return r;
+  }
+
+  Result<int64_t> LoadTargets(int64_t step) {
     std::vector<LoadTarget> targets;
     std::list<std::vector<char>> bounce;  // host copies of CUDA tensors
     std::vector<std::pair<const TensorSpec*, const char*>> device_copies;
@@ -424,6 +470,26 @@ class CheckpointerImpl : public Checkpointer {
     return raw;
   }
 
+  // Adds a finished save to the metrics.
+  void CountFinished(SaveJob& job) {
+    const SaveStats st = SaveHandle(job.handle_state()).stats();
+    absl::MutexLock lock(&metrics_mu_);
+    ++metrics_.saves;
+    if (!job.status().ok()) ++metrics_.saves_failed;
+    metrics_.snapshot_s += st.snapshot_s;
+    metrics_.durable_s += st.durable_s;
+    metrics_.last_durable_s = st.durable_s;
+    metrics_.bytes_raw += st.bytes_raw;
+    metrics_.bytes_shipped += st.bytes_shipped;
+    metrics_.chunks += st.chunks;
+    metrics_.chunks_unchanged += st.chunks_unchanged;
+    metrics_.yield_s += st.yield_s;
+    if (st.late_s > 0) {
+      ++metrics_.saves_late;
+      metrics_.late_s += st.late_s;
+    }
+  }
+
   // Pins the staging pool for device-to-host copies once both exist. A
   // pool that cannot be pinned still works, just slower.
   void PinPool() {
@@ -463,6 +529,10 @@ class CheckpointerImpl : public Checkpointer {
   int outstanding_ ABSL_GUARDED_BY(save_mu_) = 0;
   std::shared_ptr<SaveJob> last_job_ ABSL_GUARDED_BY(save_mu_);
   std::map<std::string, PreviousChunks> previous_ ABSL_GUARDED_BY(save_mu_);
+  mutable absl::Mutex metrics_mu_;
+  ClientMetrics metrics_ ABSL_GUARDED_BY(metrics_mu_);
+  // Last: stopped first, while everything it reads still exists.
+  std::unique_ptr<metrics::HttpExporter> metrics_exporter_;
 };
 
 }  // namespace
@@ -545,9 +615,11 @@ Result<std::unique_ptr<Checkpointer>> NewCheckpointer(
     STAGGER_ASSIGN_OR_RETURN(
         pool, StagingPool::Create(options.staging_bytes, options.chunk_size));
   }
-  return std::unique_ptr<Checkpointer>(new CheckpointerImpl(
+  auto ck = std::make_unique<CheckpointerImpl>(
       options, std::move(keepalive), std::move(transport), std::move(set),
-      std::move(pool), std::move(shaping)));
+      std::move(pool), std::move(shaping));
+  STAGGER_RETURN_IF_ERROR(ck->StartMetrics());
+  return std::unique_ptr<Checkpointer>(std::move(ck));
 }
 
 }  // namespace client

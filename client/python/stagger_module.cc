@@ -122,7 +122,8 @@ PYBIND11_MODULE(_stagger, m) {
                        double qos_stagger, uint32_t ranks_per_node,
                        const std::string& qos_yield, double qos_yield_floor_Bps,
                        double rate_limit_Bps, double node_rate_limit_Bps,
-                       const std::string& node_rate_limit_file) {
+                       const std::string& node_rate_limit_file,
+                       const std::string& metrics_listen) {
              CheckpointerOptions o;
              o.servers = servers;
              o.job = job;
@@ -144,6 +145,7 @@ PYBIND11_MODULE(_stagger, m) {
              o.rate_limit_Bps = rate_limit_Bps;
              o.node_rate_limit_Bps = node_rate_limit_Bps;
              o.node_rate_limit_file = node_rate_limit_file;
+             o.metrics_listen = metrics_listen;
              Result<std::unique_ptr<Checkpointer>> ck;
              {
                py::gil_scoped_release release;
@@ -163,8 +165,39 @@ PYBIND11_MODULE(_stagger, m) {
            py::arg("qos_yield_floor_Bps") = 0.0,
            py::arg("rate_limit_Bps") = 0.0,
            py::arg("node_rate_limit_Bps") = 0.0,
-           py::arg("node_rate_limit_file") = "",
+           py::arg("node_rate_limit_file") = "", py::arg("metrics_listen") = "",
            "Options as in stagger/options.h (CheckpointerOptions).")
+      .def(
+          "metrics_address",
+          [](Checkpointer& ck) { return ck.MetricsAddress(); },
+          "host:port of the metrics page (metrics_listen), or ''.")
+      .def(
+          "metrics",
+          [](Checkpointer& ck) {
+            ClientMetrics m = ck.Metrics();
+            py::dict d;
+            d["saves"] = m.saves;
+            d["saves_failed"] = m.saves_failed;
+            d["stall_s"] = m.stall_s;
+            d["last_stall_s"] = m.last_stall_s;
+            d["snapshot_s"] = m.snapshot_s;
+            d["durable_s"] = m.durable_s;
+            d["last_durable_s"] = m.last_durable_s;
+            d["bytes_raw"] = m.bytes_raw;
+            d["bytes_shipped"] = m.bytes_shipped;
+            d["chunks"] = m.chunks;
+            d["chunks_unchanged"] = m.chunks_unchanged;
+            d["yield_s"] = m.yield_s;
+            d["saves_late"] = m.saves_late;
+            d["late_s"] = m.late_s;
+            d["loads"] = m.loads;
+            d["loads_failed"] = m.loads_failed;
+            d["bytes_loaded"] = m.bytes_loaded;
+            return d;
+          },
+          "Counters since this Checkpointer opened: saves, stall, snapshot "
+          "and durable seconds, bytes raw and shipped, chunks, QoS yield, "
+          "late saves, loads (also served at metrics_listen).")
       .def(
           "collective_begin", [](Checkpointer& ck) { ck.CollectiveBegin(); },
           "Mark the start of a collective (checkpoint traffic yields).")

@@ -62,6 +62,28 @@ struct SaveStats {
   double late_s = 0;
 };
 
+// A Checkpointer's counters since it opened (Checkpointer::Metrics(), the
+// metrics_listen page, Python's ck.metrics()).
+struct ClientMetrics {
+  uint64_t saves = 0;  // saves finished (committed or failed)
+  uint64_t saves_failed = 0;
+  double stall_s = 0;       // training time blocked in Save/BeforeUpdate
+  double last_stall_s = 0;  // of the last Save() (with its BeforeUpdate)
+  double snapshot_s = 0;    // sums over finished saves
+  double durable_s = 0;
+  double last_durable_s = 0;  // of the last finished save
+  uint64_t bytes_raw = 0;
+  uint64_t bytes_shipped = 0;
+  uint64_t chunks = 0;
+  uint64_t chunks_unchanged = 0;
+  double yield_s = 0;       // QoS: held back for collectives
+  uint64_t saves_late = 0;  // finished after their deadline
+  double late_s = 0;
+  uint64_t loads = 0;  // Load() calls that succeeded
+  uint64_t loads_failed = 0;
+  uint64_t bytes_loaded = 0;  // registered bytes filled by loads
+};
+
 class SaveHandle {
  public:
   class State;
@@ -118,6 +140,11 @@ class Checkpointer {
 
   // Blocks until every save in flight has finished (committed or failed).
   virtual void WaitAll() = 0;
+
+  // Counters since Open (also served at options.metrics_listen).
+  virtual ClientMetrics Metrics() const = 0;
+  // "host:port" the metrics page is served at; empty without metrics_listen.
+  virtual std::string MetricsAddress() const = 0;
 
   // Loads `step` (or kLatestStep) into the registered tensors and returns
   // the step loaded. The step may have been saved by any number of ranks

@@ -39,6 +39,10 @@ struct CheckpointerOptions {
   int zstd_level = 1;
   size_t max_inflight_chunks = 16;  // chunks sent and not yet acked
   double rpc_timeout_s = 60;        // per control-plane call
+  // HOST:PORT to serve this client's counters at http://HOST:PORT/metrics
+  // (Prometheus text format, stagger_client_*; port 0 picks a free one).
+  // Empty: no endpoint (Checkpointer::Metrics() still counts).
+  std::string metrics_listen;
 
   // Host staging memory for snapshots (pinned when CUDA is present),
   // allocated once at Open. 0: allocated at the first Save(), sized to the

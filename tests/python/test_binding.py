@@ -327,3 +327,51 @@ def test_show_json_matches_the_saves_own_stats(server):
         capture_output=True, text=True, timeout=120)
     assert bad.returncode == 1
     assert "step 7" in bad.stderr or "NOT_FOUND" in bad.stderr, bad.stderr
+
+
+def test_client_metrics_count_saves_and_loads(server):
+    import urllib.request
+
+    ck = stagger.Checkpointer(servers=server, job="counted",
+                              chunk_size=65536, metrics_listen="127.0.0.1:0")
+    m0 = ck.metrics()
+    assert m0["saves"] == 0 and m0["bytes_raw"] == 0
+    s = state(30)
+    handles = [ck.save(s, step=1), None]
+    handles[0].wait()
+    handles[1] = ck.save(s, step=2)
+    handles[1].wait()
+    ck.wait_all()
+    out = empty_like(s)
+    assert ck.load(out, step="latest") == 2
+    m = ck.metrics()
+    stats = [h.stats() for h in handles]
+    assert m["saves"] == 2 and m["saves_failed"] == 0
+    for key in ("bytes_raw", "bytes_shipped", "chunks", "chunks_unchanged"):
+        assert m[key] == sum(st[key] for st in stats), key
+    assert m["chunks_unchanged"] == stats[1]["chunks"]  # step 2 = step 1
+    assert m["durable_s"] == pytest.approx(
+        sum(st["durable_s"] for st in stats), rel=1e-6)
+    assert m["last_durable_s"] == pytest.approx(stats[1]["durable_s"])
+    assert m["stall_s"] == pytest.approx(
+        sum(st["stall_s"] for st in stats), rel=1e-6)
+    assert m["loads"] == 1
+    assert m["bytes_loaded"] == sum(v.nbytes for v in s.values())
+
+    # The same counters on the page, labelled with job and rank.
+    addr = ck.metrics_address()
+    assert addr.startswith("127.0.0.1:") and not addr.endswith(":0")
+    page = urllib.request.urlopen(f"http://{addr}/metrics",
+                                  timeout=10).read().decode()
+    labels = '{job="counted",rank="0"}'
+    assert f"stagger_client_saves_total{labels} 2\n" in page
+    assert (f"stagger_client_raw_bytes_total{labels} {m['bytes_raw']}\n"
+            in page)
+    assert f"stagger_client_loads_total{labels} 1\n" in page
+    plain = stagger.Checkpointer(servers=server, job="unserved")
+    assert plain.metrics_address() == ""
+    with pytest.raises(stagger.Error) as e:
+        stagger.Checkpointer(servers=server, job="clash",
+                             metrics_listen=addr)
+    assert e.value.code == "UNAVAILABLE"
+    assert "metrics: cannot listen on" in str(e.value)
