@@ -11,7 +11,7 @@ BUILD_TYPE ?= RelWithDebInfo
 export UCX_TLS ?= sm,tcp
 export UCX_WARN_UNUSED_ENV_VARS ?= n
 
-.PHONY: all deps configure build demo test test-cpp test-python test-install bench-smoke test-sanitize clean
+.PHONY: all deps configure build demo test test-cpp test-python test-install bench-smoke test-sanitize fuzz clean
 
 # Unit tests that also run under AddressSanitizer + UBSan.
 SANITIZE_DIR ?= build-asan
@@ -65,5 +65,29 @@ test-sanitize: deps
 	  ctest --output-on-failure -j$(JOBS) --timeout 300 \
 	  -R '^($(shell echo $(SANITIZE_TESTS) | sed 's/ /|/g'))\.'
 
+# libFuzzer targets (tests/fuzz/README.md), built with clang, ASan and
+# UBSan over all of their code, each run for FUZZ_SECONDS from its seed
+# corpus; new inputs go to $(FUZZ_DIR)/corpus/<target>, crashes to
+# $(FUZZ_DIR)/crash-*.
+FUZZ_DIR ?= build-fuzz
+FUZZ_SECONDS ?= 60
+FUZZ_TARGETS ?= record manifest frame
+fuzz:
+	@bash scripts/install-deps.sh --fuzz
+	@CC=clang-14 CXX=clang++-14 cmake -S . -B $(FUZZ_DIR) -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+	  -DSTAGGER_FUZZ=ON -DSTAGGER_WITH_CUDA=OFF -DSTAGGER_BUILD_BENCH=OFF \
+	  -DCMAKE_CXX_FLAGS="-fsanitize=fuzzer-no-link,address,undefined" \
+	  -DCMAKE_C_FLAGS="-fsanitize=fuzzer-no-link,address,undefined" \
+	  -DPython3_EXECUTABLE=$(PYTHON) > $(FUZZ_DIR).configure.log 2>&1 \
+	  || (cat $(FUZZ_DIR).configure.log; exit 1)
+	cmake --build $(FUZZ_DIR) -j$(JOBS) --target $(addprefix fuzz_,$(FUZZ_TARGETS))
+	@for t in $(FUZZ_TARGETS); do \
+	  mkdir -p $(FUZZ_DIR)/corpus/$$t && \
+	  echo "== fuzz_$$t for $(FUZZ_SECONDS) s" && \
+	  (cd $(FUZZ_DIR) && ./tests/fuzz_$$t -max_total_time=$(FUZZ_SECONDS) \
+	    -print_final_stats=1 corpus/$$t $(CURDIR)/tests/fuzz/$$t) || exit 1; \
+	done
+
 clean:
-	rm -rf $(BUILD_DIR) $(BUILD_DIR).configure.log $(SANITIZE_DIR) $(SANITIZE_DIR).configure.log
+	rm -rf $(BUILD_DIR) $(BUILD_DIR).configure.log $(SANITIZE_DIR) $(SANITIZE_DIR).configure.log \
+	  $(FUZZ_DIR) $(FUZZ_DIR).configure.log

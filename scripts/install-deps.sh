@@ -13,6 +13,11 @@ PKGS=(
   python3-torch   # stagger.torch and its tests (CPU build, ~80 MB of .debs)
 )
 
+# --fuzz: also clang and its libFuzzer runtime (make fuzz).
+if [ "${1:-}" = "--fuzz" ]; then
+  PKGS+=(clang-14 libclang-rt-14-dev)
+fi
+
 missing=()
 for p in "${PKGS[@]}"; do
   if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
