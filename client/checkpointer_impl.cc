@@ -27,6 +27,7 @@
 #include "format/names.h"
 #include "metrics/http_exporter.h"
 #include "transport/ucx_transport.h"
+#include "util/log.h"
 
 namespace stagger {
 
@@ -267,7 +268,7 @@ class CheckpointerImpl : public Checkpointer {
     });
     if (!so.lazy) job->WaitSnapshot().IgnoreError();  // the handle reports it
     const double stall = Seconds(start);
-    job->AddStall(stall);
+    job->CallerReturned(stall);
     {
       absl::MutexLock lock(&metrics_mu_);
       metrics_.stall_s += stall;
@@ -497,10 +498,9 @@ class CheckpointerImpl : public Checkpointer {
     Status s = cuda_sources_.begin()->second->RegisterStaging(pool_->base(),
                                                               pool_->size());
     if (!s.ok()) {
-      fprintf(stderr,
-              "stagger: staging memory not pinned (%s); CUDA "
-              "snapshots will be slower\n",
-              std::string(s.message()).c_str());
+      log::Warning("stagger",
+                   absl::StrCat("staging memory not pinned (", s.message(),
+                                "); CUDA snapshots will be slower"));
       return;
     }
     pool_pinned_ = true;

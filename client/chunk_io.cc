@@ -135,7 +135,8 @@ void ChunkIo::PutAsync(ServerConn* server, const char* data, size_t len,
 
 Status ChunkIo::Fetch(
     const std::vector<FetchItem>& items,
-    const std::function<void(size_t, const Status&)>& on_result) {
+    const std::function<void(size_t, const Status&)>& on_result,
+    const std::function<void(uint64_t)>& on_fetched) {
   for (const FetchItem& item : items) {
     STAGGER_RETURN_IF_ERROR(
         format::ChunkId::FromBytes(item.ref->id()).status());
@@ -152,8 +153,11 @@ Status ChunkIo::Fetch(
     ServerConn& server = *item.server;
     std::string what =
         absl::StrCat("chunk ", id->ToHex(), " from server ", server.address);
-    auto finish = [&window, &on_result, i, what](const Status& s) {
+    const uint64_t raw = item.ref->raw_length();
+    auto finish = [&window, &on_result, &on_fetched, i, raw,
+                   what](const Status& s) {
       Status full = WithContext(s, what);
+      if (full.ok() && on_fetched) on_fetched(raw);
       if (on_result) on_result(i, full);
       window.Release(full);
     };

@@ -86,9 +86,12 @@ class ChunkIo {
   // Fetches, verifies and decodes every item. `on_result` (optional) is
   // called once per item with its outcome, from executor threads. Returns the
   // first error (all items are attempted when `on_result` is given;
-  // otherwise the first error stops issuing new fetches).
+  // otherwise the first error stops issuing new fetches). `on_fetched`
+  // (optional) gets the raw bytes of each item fetched intact, from
+  // executor threads (progress reports).
   Status Fetch(const std::vector<FetchItem>& items,
-               const std::function<void(size_t, const Status&)>& on_result);
+               const std::function<void(size_t, const Status&)>& on_result,
+               const std::function<void(uint64_t)>& on_fetched = nullptr);
 
  private:
   // Fetches chunk `id` synchronously from `server` (resolving delta bases,

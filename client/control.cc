@@ -145,7 +145,8 @@ Result<std::vector<pb::StepInfo>> ListSteps(ServerSet& servers,
 }
 
 Result<pb::GcReply> Gc(ServerSet& servers, const std::string& job,
-                       uint32_t keep, int64_t grace_ms) {
+                       uint32_t keep, int64_t grace_ms,
+                       const std::function<void()>& on_server_done) {
   pb::GcReply reply;
   // The coordinator holds the job's steps and decides what is live.
   pb::GcRequest req;
@@ -160,6 +161,7 @@ Result<pb::GcReply> Gc(ServerSet& servers, const std::string& job,
     STAGGER_RETURN_IF_ERROR(FromGrpc(coord.stub->Gc(&ctx, req, &reply),
                                      absl::StrCat("server ", coord.address)));
   }
+  if (on_server_done) on_server_done();
   if (servers.size() == 1) return reply;
   // The other servers hold chunks only: each drops the job's chunks outside
   // the coordinator's live set.
@@ -178,6 +180,7 @@ Result<pb::GcReply> Gc(ServerSet& servers, const std::string& job,
     if (swept.has_compaction()) {
       AddCompaction(swept.compaction(), s.address, reply.mutable_compaction());
     }
+    if (on_server_done) on_server_done();
   }
   return reply;
 }

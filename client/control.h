@@ -5,6 +5,7 @@
 #define STAGGER_CLIENT_CONTROL_H_
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -36,9 +37,11 @@ Result<std::vector<pb::StepInfo>> ListSteps(ServerSet& servers,
 // (LiveChunks) and drops the job's other chunks (Sweep). Each server
 // compacts before replying (within the deadline). The reply sums the
 // deletions and compactions of all servers; the first failing call's error
-// otherwise (the servers before it have collected).
+// otherwise (the servers before it have collected). `on_server_done`
+// (optional) runs after each server has collected (progress reports).
 Result<pb::GcReply> Gc(ServerSet& servers, const std::string& job,
-                       uint32_t keep, int64_t grace_ms);
+                       uint32_t keep, int64_t grace_ms,
+                       const std::function<void()>& on_server_done = nullptr);
 
 }  // namespace stagger::client
 

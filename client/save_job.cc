@@ -152,6 +152,11 @@ void SaveJob::Run() {
     stats.staging_bytes = peak_held_ * deps_.pool->slab_bytes();
   }
   if (s.ok()) {
+    {
+      // Save() returns right after the snapshot; its stall goes in below.
+      absl::MutexLock lock(&mu_);
+      mu_.Await(absl::Condition(&caller_returned_));
+    }
     pb::ShardStats* ss = manifest_.mutable_stats();
     ss->set_bytes_raw(stats.bytes_raw);
     ss->set_bytes_shipped(stats.bytes_shipped);
@@ -176,6 +181,12 @@ void SaveJob::Run() {
                                              "' step ", manifest_.step(),
                                              " rank ", manifest_.rank())),
                  stats);
+}
+
+void SaveJob::CallerReturned(double s) {
+  state_->AddStall(s);
+  absl::MutexLock lock(&mu_);
+  caller_returned_ = true;
 }
 
 Status SaveJob::WaitSnapshot() {

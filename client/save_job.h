@@ -99,6 +99,11 @@ class SaveJob : public std::enable_shared_from_this<SaveJob> {
   const std::vector<ChunkOutcome>& outcomes() const { return outcomes_; }
   // Adds time the caller was blocked (Save, BeforeUpdate) to the stall.
   void AddStall(double s) { state_->AddStall(s); }
+  // Save() is returning, after blocking `s` seconds: adds it to the stall.
+  // The commit waits for this, so that the stall stored with the manifest
+  // is Save()'s whole stall (a lazy save's BeforeUpdate wait comes later
+  // and is not in it).
+  void CallerReturned(double s);
 
  private:
   void ChunkCaptured(const Status& s);
@@ -127,6 +132,7 @@ class SaveJob : public std::enable_shared_from_this<SaveJob> {
   size_t uncaptured_ ABSL_GUARDED_BY(mu_);
   size_t unfinished_ ABSL_GUARDED_BY(mu_);
   bool snapshot_done_ ABSL_GUARDED_BY(mu_) = false;
+  bool caller_returned_ ABSL_GUARDED_BY(mu_) = false;
   Status first_error_ ABSL_GUARDED_BY(mu_);
   double snapshot_s_ ABSL_GUARDED_BY(mu_) = 0;
   bool staging_limited_ ABSL_GUARDED_BY(mu_) = false;

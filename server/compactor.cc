@@ -9,6 +9,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "server/internal/pacer.h"
+#include "util/log.h"
 
 namespace stagger::server {
 namespace {
@@ -290,16 +291,15 @@ void Compactor::Run() {
     }
     Result<CompactionStats> r = CompactJob(job);
     if (!r.ok()) {
-      fprintf(stderr, "stagger-server: compaction of job '%s': %s\n",
-              job.c_str(), r.status().ToString().c_str());
+      log::Error("stagger-server", absl::StrCat("compaction of job '", job,
+                                                "': ", r.status().ToString()));
     } else if (r->segments_removed > 0) {
-      fprintf(stderr,
-              "stagger-server: compacted job '%s': removed %llu segments, "
-              "copied %llu records (%llu bytes), reclaimed %llu bytes\n",
-              job.c_str(), static_cast<unsigned long long>(r->segments_removed),
-              static_cast<unsigned long long>(r->records_copied),
-              static_cast<unsigned long long>(r->bytes_copied),
-              static_cast<unsigned long long>(r->bytes_reclaimed));
+      log::Info(
+          "stagger-server",
+          absl::StrCat("compacted job '", job, "': removed ",
+                       r->segments_removed, " segments, copied ",
+                       r->records_copied, " records (", r->bytes_copied,
+                       " bytes), reclaimed ", r->bytes_reclaimed, " bytes"));
     }
     ticket->Finish(std::move(r));
   }

@@ -7,6 +7,7 @@
 #include "absl/time/clock.h"
 #include "format/names.h"
 #include "format/record.h"
+#include "util/log.h"
 
 namespace stagger::server {
 
@@ -56,14 +57,24 @@ grpc::Status ControlService::CommitShard(grpc::ServerContext*,
   }
   *reply->mutable_step() = *info;
   ++counters_.shard_commits;
-  if (info->complete()) ++counters_.steps_completed;
+  log::Debug("stagger-server",
+             absl::StrCat("job '", req->manifest().job(), "' step ",
+                          req->manifest().step(), ": rank ",
+                          req->manifest().rank(), " committed"));
+  if (info->complete()) {
+    ++counters_.steps_completed;
+    log::Info("stagger-server",
+              absl::StrCat("job '", req->manifest().job(), "' step ",
+                           info->step(), " complete: ", info->world_size(),
+                           " ranks, ", info->raw_bytes(), " bytes"));
+  }
   if (info->complete() && retention_.keep_last > 0) {
     auto gc = meta_->Gc(req->manifest().job(), retention_.keep_last,
                         retention_.grace_ms);
     if (!gc.ok()) {
-      fprintf(stderr, "stagger-server: retention gc of job '%s': %s\n",
-              req->manifest().job().c_str(),
-              std::string(gc.status().message()).c_str());
+      log::Error("stagger-server",
+                 absl::StrCat("retention gc of job '", req->manifest().job(),
+                              "': ", gc.status().message()));
     } else if (compactor_ != nullptr) {
       compactor_->Schedule(req->manifest().job());
     }

@@ -15,7 +15,9 @@
 #include <cstdio>
 #include <string>
 
+#include "absl/strings/str_cat.h"
 #include "server/server.h"
+#include "util/log.h"
 
 int main(int argc, char** argv) {
   // Payloads are pulled into fresh 4 KiB-aligned buffers of a few MiB,
@@ -71,7 +73,19 @@ int main(int argc, char** argv) {
   app.add_option("--metrics-listen", options.metrics_listen,
                  "serve Prometheus metrics at http://HOST:PORT/metrics "
                  "(port 0 picks a free one; default: no metrics endpoint)");
+  std::string log_level = "info";
+  app.add_option("--log-level", log_level,
+                 "debug, info, warning or error: events below it are not "
+                 "logged (stderr, one line each)")
+      ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
+  auto level = stagger::log::ParseLevel(log_level);
+  if (!level.ok()) {
+    fprintf(stderr, "stagger-server: --log-level: %s\n",
+            std::string(level.status().message()).c_str());
+    return 2;
+  }
+  stagger::log::SetLevel(*level);
   options.ingest_budget_bytes = ingest_budget_mib << 20;
   options.gc_grace_ms = static_cast<int64_t>(gc_grace_s * 1000);
   options.segment_bytes = segment_mib << 20;
@@ -96,10 +110,19 @@ int main(int argc, char** argv) {
          (*server)->grpc_address().c_str(), (*server)->data_address().c_str(),
          metrics.empty() ? "" : " metrics=", metrics.c_str());
   fflush(stdout);
+  stagger::log::Info(
+      "stagger-server",
+      absl::StrCat(
+          "serving ", options.data_dir, ": grpc ", (*server)->grpc_address(),
+          ", data ", (*server)->data_address(), ", metrics ",
+          metrics.empty() ? std::string("off") : metrics, ", ingest budget ",
+          options.ingest_budget_bytes >> 20, " MiB"));
 
   int sig = 0;
   sigwait(&stop, &sig);
-  fprintf(stderr, "stagger-server: signal %d, shutting down\n", sig);
+  stagger::log::Info("stagger-server",
+                     absl::StrCat("signal ", sig, ", shutting down"));
   (*server)->Shutdown();
+  stagger::log::Info("stagger-server", "stopped");
   return 0;
 }

@@ -17,6 +17,7 @@
 #include "server/storage/segment_store.h"
 #include "transport/transport.h"
 #include "transport/ucx_transport.h"
+#include "util/log.h"
 
 namespace stagger::server {
 
@@ -104,10 +105,9 @@ Result<std::unique_ptr<Server>> Server::Start(const ServerOptions& options) {
   seg.segment_bytes = options.segment_bytes;
   STAGGER_ASSIGN_OR_RETURN(impl->segments, SegmentStore::Open(seg));
   if (!impl->segments->direct_io()) {
-    fprintf(stderr,
-            "stagger-server: O_DIRECT not supported under %s; writing "
-            "segments through the page cache\n",
-            seg.dir.c_str());
+    log::Warning("stagger-server",
+                 absl::StrCat("O_DIRECT not supported under ", seg.dir,
+                              "; writing segments through the page cache"));
   }
   if (options.compact_threshold > 0) {
     CompactorOptions co;

@@ -5,6 +5,7 @@
 #include "absl/strings/str_join.h"
 #include "client/checkpointer_impl.h"
 #include "client/cli/commands.h"
+#include "client/cli/progress.h"
 #include "client/cli/session.h"
 #include "client/control.h"
 
@@ -100,8 +101,11 @@ int RunGc(const GcArgs& a) {
   }
   auto session = OpenSession(a.server);
   if (!session.ok()) return Fail("gc", session.status());
+  Progress progress("gc", session->servers->size(), /*bytes=*/false);
   auto r = Gc(*session->servers, a.job, a.keep,
-              static_cast<int64_t>(a.grace_s * 1000));
+              static_cast<int64_t>(a.grace_s * 1000),
+              [&progress] { progress.Add(1); });
+  progress.Finish();
   if (!r.ok()) return Fail("gc", r.status());
   std::vector<std::string> steps;
   for (int64_t s : r->steps_deleted()) steps.push_back(absl::StrCat(s));

@@ -7,8 +7,11 @@
 //   stagger [--server HOST:PORT[,...]] gc --job J --keep N [--grace-s S]
 //   stagger demo [--servers HOST:PORT[,...]]
 #include <CLI/CLI.hpp>
+#include <cstdio>
+#include <string>
 
 #include "client/cli/commands.h"
+#include "util/log.h"
 
 int main(int argc, char** argv) {
   using namespace stagger::client;
@@ -83,7 +86,18 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   demo_cmd->add_option("--job", demo.job, "job name")->capture_default_str();
 
+  std::string log_level = "warning";
+  app.add_option("--log-level", log_level,
+                 "debug, info, warning or error (events on stderr)")
+      ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
+  auto level = stagger::log::ParseLevel(log_level);
+  if (!level.ok()) {
+    fprintf(stderr, "stagger: --log-level: %s\n",
+            std::string(level.status().message()).c_str());
+    return 2;
+  }
+  stagger::log::SetLevel(*level);
   ls.server = restore.server = verify.server = gc.server = show.server = server;
   if (*show_cmd) return RunShow(show);
   if (*ls_cmd) return RunLs(ls);

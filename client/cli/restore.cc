@@ -14,6 +14,7 @@
 #include "absl/strings/str_format.h"
 #include "client/chunk_io.h"
 #include "client/cli/commands.h"
+#include "client/cli/progress.h"
 #include "client/cli/session.h"
 #include "client/control.h"
 #include "client/loader.h"
@@ -58,7 +59,8 @@ Status WriteMapped(const std::string& path, uint64_t size,
 
 // Fetches every tensor of `shard` into a new safetensors file at `path`.
 Status WriteShard(ChunkIo& io, ServerSet* servers,
-                  const pb::ShardManifest& shard, const std::string& path) {
+                  const pb::ShardManifest& shard, const std::string& path,
+                  Progress* progress) {
   std::vector<format::SafetensorsEntry> entries;
   for (const pb::TensorEntry& t : shard.tensors()) {
     entries.push_back({t.name(), t.dtype(),
@@ -86,7 +88,8 @@ Status WriteShard(ChunkIo& io, ServerSet* servers,
         off += c.raw_length();
       }
     }
-    return io.Fetch(items, nullptr);
+    return io.Fetch(items, nullptr,
+                    [progress](uint64_t n) { progress->Add(n); });
   });
 }
 
@@ -97,7 +100,8 @@ Status WriteShard(ChunkIo& io, ServerSet* servers,
 // copy. Adds the tensors' bytes to `bytes`.
 Status WriteConsolidated(ChunkIo& io, ServerSet* servers,
                          const std::string& job, const pb::GetStepReply& reply,
-                         const std::string& path, uint64_t* bytes) {
+                         const std::string& path, uint64_t* bytes,
+                         Progress* progress) {
   std::map<std::string, LoadTarget> targets;
   for (const pb::ShardManifest& shard : reply.shards()) {
     for (const pb::TensorEntry& t : shard.tensors()) {
@@ -143,7 +147,11 @@ Status WriteConsolidated(ChunkIo& io, ServerSet* servers,
     }
     LoadPlan plan;
     STAGGER_RETURN_IF_ERROR(PlanLoad(list, shards, 0, *servers, &plan));
-    return io.Fetch(plan.items, nullptr);
+    uint64_t planned = 0;
+    for (const FetchItem& item : plan.items) planned += item.ref->raw_length();
+    progress->SetTotal(planned);
+    return io.Fetch(plan.items, nullptr,
+                    [progress](uint64_t n) { progress->Add(n); });
   }));
   *bytes += total - header.size();
   return absl::OkStatus();
@@ -178,10 +186,18 @@ int RunRestore(const RestoreArgs& a) {
   }
   ChunkIo io(session->executor.get(), a.job, "raw", {}, 16);
   uint64_t bytes = 0;
+  uint64_t stored = 0;  // raw bytes of every chunk of the step
+  for (const pb::ShardManifest& shard : reply->shards()) {
+    for (const pb::TensorEntry& t : shard.tensors()) {
+      for (const pb::ChunkRef& c : t.chunks()) stored += c.raw_length();
+    }
+  }
+  Progress progress("restore", stored);
   if (a.consolidate) {
     std::string path = a.out + "/model.safetensors";
     Status s = WriteConsolidated(io, session->servers.get(), a.job, *reply,
-                                 path, &bytes);
+                                 path, &bytes, &progress);
+    progress.Finish();
     if (!s.ok()) {
       return Fail("restore",
                   WithContext(s, absl::StrCat("consolidate of step ",
@@ -196,14 +212,16 @@ int RunRestore(const RestoreArgs& a) {
   for (const pb::ShardManifest& shard : reply->shards()) {
     std::string path =
         absl::StrFormat("%s/rank-%05d.safetensors", a.out, shard.rank());
-    Status s = WriteShard(io, session->servers.get(), shard, path);
+    Status s = WriteShard(io, session->servers.get(), shard, path, &progress);
     if (!s.ok()) {
+      progress.Finish();
       return Fail("restore",
                   WithContext(s, absl::StrCat("rank ", shard.rank())));
     }
     for (const auto& t : shard.tensors()) bytes += t.byte_size();
     printf("wrote %s\n", path.c_str());
   }
+  progress.Finish();
   printf("restored job '%s' step %lld: %d ranks, %llu bytes\n", a.job.c_str(),
          static_cast<long long>(reply->step().step()), reply->shards_size(),
          static_cast<unsigned long long>(bytes));
@@ -233,14 +251,19 @@ int RunVerify(const VerifyArgs& a) {
   }
   std::mutex mu;
   size_t bad = 0;
-  Status first = io.Fetch(items, [&](size_t i, const Status& s) {
-    if (s.ok()) return;
-    std::lock_guard<std::mutex> lock(mu);
-    ++bad;
-    printf("BAD %s: %s: %s\n", labels[i].c_str(),
-           absl::StatusCodeToString(s.code()).c_str(),
-           std::string(s.message()).c_str());
-  });
+  Progress progress("verify", bytes);
+  Status first = io.Fetch(
+      items,
+      [&](size_t i, const Status& s) {
+        if (s.ok()) return;
+        std::lock_guard<std::mutex> lock(mu);
+        ++bad;
+        printf("BAD %s: %s: %s\n", labels[i].c_str(),
+               absl::StatusCodeToString(s.code()).c_str(),
+               std::string(s.message()).c_str());
+      },
+      [&progress](uint64_t n) { progress.Add(n); });
+  progress.Finish();
   long long step = static_cast<long long>(reply->step().step());
   if (bad > 0 || !first.ok()) {
     printf("verify job '%s' step %lld: %zu of %zu chunks bad\n", a.job.c_str(),

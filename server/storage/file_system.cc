@@ -4,8 +4,10 @@
 #include <cstdio>
 #include <cstring>
 
+#include "absl/strings/str_cat.h"
 #include "server/storage/posix_file_system.h"
 #include "server/storage/uring_file_system.h"
+#include "util/log.h"
 
 namespace stagger::server {
 
@@ -41,9 +43,9 @@ Result<std::unique_ptr<FileSystem>> NewDefaultFileSystem(unsigned queue_depth) {
   auto uring = UringFileSystem::Create(options);
   if (uring.ok()) return std::unique_ptr<FileSystem>(std::move(*uring));
   // Logged here, once per store, because this is where the choice is made.
-  std::fprintf(stderr,
-               "stagger storage: io_uring unavailable (%s); using POSIX I/O\n",
-               std::string(uring.status().message()).c_str());
+  log::Warning("stagger storage",
+               absl::StrCat("io_uring unavailable (", uring.status().message(),
+                            "); using POSIX I/O"));
   return std::unique_ptr<FileSystem>(std::make_unique<PosixFileSystem>());
 }
 

@@ -13,8 +13,10 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "server/storage/internal/segment_files.h"
+#include "util/log.h"
 
 namespace stagger::server {
 namespace {
@@ -296,10 +298,10 @@ Result<SegmentStore::Impl::Segment*> SegmentStore::Impl::SegmentFor(
     fo.direct = true;
     STAGGER_ASSIGN_OR_RETURN(seg->file, fs_->Open(seg->path, fo));
     if (!seg->file->direct_io() && direct_.exchange(false)) {
-      std::fprintf(stderr,
-                   "stagger storage: O_DIRECT refused for %s; segments are "
-                   "written through the page cache\n",
-                   seg->path.c_str());
+      log::Warning("stagger storage",
+                   absl::StrCat("O_DIRECT refused for ", seg->path,
+                                "; segments are written through the page "
+                                "cache"));
     }
     dirs_to_sync->insert(job_dir);
     js->current = std::move(seg);

@@ -11,7 +11,9 @@
 #include <unordered_map>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "server/storage/internal/fd_file.h"
+#include "util/log.h"
 
 namespace stagger::storage_internal {
 
@@ -262,10 +264,10 @@ Ring* UringFileSystem::ThreadRing() {
   int ret = io_uring_queue_init(queue_depth_, &ring->ring, 0);
   if (ret < 0) {
     if (!logged_ring_failure_.exchange(true)) {
-      std::fprintf(stderr,
-                   "stagger storage: io_uring_queue_init failed on a thread "
-                   "(%s); that thread uses pread/pwrite\n",
-                   std::strerror(-ret));
+      log::Warning("stagger storage",
+                   absl::StrCat("io_uring_queue_init failed on a thread (",
+                                std::strerror(-ret),
+                                "); that thread uses pread/pwrite"));
     }
     t_rings[id_] = nullptr;
     return nullptr;
@@ -311,10 +313,11 @@ Status UringFileSystem::RegisterBuffers(absl::Span<const iovec> buffers) {
                                       static_cast<unsigned>(buffers.size()));
   if (ret < 0) {
     if (!logged_register_failure_.exchange(true)) {
-      std::fprintf(stderr,
-                   "stagger storage: io_uring_register_buffers failed (%s; "
-                   "RLIMIT_MEMLOCK %s); writing from unregistered buffers\n",
-                   std::strerror(-ret), MemlockText().c_str());
+      log::Warning(
+          "stagger storage",
+          absl::StrCat("io_uring_register_buffers failed (",
+                       std::strerror(-ret), "; RLIMIT_MEMLOCK ", MemlockText(),
+                       "); writing from unregistered buffers"));
     }
     return IoError("io_uring_register_buffers",
                    absl::StrCat("(", buffers.size(), " buffers)"), -ret);

@@ -1,3 +1,5 @@
+import time
+
 import numpy as np
 import pytest
 
@@ -214,6 +216,8 @@ def test_qos_marks_and_stats(tmp_path):
     ck.iteration_begin()
     with ck.collective():
         h = ck.save(s, step=1)
+        # Long enough for chunks to be ready to send: they wait.
+        time.sleep(0.1)
         assert not h.done()  # held back while the collective runs
     h.wait()
     st = h.stats()

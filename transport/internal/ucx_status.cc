@@ -4,6 +4,7 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "util/log.h"
 
 namespace stagger::transport_internal {
 namespace {
@@ -93,8 +94,8 @@ Status FromUcs(ucs_status_t status, absl::string_view context) {
 }
 
 void LogWarning(absl::string_view message) {
-  std::string line = absl::StrCat("stagger/transport: ", message, "\n");
-  std::fwrite(line.data(), 1, line.size(), stderr);
+  log::Warning("stagger/transport",
+               std::string_view(message.data(), message.size()));
 }
 
 }  // namespace stagger::transport_internal
