@@ -63,7 +63,7 @@ std::string Format(Level level, std::string_view component,
   ::clock_gettime(CLOCK_REALTIME, &ts);
   struct tm tm;
   ::gmtime_r(&ts.tv_sec, &tm);
-  char when[40];
+  char when[96];
   std::snprintf(when, sizeof when, "%04d-%02d-%02dT%02d:%02d:%02d.%03ldZ",
                 tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday, tm.tm_hour,
                 tm.tm_min, tm.tm_sec, ts.tv_nsec / 1000000);
