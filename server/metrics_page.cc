@@ -67,6 +67,10 @@ std::string RenderServerMetrics(const MetricsSources& s) {
     w.Gauge("stagger_server_write_queue_appends",
             "Appends waiting for the segment writer.",
             static_cast<double>(st.queued));
+    w.Gauge("stagger_server_io_requests_in_flight",
+            "Disk requests submitted and not completed (the io_uring queue "
+            "depth in use), writes and reads.",
+            static_cast<double>(st.io_in_flight));
     w.Histogram("stagger_server_write_seconds",
                 "Time to write one group commit's records (io_uring, all "
                 "writes in flight).",

@@ -87,6 +87,7 @@ TEST(ServerMetricsTest, ScrapedCountersMatchTheSave) {
   EXPECT_EQ(Sample(*after, "stagger_server_shard_commits_total"), 1);
   EXPECT_EQ(Sample(*after, "stagger_server_steps_completed_total"), 1);
   EXPECT_EQ(Sample(*after, "stagger_server_puts_in_flight"), 0);
+  EXPECT_EQ(Sample(*after, "stagger_server_io_requests_in_flight"), 0);
   EXPECT_EQ(Sample(*after, "stagger_server_verify_failures_total"), 0);
   const double batches = Sample(*after, "stagger_server_commit_batches_total");
   EXPECT_GE(batches, 1);

@@ -88,6 +88,9 @@ class FaultInjectionFileSystem : public FileSystem {
   Status RegisterBuffers(absl::Span<const iovec> buffers) override;
   void UnregisterBuffers() override;
   std::string Name() const override;
+  uint64_t RequestsInFlight() const override {
+    return base_->RequestsInFlight();
+  }
 
  private:
   class FaultFile;

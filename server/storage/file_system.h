@@ -137,6 +137,10 @@ class FileSystem {
   }
   virtual void UnregisterBuffers() {}
 
+  // Requests submitted to the kernel and not completed, all threads (the
+  // io_uring queue depth in use); 0 where requests are synchronous.
+  virtual uint64_t RequestsInFlight() const { return 0; }
+
   // A short name for logs: "io_uring", "posix", "fault_injection(io_uring)".
   virtual std::string Name() const = 0;
 };

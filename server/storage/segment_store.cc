@@ -799,6 +799,7 @@ SegmentStoreStats SegmentStore::Impl::Stats() const {
     absl::MutexLock l(&mu_);
     s.queued = queue_.size();
   }
+  s.io_in_flight = fs_->RequestsInFlight();
   s.write_seconds = write_seconds_.Take();
   s.sync_seconds = sync_seconds_.Take();
   return s;

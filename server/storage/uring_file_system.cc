@@ -156,6 +156,13 @@ class UringFile final : public storage_internal::FdFile {
                               ? IOPRIO_PRIO_VALUE(IOPRIO_CLASS_BE, 7)
                               : 0;
     unsigned inflight = 0;
+    // Whatever is still counted when this returns (a retired ring) leaves
+    // the gauge with it.
+    struct Uncount {
+      UringFileSystem* fs;
+      unsigned* n;
+      ~Uncount() { fs->AddInFlight(-static_cast<int64_t>(*n)); }
+    } uncount{fs_, &inflight};
     Status first_error;
     while (true) {
       while (first_error.ok() && !waiting.empty() && inflight < depth) {
@@ -185,6 +192,7 @@ class UringFile final : public storage_internal::FdFile {
         sqe->user_data = i;
         fs_->CountRequest(idx >= 0, false);
         ++inflight;
+        fs_->AddInFlight(1);
       }
       if (inflight == 0) {
         if (first_error.ok() && !waiting.empty()) {
@@ -209,6 +217,7 @@ class UringFile final : public storage_internal::FdFile {
         int res = cqe->res;
         io_uring_cqe_seen(&ring->ring, cqe);
         --inflight;
+        fs_->AddInFlight(-1);
         Op& op = ops[i];
         if (res == -EINTR || res == -EAGAIN) {
           waiting.push_back(i);

@@ -68,6 +68,13 @@ class UringFileSystem : public PosixFileSystem {
   unsigned queue_depth() const { return queue_depth_; }
   void CountRequest(bool fixed, bool posix);
   void CountSync() { syncs_.fetch_add(1, std::memory_order_relaxed); }
+  void AddInFlight(int64_t n) {
+    in_flight_.fetch_add(n, std::memory_order_relaxed);
+  }
+  uint64_t RequestsInFlight() const override {
+    const int64_t n = in_flight_.load(std::memory_order_relaxed);
+    return n > 0 ? static_cast<uint64_t>(n) : 0;
+  }
 
  private:
   explicit UringFileSystem(unsigned queue_depth);
@@ -80,6 +87,7 @@ class UringFileSystem : public PosixFileSystem {
   std::atomic<uint64_t> plain_requests_{0};
   std::atomic<uint64_t> posix_requests_{0};
   std::atomic<uint64_t> syncs_{0};
+  std::atomic<int64_t> in_flight_{0};
 };
 
 }  // namespace stagger::server
