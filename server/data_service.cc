@@ -1,5 +1,7 @@
 #include "server/data_service.h"
 
+#include <sys/statvfs.h>
+
 #include <memory>
 
 #include "absl/strings/str_cat.h"
@@ -66,6 +68,26 @@ DataService::DataService(SegmentStore* segments, MetaStore* meta,
       ingest_(ingest),
       readers_(readers),
       admission_(admission) {}
+
+void DataService::SetIdentity(std::string server_id, std::string data_dir) {
+  absl::MutexLock lock(&identity_mu_);
+  server_id_ = std::move(server_id);
+  data_dir_ = std::move(data_dir);
+}
+
+Status DataService::DiskFull(const Status& s) const {
+  absl::MutexLock lock(&identity_mu_);
+  std::string space;
+  struct statvfs v;
+  if (!data_dir_.empty() && ::statvfs(data_dir_.c_str(), &v) == 0) {
+    space = absl::StrCat(
+        "; ", static_cast<uint64_t>(v.f_bavail) * v.f_frsize, " bytes free of ",
+        static_cast<uint64_t>(v.f_blocks) * v.f_frsize, " under ", data_dir_);
+  }
+  return absl::ResourceExhaustedError(
+      absl::StrCat("server ", server_id_, ": disk full (", s.message(), ")",
+                   space, "; older checkpoints are intact"));
+}
 
 AdmissionStats DataService::admission_stats() const {
   return admission_ == nullptr ? AdmissionStats() : admission_->Stats();
@@ -160,6 +182,7 @@ void DataService::HandlePut(transport::Message request,
         job, header, std::move(*payload),
         [this, shared, job, header, base](Result<ChunkLocation> loc) {
           Status s = loc.status();
+          if (absl::IsResourceExhausted(s)) s = DiskFull(s);
           if (s.ok()) {
             ChunkMeta meta;
             meta.location = *loc;

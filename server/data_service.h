@@ -57,6 +57,9 @@ class DataService : public transport::RequestHandler {
                  std::unique_ptr<transport::ReplyChannel> reply) override;
 
   const DataServiceCounters& counters() const { return counters_; }
+  // Names this server in errors a client sees (a full disk: which server,
+  // how much space is left under `data_dir`). Call before serving.
+  void SetIdentity(std::string server_id, std::string data_dir);
   // The admission's books (queue depth, credit in use, per-client bytes);
   // all zero without an admission.
   AdmissionStats admission_stats() const;
@@ -76,8 +79,14 @@ class DataService : public transport::RequestHandler {
   void ReadAndReply(transport::ReplyChannel* reply,
                     const format::GetChunkRequest& r, const ChunkMeta& meta);
 
+  // RESOURCE_EXHAUSTED from the store, said as a full disk of this server.
+  Status DiskFull(const Status& s) const;
+
   SegmentStore* segments_;
   MetaStore* meta_;
+  mutable absl::Mutex identity_mu_;
+  std::string server_id_ ABSL_GUARDED_BY(identity_mu_) = "this server";
+  std::string data_dir_ ABSL_GUARDED_BY(identity_mu_);
   qos::Executor* ingest_;
   qos::Executor* readers_;
   IngestAdmission* admission_;

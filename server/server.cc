@@ -103,6 +103,7 @@ Result<std::unique_ptr<Server>> Server::Start(const ServerOptions& options) {
   SegmentStoreOptions seg;
   seg.dir = options.data_dir + "/segments";
   seg.segment_bytes = options.segment_bytes;
+  seg.fs = options.file_system;
   STAGGER_ASSIGN_OR_RETURN(impl->segments, SegmentStore::Open(seg));
   if (!impl->segments->direct_io()) {
     log::Warning("stagger-server",
@@ -142,6 +143,8 @@ Result<std::unique_ptr<Server>> Server::Start(const ServerOptions& options) {
 
   char host[256] = {0};
   gethostname(host, sizeof host - 1);
+  impl->data->SetIdentity(absl::StrCat(host, "/", impl->listener->address()),
+                          options.data_dir);
   impl->control = std::make_unique<ControlService>(
       impl->meta.get(), impl->listener->address(),
       absl::StrCat(host, "/", impl->listener->address()),

@@ -26,6 +26,8 @@ class Transport;
 
 namespace stagger::server {
 
+class FileSystem;
+
 struct ServerOptions {
   std::string data_dir;                   // created if missing
   std::string listen = "127.0.0.1:7700";  // gRPC host:port; port 0 = any
@@ -51,6 +53,10 @@ struct ServerOptions {
   uint64_t ingest_budget_bytes = 256ull << 20;
   // HOST:PORT for the Prometheus metrics page (GET /metrics); empty: none.
   std::string metrics_listen;
+  // The segments' file system; nullptr = io_uring (POSIX where refused).
+  // Not owned; tests pass a FaultInjectionFileSystem. Must outlive the
+  // server.
+  FileSystem* file_system = nullptr;
 };
 
 class Server {
