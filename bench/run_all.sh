@@ -16,7 +16,7 @@ set -u -o pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 bin_dir="${STAGGER_BIN_DIR:-$here/../build/bin}"
-drivers=(stall throughput incremental restore)
+drivers=(stall throughput incremental restore scale)
 
 smoke=0
 size=""
@@ -66,6 +66,11 @@ results=()
 for name in "${drivers[@]}"; do
   exe="$bin_dir/bench_$name"
   args=("${common_args[@]}")
+  if [[ $name == scale && $smoke -eq 1 ]]; then
+    # --size is per client there: 4 clients of 4 MiB, not 32 of 32 MiB.
+    args=(--clients 4 --size 4MiB --steps 2)
+    [[ -n "$data" ]] && args+=(--data "$data")
+  fi
   [[ -n "$json_dir" ]] && args+=(--json "$json_dir/$name.json")
   echo "=== bench_$name ${args[*]}"
   if [[ ! -x "$exe" ]]; then
