@@ -64,7 +64,7 @@ void CodecPolicy::SampleCpuLocked() {
   if (last_idle_ >= 0 && now > last_now_) {
     const double idle_cores = (idle - last_idle_) / (now - last_now_);
     if (idle_cores < kBusyIdleCores) {
-      cap_ = std::max(kMinFraction, cap_ / 2);
+      cap_ = std::max(kMinFraction, cap_ / kCapCut);
     } else if (idle_cores > kFreeIdleCores) {
       cap_ = std::min(1.0, cap_ + kCapStep);
     }

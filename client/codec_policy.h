@@ -25,7 +25,8 @@
 // meant to relieve, and W, measured while encoders run, falls and calls for
 // more encoding. So the fraction is also capped by the host's idle CPU,
 // sampled every kCpuSamplePeriod: below kBusyIdleCores idle cores the cap
-// halves, above kFreeIdleCores it grows by kCapStep (AIMD), never below
+// quarters (kCapCut: a save lasts seconds, so the cut must be quick), above
+// kFreeIdleCores it grows by kCapStep, never below
 // kMinFraction so that E and r keep being measured. The encoded fraction is
 // min(f*, cap).
 //
@@ -55,7 +56,8 @@ class CodecPolicy {
   static constexpr double kBusyIdleCores = 0.2;
   static constexpr double kFreeIdleCores = 0.5;
   static constexpr double kCapStep = 0.125;
-  static constexpr double kMinFraction = 0.02;
+  static constexpr double kCapCut = 4;
+  static constexpr double kMinFraction = 0.005;
 
   // `encoder_threads`: threads encoding in parallel (at least 1).
   explicit CodecPolicy(int encoder_threads, HostCpu cpu = HostCpu::Real());

@@ -87,13 +87,13 @@ TEST(CodecPolicy, IgnoresEmptySamples) {
   EXPECT_EQ(p.encode_fraction(), 1.0);
 }
 
-TEST(CodecPolicy, BusyHostHalvesTheCapIdleHostGrowsIt) {
+TEST(CodecPolicy, BusyHostCutsTheCapIdleHostGrowsIt) {
   FakeCpu cpu;
   CodecPolicy p(1, cpu.Host());
   EXPECT_TRUE(p.ShouldEncode());  // first sample: nothing measured yet
   EXPECT_EQ(p.cpu_cap(), 1.0);
-  // 0.1 idle cores (< 0.2): halves per sample period, down to the floor.
-  const double expected[] = {0.5, 0.25, 0.125, 0.0625, 0.03125, 0.02, 0.02};
+  // 0.1 idle cores (< 0.2): a quarter per sample period, down to the floor.
+  const double expected[] = {0.25, 0.0625, 0.015625, 0.005, 0.005};
   for (double e : expected) {
     cpu.Pass(CodecPolicy::kCpuSamplePeriod, 0.1);
     p.ShouldEncode();
@@ -102,15 +102,15 @@ TEST(CodecPolicy, BusyHostHalvesTheCapIdleHostGrowsIt) {
   // Between the thresholds (0.3 idle cores): the cap holds.
   cpu.Pass(CodecPolicy::kCpuSamplePeriod, 0.3);
   p.ShouldEncode();
-  EXPECT_DOUBLE_EQ(p.cpu_cap(), 0.02);
+  EXPECT_DOUBLE_EQ(p.cpu_cap(), 0.005);
   // Samples come at most once per period.
   cpu.Pass(CodecPolicy::kCpuSamplePeriod / 4, 2.0);
   p.ShouldEncode();
-  EXPECT_DOUBLE_EQ(p.cpu_cap(), 0.02);
+  EXPECT_DOUBLE_EQ(p.cpu_cap(), 0.005);
   // A core and more idle: + kCapStep per period, up to 1.
   cpu.Pass(CodecPolicy::kCpuSamplePeriod, 1.5);
   p.ShouldEncode();
-  EXPECT_DOUBLE_EQ(p.cpu_cap(), 0.02 + CodecPolicy::kCapStep);
+  EXPECT_DOUBLE_EQ(p.cpu_cap(), 0.005 + CodecPolicy::kCapStep);
   for (int i = 0; i < 10; ++i) {
     cpu.Pass(CodecPolicy::kCpuSamplePeriod, 1.5);
     p.ShouldEncode();
@@ -126,8 +126,8 @@ TEST(CodecPolicy, EncodesTheSmallerOfModelAndCpuCap) {
   p.OnWire(1'000'000'000);
   p.ShouldEncode();
   EXPECT_NEAR(p.encode_fraction(), 0.4, 1e-9);
-  // A saturated host: two halvings bring the cap to 0.25, below the model.
-  for (int i = 0; i < 2; ++i) {
+  // A saturated host: one cut brings the cap to 0.25, below the model.
+  for (int i = 0; i < 1; ++i) {
     cpu.Pass(CodecPolicy::kCpuSamplePeriod, 0.0);
     p.ShouldEncode();
   }
