@@ -33,10 +33,9 @@ int main(int argc, char** argv) {
   }
   auto handle = (*ck)->Save(1);
   if (!handle.ok() || !handle->Wait().ok()) {
-    std::fprintf(stderr, "save: %s\n",
-                 (handle.ok() ? handle->Wait() : handle.status())
-                     .ToString()
-                     .c_str());
+    std::fprintf(
+        stderr, "save: %s\n",
+        (handle.ok() ? handle->Wait() : handle.status()).ToString().c_str());
     return 1;
   }
   const std::vector<float> saved = weights;

@@ -74,7 +74,7 @@ struct SegmentStoreStats {
   uint64_t bytes_written = 0;    // their record bytes (header + padding too)
   uint64_t batches = 0;          // group commits, failed ones included
   uint64_t failed_batches = 0;
-  size_t queued = 0;  // appends waiting for the writer now
+  size_t queued = 0;          // appends waiting for the writer now
   uint64_t io_in_flight = 0;  // file system requests in flight now
   metrics::Histogram::Snapshot write_seconds;  // per batch: all its writes
   metrics::Histogram::Snapshot sync_seconds;   // per fdatasync
