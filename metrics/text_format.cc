@@ -8,27 +8,15 @@
 namespace stagger::metrics {
 namespace {
 
-std::string Escape(const std::string& v) {
+// Label values escape backslash, double quote and newline; HELP text only
+// backslash and newline.
+std::string Escape(const std::string& v, bool quotes = true) {
   std::string out;
   for (char c : v) {
     if (c == '\\') {
       out += "\\\\";
-    } else if (c == '"') {
+    } else if (c == '"' && quotes) {
       out += "\\\"";
-    } else if (c == '\n') {
-      out += "\\n";
-    } else {
-      out += c;
-    }
-  }
-  return out;
-}
-
-std::string HelpEscape(const std::string& v) {
-  std::string out;
-  for (char c : v) {
-    if (c == '\\') {
-      out += "\\\\";
     } else if (c == '\n') {
       out += "\\n";
     } else {
@@ -54,7 +42,7 @@ std::string FormatValue(double v) {
 void TextWriter::Family(const std::string& name, const std::string& help,
                         const char* type) {
   if (!families_.insert(name).second) return;
-  absl::StrAppend(&out_, "# HELP ", name, " ", HelpEscape(help), "\n",
+  absl::StrAppend(&out_, "# HELP ", name, " ", Escape(help, /*quotes=*/false), "\n",
                   "# TYPE ", name, " ", type, "\n");
 }
 
