@@ -19,7 +19,6 @@
 // every figure is the median over the rounds.
 // RESULT ratio = stagger(raw) GB/s / min(disk, link). Target (BENCHMARKS.md):
 // >= 0.85.
-#include <malloc.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -258,11 +257,4 @@ int Main(int argc, char** argv) {
 }  // namespace
 }  // namespace stagger::bench
 
-int main(int argc, char** argv) {
-  // As stagger-server: the link ceiling's listener pulls into fresh
-  // buffers of a few MiB; keep them in the heap so that they are reused,
-  // not mapped and faulted in anew each time.
-  mallopt(M_MMAP_THRESHOLD, 256 << 20);
-  mallopt(M_TRIM_THRESHOLD, 1 << 30);
-  return stagger::bench::Main(argc, argv);
-}
+int main(int argc, char** argv) { return stagger::bench::Main(argc, argv); }

@@ -20,10 +20,11 @@
 #include "util/log.h"
 
 int main(int argc, char** argv) {
-  // Payloads are pulled into fresh 4 KiB-aligned buffers of a few MiB,
-  // freed once written. Above glibc's mmap threshold each one would be a
-  // new mapping, zeroed page by page on first touch; keep them in the heap
-  // so freed buffers are reused (the ingest budget bounds the heap).
+  // Pulled payloads come from the transport's pool of recycled buffers;
+  // records read for restores are fresh 4 KiB-aligned buffers of a few
+  // MiB, freed once sent. Above glibc's mmap threshold each would be a new
+  // mapping, zeroed page by page on first touch; keep them in the heap so
+  // freed ones are reused (the ingest budget bounds how many are live).
   mallopt(M_MMAP_THRESHOLD, 256 << 20);
   mallopt(M_TRIM_THRESHOLD, 1 << 30);
   CLI::App app{"stagger-server: stores stagger checkpoints"};

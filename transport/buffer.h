@@ -18,6 +18,27 @@
 
 namespace stagger::transport {
 
+// Takes back the memory of a Buffer made by Buffer::Adopt (a pool).
+class BufferRecycler {
+ public:
+  virtual ~BufferRecycler() = default;
+  // `block` bytes at `p`, as given to Adopt.
+  virtual void Recycle(char* p, size_t block) = 0;
+};
+
+// Frees a Buffer's memory: back to its recycler, or std::free.
+struct BufferFree {
+  std::shared_ptr<BufferRecycler> recycler;  // nullptr: std::free
+  size_t block = 0;                          // bytes of the allocation
+  void operator()(char* p) const {
+    if (recycler) {
+      recycler->Recycle(p, block);
+    } else {
+      std::free(p);
+    }
+  }
+};
+
 class Buffer {
  public:
   static constexpr size_t kAlignment = 4096;
@@ -57,6 +78,17 @@ class Buffer {
   static Buffer WithHeadroom(size_t size, size_t headroom) {
     return Buffer(size, headroom);
   }
+  // A buffer over `block` bytes at `p` (kAlignment-aligned, a multiple of
+  // it) that `recycler` owns: they go back to it when the buffer dies.
+  static Buffer Adopt(char* p, size_t block, size_t size, size_t headroom,
+                      std::shared_ptr<BufferRecycler> recycler) {
+    Buffer b;
+    b.data_ = std::unique_ptr<char, Free>(p, Free{std::move(recycler), block});
+    b.headroom_ = headroom;
+    b.size_ = size;
+    b.capacity_ = block - headroom;
+    return b;
+  }
   static Buffer CopyOf(std::string_view bytes) {
     Buffer b(bytes.size());
     if (!bytes.empty()) std::memcpy(b.data(), bytes.data(), bytes.size());
@@ -95,9 +127,7 @@ class Buffer {
     capacity_ = block - headroom;
   }
 
-  struct Free {
-    void operator()(char* p) const { std::free(p); }
-  };
+  using Free = BufferFree;
   // Declared before data_: members die in reverse order, so the memory is
   // freed first.
   std::unique_ptr<Attachment> attachment_;

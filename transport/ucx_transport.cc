@@ -51,6 +51,7 @@ class UcxTransport final : public Transport {
       : context_(std::move(context)), options_(options) {
     loop_options_.rndv_threshold = options.rndv_threshold;
     loop_options_.max_inflight_pull_bytes = options.max_inflight_pull_bytes;
+    loop_options_.pull_buffer_cache_bytes = options.pull_buffer_cache_bytes;
     loop_options_.close_timeout = options.close_timeout;
   }
 

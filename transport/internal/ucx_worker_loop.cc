@@ -35,7 +35,9 @@ UcxWorkerLoop::UcxWorkerLoop(std::shared_ptr<UcxContext> context,
                              UcxLoopOptions options, std::string thread_name)
     : context_(std::move(context)),
       options_(options),
-      thread_name_(std::move(thread_name)) {}
+      thread_name_(std::move(thread_name)),
+      pull_buffers_(
+          transport::BufferPool::Create(options.pull_buffer_cache_bytes)) {}
 
 UcxWorkerLoop::~UcxWorkerLoop() {
   // The owner stops the loop; the thread holds a reference until it exits,
@@ -367,10 +369,9 @@ bool UcxWorkerLoop::StartPulls() {
       continue;
     }
     // With the header in the data, the payload is copied out below anyway.
-    op->data =
-        op->frame.header_in_data()
-            ? Buffer(op->length)
-            : Buffer::WithHeadroom(op->length, options_.payload_headroom);
+    op->data = op->frame.header_in_data()
+                   ? Buffer(op->length)
+                   : pull_buffers_->Get(op->length, options_.payload_headroom);
     ucp_request_param_t param{};
     param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK |
                          UCP_OP_ATTR_FIELD_USER_DATA |

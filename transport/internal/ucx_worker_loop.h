@@ -47,6 +47,7 @@
 #include "absl/synchronization/mutex.h"
 #include "stagger/status.h"
 #include "transport/buffer.h"
+#include "transport/buffer_pool.h"
 #include "transport/internal/frame.h"
 #include "transport/internal/ucx_handles.h"
 #include "transport/transport.h"
@@ -67,6 +68,8 @@ struct UcxLoopOptions {
   // Pulled payloads start this many bytes into their aligned allocation
   // (transport::ListenOptions::payload_headroom).
   size_t payload_headroom = 0;
+  // Freed pull buffers kept for reuse (transport/buffer_pool.h).
+  size_t pull_buffer_cache_bytes = 128ull << 20;
 };
 
 class UcxWorkerLoop : public std::enable_shared_from_this<UcxWorkerLoop> {
@@ -240,6 +243,8 @@ class UcxWorkerLoop : public std::enable_shared_from_this<UcxWorkerLoop> {
   std::deque<std::unique_ptr<PullOp>> pulls_waiting_;
   std::unordered_map<PullOp*, std::unique_ptr<PullOp>> pulls_;
   size_t pull_bytes_ = 0;
+  // Where pulled payloads come from and go back to.
+  const std::shared_ptr<transport::BufferPool> pull_buffers_;
 };
 
 }  // namespace stagger::transport_internal

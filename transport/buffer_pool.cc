@@ -1,0 +1,64 @@
+#include "transport/buffer_pool.h"
+
+#include <sys/mman.h>
+
+namespace stagger::transport {
+
+std::shared_ptr<BufferPool> BufferPool::Create(size_t max_cached_bytes) {
+  return std::shared_ptr<BufferPool>(new BufferPool(max_cached_bytes));
+}
+
+BufferPool::~BufferPool() {
+  for (const auto& [block, p] : free_) ::munmap(p, block);
+}
+
+Buffer BufferPool::Get(size_t size, size_t headroom) {
+  const size_t need = headroom + size;
+  if (need < kGranule) return Buffer::WithHeadroom(size, headroom);
+  const size_t block = (need + kGranule - 1) / kGranule * kGranule;
+  char* p = nullptr;
+  size_t got = block;
+  {
+    absl::MutexLock l(&mu_);
+    auto it = free_.lower_bound(block);
+    if (it != free_.end() && it->first <= block + block / 8) {
+      got = it->first;
+      p = it->second;
+      cached_ -= got;
+      free_.erase(it);
+      ++stats_.reused;
+    } else {
+      ++stats_.mapped;
+    }
+  }
+  if (p == nullptr) {
+    void* m = ::mmap(nullptr, block, PROT_READ | PROT_WRITE,
+                     MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    // Out of address space or map count: an ordinary buffer (which aborts
+    // only where operator new would).
+    if (m == MAP_FAILED) return Buffer::WithHeadroom(size, headroom);
+    p = static_cast<char*>(m);
+  }
+  return Buffer::Adopt(p, got, size, headroom, shared_from_this());
+}
+
+void BufferPool::Recycle(char* p, size_t block) {
+  {
+    absl::MutexLock l(&mu_);
+    if (cached_ + block <= max_cached_) {
+      free_.emplace(block, p);
+      cached_ += block;
+      return;
+    }
+  }
+  ::munmap(p, block);
+}
+
+BufferPool::Stats BufferPool::stats() const {
+  absl::MutexLock l(&mu_);
+  Stats s = stats_;
+  s.cached_bytes = cached_;
+  return s;
+}
+
+}  // namespace stagger::transport

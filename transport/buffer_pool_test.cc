@@ -1,0 +1,64 @@
+#include "transport/buffer_pool.h"
+
+#include <cstdint>
+#include <cstring>
+
+#include "gtest/gtest.h"
+
+namespace stagger::transport {
+namespace {
+
+TEST(BufferPoolTest, ReusesFreedBlocksWithTheirLayout) {
+  auto pool = BufferPool::Create(16 << 20);
+  const char* first = nullptr;
+  {
+    Buffer b = pool->Get(4 << 20, 64);
+    EXPECT_EQ(b.size(), 4u << 20);
+    EXPECT_EQ(b.headroom(), 64u);
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(b.data() - 64) % Buffer::kAlignment,
+              0u);
+    // The block is whole 64 KiB granules: room for the bytes and more.
+    EXPECT_EQ((b.headroom() + b.capacity()) % BufferPool::kGranule, 0u);
+    EXPECT_GE(b.capacity(), b.size());
+    std::memset(b.data(), 7, b.size());
+    first = b.data();
+  }
+  EXPECT_EQ(pool->stats().cached_bytes, (4u << 20) + BufferPool::kGranule);
+  // A slightly smaller request takes the same block back.
+  Buffer again = pool->Get((4 << 20) - 1000, 64);
+  EXPECT_EQ(again.data(), first);
+  EXPECT_EQ(pool->stats().reused, 1u);
+  EXPECT_EQ(pool->stats().mapped, 1u);
+  EXPECT_EQ(pool->stats().cached_bytes, 0u);
+  // A much smaller one does not (it would waste most of the block).
+  Buffer small = pool->Get(1 << 20);
+  EXPECT_EQ(pool->stats().mapped, 2u);
+}
+
+TEST(BufferPoolTest, KeepsNoMoreThanItsBound) {
+  auto pool = BufferPool::Create(8 << 20);
+  {
+    Buffer a = pool->Get(3 << 20);
+    Buffer b = pool->Get(3 << 20);
+    Buffer c = pool->Get(3 << 20);
+  }
+  // Two 3 MiB blocks fit in 8 MiB; the third was unmapped.
+  EXPECT_EQ(pool->stats().cached_bytes, 6u << 20);
+}
+
+TEST(BufferPoolTest, SmallRequestsAreOrdinaryBuffersAndBuffersOutliveThePool) {
+  auto pool = BufferPool::Create(8 << 20);
+  Buffer tiny = pool->Get(100, 64);
+  EXPECT_EQ(tiny.size(), 100u);
+  EXPECT_EQ(pool->stats().mapped, 0u);
+  Buffer big = pool->Get(2 << 20);
+  std::weak_ptr<BufferPool> weak = pool;
+  pool.reset();
+  EXPECT_FALSE(weak.expired());  // the buffer keeps it
+  std::memset(big.data(), 1, big.size());
+  big = Buffer();
+  EXPECT_TRUE(weak.expired());
+}
+
+}  // namespace
+}  // namespace stagger::transport
