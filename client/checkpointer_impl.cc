@@ -606,8 +606,8 @@ Result<std::unique_ptr<Checkpointer>> NewCheckpointer(
     STAGGER_ASSIGN_OR_RETURN(transport, SharedUcxTransport());
   }
   STAGGER_ASSIGN_OR_RETURN(
-      auto set,
-      ServerSet::Connect(servers, transport.get(), options.rpc_timeout_s));
+      auto set, ServerSet::Connect(servers, transport.get(),
+                                   options.rpc_timeout_s, options.tls_ca_file));
   STAGGER_ASSIGN_OR_RETURN(std::unique_ptr<Shaping> shaping,
                            Shaping::Make(options));
   std::unique_ptr<StagingPool> pool;

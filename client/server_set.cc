@@ -4,6 +4,8 @@
 #include <xxhash.h>
 
 #include <chrono>
+#include <fstream>
+#include <sstream>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
@@ -18,7 +20,21 @@ Status FromGrpc(const grpc::Status& s, std::string_view what) {
 
 Result<std::shared_ptr<ServerSet>> ServerSet::Connect(
     const std::string& servers, transport::Transport* transport,
-    double timeout_s) {
+    double timeout_s, const std::string& tls_ca_file) {
+  std::shared_ptr<grpc::ChannelCredentials> creds =
+      grpc::InsecureChannelCredentials();
+  if (!tls_ca_file.empty()) {
+    std::ifstream f(tls_ca_file);
+    std::stringstream pem;
+    pem << f.rdbuf();
+    if (!f || pem.str().empty()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "TLS CA file '", tls_ca_file, "' cannot be read or is empty"));
+    }
+    grpc::SslCredentialsOptions o;
+    o.pem_root_certs = pem.str();
+    creds = grpc::SslCredentials(o);
+  }
   auto set = std::shared_ptr<ServerSet>(new ServerSet());
   set->timeout_s_ = timeout_s;
   std::vector<std::string> addrs = absl::StrSplit(servers, ',');
@@ -33,8 +49,7 @@ Result<std::shared_ptr<ServerSet>> ServerSet::Connect(
     grpc::ChannelArguments args;
     args.SetMaxReceiveMessageSize(256 << 20);
     args.SetMaxSendMessageSize(256 << 20);
-    auto channel = grpc::CreateCustomChannel(
-        addr, grpc::InsecureChannelCredentials(), args);
+    auto channel = grpc::CreateCustomChannel(addr, creds, args);
     conn->stub = pb::Stagger::NewStub(channel);
     grpc::ClientContext ctx;
     ctx.set_deadline(std::chrono::system_clock::now() +
@@ -49,6 +64,11 @@ Result<std::shared_ptr<ServerSet>> ServerSet::Connect(
       if (absl::IsDeadlineExceeded(s)) {
         s = absl::UnavailableError(
             absl::StrCat("server ", addr, " does not answer"));
+      }
+      if (!tls_ca_file.empty() && absl::IsUnavailable(s)) {
+        s = WithContext(s, absl::StrCat("(TLS with CA ", tls_ca_file,
+                                        ": does the server's certificate "
+                                        "chain to it and name this host?)"));
       }
       return s;
     }

@@ -31,9 +31,11 @@ class ServerSet {
   // its data-plane connection over `transport` (not owned; must outlive the
   // set). INVALID_ARGUMENT for a malformed list, UNAVAILABLE naming the
   // server that does not answer.
+  // With `tls_ca_file` (PEM), the control plane is gRPC over TLS and the
+  // servers' certificates must chain to it.
   static Result<std::shared_ptr<ServerSet>> Connect(
       const std::string& servers, transport::Transport* transport,
-      double timeout_s);
+      double timeout_s, const std::string& tls_ca_file = "");
 
   size_t size() const { return servers_.size(); }
   ServerConn& server(size_t i) { return *servers_[i]; }

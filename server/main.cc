@@ -74,6 +74,10 @@ int main(int argc, char** argv) {
   app.add_option("--metrics-listen", options.metrics_listen,
                  "serve Prometheus metrics at http://HOST:PORT/metrics "
                  "(port 0 picks a free one; default: no metrics endpoint)");
+  app.add_option("--tls-cert", options.tls_cert_file,
+                 "PEM certificate chain: serve gRPC over TLS (with --tls-key)");
+  app.add_option("--tls-key", options.tls_key_file,
+                 "PEM private key of --tls-cert");
   std::string log_level = "info";
   app.add_option("--log-level", log_level,
                  "debug, info, warning or error: events below it are not "

@@ -4,6 +4,8 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <fstream>
+#include <sstream>
 
 #include "absl/strings/str_cat.h"
 #include "format/record.h"
@@ -78,6 +80,41 @@ AdmissionStats Server::admission_stats() const {
   return impl_->admission ? impl_->admission->Stats() : AdmissionStats();
 }
 
+namespace {
+
+Result<std::string> ReadPem(const std::string& path, const char* what) {
+  std::ifstream f(path);
+  std::stringstream s;
+  s << f.rdbuf();
+  if (!f || s.str().empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, " '", path, "' cannot be read or is empty"));
+  }
+  return s.str();
+}
+
+// TLS when a certificate and key are given, plaintext otherwise.
+Result<std::shared_ptr<grpc::ServerCredentials>> ServerCredentials(
+    const ServerOptions& o) {
+  if (o.tls_cert_file.empty() && o.tls_key_file.empty()) {
+    return grpc::InsecureServerCredentials();
+  }
+  if (o.tls_cert_file.empty() || o.tls_key_file.empty()) {
+    return absl::InvalidArgumentError(
+        "TLS needs both a certificate (--tls-cert) and its key (--tls-key)");
+  }
+  grpc::SslServerCredentialsOptions ssl;
+  grpc::SslServerCredentialsOptions::PemKeyCertPair pair;
+  STAGGER_ASSIGN_OR_RETURN(pair.cert_chain,
+                           ReadPem(o.tls_cert_file, "TLS certificate"));
+  STAGGER_ASSIGN_OR_RETURN(pair.private_key,
+                           ReadPem(o.tls_key_file, "TLS key"));
+  ssl.pem_key_cert_pairs.push_back(pair);
+  return grpc::SslServerCredentials(ssl);
+}
+
+}  // namespace
+
 Result<std::unique_ptr<Server>> Server::Start(const ServerOptions& options) {
   if (options.data_dir.empty()) {
     return absl::InvalidArgumentError("server needs a data directory");
@@ -85,6 +122,8 @@ Result<std::unique_ptr<Server>> Server::Start(const ServerOptions& options) {
   if (options.ingest_budget_bytes == 0) {
     return absl::InvalidArgumentError("the ingest budget must be > 0 bytes");
   }
+  // Before anything starts: a bad TLS setting stops the server at once.
+  STAGGER_ASSIGN_OR_RETURN(auto creds, ServerCredentials(options));
   STAGGER_ASSIGN_OR_RETURN(auto grpc_hp,
                            transport::SplitHostPort(options.listen));
   std::string data_listen = options.data_listen.empty()
@@ -152,8 +191,7 @@ Result<std::unique_ptr<Server>> Server::Start(const ServerOptions& options) {
       impl->compactor.get());
   grpc::ServerBuilder builder;
   int bound_port = 0;
-  builder.AddListeningPort(options.listen, grpc::InsecureServerCredentials(),
-                           &bound_port);
+  builder.AddListeningPort(options.listen, creds, &bound_port);
   builder.RegisterService(impl->control.get());
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   builder.SetMaxReceiveMessageSize(256 << 20);

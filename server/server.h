@@ -51,6 +51,8 @@ struct ServerOptions {
   // sent (restore reads, which go first). Must be > 0; one chunk larger
   // than this is still taken when it is alone.
   uint64_t ingest_budget_bytes = 256ull << 20;
+  // PEM certificate chain and private key: gRPC over TLS. Both or neither.
+  std::string tls_cert_file, tls_key_file;
   // HOST:PORT for the Prometheus metrics page (GET /metrics); empty: none.
   std::string metrics_listen;
   // The segments' file system; nullptr = io_uring (POSIX where refused).

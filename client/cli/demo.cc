@@ -11,6 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "client/cli/commands.h"
+#include "client/cli/session.h"
 #include "client/cli/synthetic_state.h"
 #include "client/embedded/embedded.h"
 #include "stagger/checkpointer.h"
@@ -30,6 +31,7 @@ void SaveRank(const DemoArgs& a, const std::string& servers,
               const std::string& job, uint32_t rank, RankResult* out) {
   CheckpointerOptions o;
   o.servers = servers;
+  o.tls_ca_file = TlsCaFile();
   o.job = job;
   o.rank = rank;
   o.world_size = a.ranks;

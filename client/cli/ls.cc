@@ -30,11 +30,22 @@ int Fail(const std::string& cmd, const Status& s) {
   return 1;
 }
 
+namespace {
+std::string& TlsCa() {
+  static auto* path = new std::string();
+  return *path;
+}
+}  // namespace
+
+void SetTlsCaFile(std::string path) { TlsCa() = std::move(path); }
+const std::string& TlsCaFile() { return TlsCa(); }
+
 Result<Session> OpenSession(const std::string& servers) {
   Session s;
   STAGGER_ASSIGN_OR_RETURN(s.transport, SharedUcxTransport());
-  STAGGER_ASSIGN_OR_RETURN(s.servers,
-                           ServerSet::Connect(servers, s.transport.get(), 60));
+  STAGGER_ASSIGN_OR_RETURN(
+      s.servers,
+      ServerSet::Connect(servers, s.transport.get(), 60, TlsCaFile()));
   s.executor = std::make_unique<qos::Executor>(2);
   return s;
 }

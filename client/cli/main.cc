@@ -11,6 +11,7 @@
 #include <string>
 
 #include "client/cli/commands.h"
+#include "client/cli/session.h"
 #include "util/log.h"
 
 int main(int argc, char** argv) {
@@ -86,6 +87,9 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   demo_cmd->add_option("--job", demo.job, "job name")->capture_default_str();
 
+  std::string tls_ca;
+  app.add_option("--tls-ca", tls_ca,
+                 "PEM CA of the servers' certificates: gRPC over TLS");
   std::string log_level = "warning";
   app.add_option("--log-level", log_level,
                  "debug, info, warning or error (events on stderr)")
@@ -98,6 +102,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   stagger::log::SetLevel(*level);
+  stagger::client::SetTlsCaFile(tls_ca);
   ls.server = restore.server = verify.server = gc.server = show.server = server;
   if (*show_cmd) return RunShow(show);
   if (*ls_cmd) return RunLs(ls);

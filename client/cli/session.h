@@ -21,6 +21,11 @@ struct Session {
 // transport.
 Result<Session> OpenSession(const std::string& servers);
 
+// The CLI's --tls-ca (empty: plaintext), for every session and Checkpointer
+// it opens.
+void SetTlsCaFile(std::string path);
+const std::string& TlsCaFile();
+
 }  // namespace stagger::client
 
 #endif  // STAGGER_CLIENT_CLI_SESSION_H_

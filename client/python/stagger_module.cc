@@ -123,7 +123,8 @@ PYBIND11_MODULE(_stagger, m) {
                        const std::string& qos_yield, double qos_yield_floor_Bps,
                        double rate_limit_Bps, double node_rate_limit_Bps,
                        const std::string& node_rate_limit_file,
-                       const std::string& metrics_listen) {
+                       const std::string& metrics_listen,
+                       const std::string& tls_ca_file) {
              CheckpointerOptions o;
              o.servers = servers;
              o.job = job;
@@ -146,6 +147,7 @@ PYBIND11_MODULE(_stagger, m) {
              o.node_rate_limit_Bps = node_rate_limit_Bps;
              o.node_rate_limit_file = node_rate_limit_file;
              o.metrics_listen = metrics_listen;
+             o.tls_ca_file = tls_ca_file;
              Result<std::unique_ptr<Checkpointer>> ck;
              {
                py::gil_scoped_release release;
@@ -166,6 +168,7 @@ PYBIND11_MODULE(_stagger, m) {
            py::arg("rate_limit_Bps") = 0.0,
            py::arg("node_rate_limit_Bps") = 0.0,
            py::arg("node_rate_limit_file") = "", py::arg("metrics_listen") = "",
+           py::arg("tls_ca_file") = "",
            "Options as in stagger/options.h (CheckpointerOptions).")
       .def(
           "metrics_address",

@@ -39,6 +39,10 @@ struct CheckpointerOptions {
   int zstd_level = 1;
   size_t max_inflight_chunks = 16;  // chunks sent and not yet acked
   double rpc_timeout_s = 60;        // per control-plane call
+  // PEM file of the CA that signed the servers' certificates: the control
+  // plane (gRPC) then runs over TLS (stagger-server --tls-cert/--tls-key).
+  // Empty: plaintext. The data plane (UCX) is not encrypted either way.
+  std::string tls_ca_file;
   // HOST:PORT to serve this client's counters at http://HOST:PORT/metrics
   // (Prometheus text format, stagger_client_*; port 0 picks a free one).
   // Empty: no endpoint (Checkpointer::Metrics() still counts).
