@@ -15,7 +15,7 @@ export UCX_WARN_UNUSED_ENV_VARS ?= n
 
 # Unit tests that also run under AddressSanitizer + UBSan.
 SANITIZE_DIR ?= build-asan
-SANITIZE_TESTS ?= format_test qos_test transport_test storage_test server_test
+SANITIZE_TESTS ?= format_test qos_test transport_test storage_test server_test metrics_test util_test
 
 all: build
 

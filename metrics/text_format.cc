@@ -42,8 +42,8 @@ std::string FormatValue(double v) {
 void TextWriter::Family(const std::string& name, const std::string& help,
                         const char* type) {
   if (!families_.insert(name).second) return;
-  absl::StrAppend(&out_, "# HELP ", name, " ", Escape(help, /*quotes=*/false), "\n",
-                  "# TYPE ", name, " ", type, "\n");
+  absl::StrAppend(&out_, "# HELP ", name, " ", Escape(help, /*quotes=*/false),
+                  "\n", "# TYPE ", name, " ", type, "\n");
 }
 
 void TextWriter::Sample(const std::string& name, const Labels& labels,
