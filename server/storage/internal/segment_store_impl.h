@@ -1,0 +1,195 @@
+// The segment store's implementation class, shared by segment_store.cc
+// (appends, the writer, sealing) and segment_store_read.cc (reads and
+// scans). Internal to server/storage.
+#ifndef STAGGER_SERVER_STORAGE_INTERNAL_SEGMENT_STORE_IMPL_H_
+#define STAGGER_SERVER_STORAGE_INTERNAL_SEGMENT_STORE_IMPL_H_
+
+#include <atomic>
+#include <deque>
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "metrics/histogram.h"
+#include "server/storage/segment_store.h"
+
+namespace stagger::storage_internal {
+
+// Staging buffers are written one per request: 1 MiB writes keep the
+// device busy without pinning much memory per request in flight.
+inline constexpr size_t kStagingBytes = 1 << 20;
+inline constexpr uint64_t kFirstSegmentId = 1;  // segment 0 never exists
+
+inline std::string Where(const std::string& job, uint64_t segment,
+                         uint64_t offset) {
+  return absl::StrCat("job ", job, " segment ", segment, " offset ", offset);
+}
+
+}  // namespace stagger::storage_internal
+
+namespace stagger::server {
+
+class SegmentStore::Impl {
+ public:
+  Impl(const SegmentStoreOptions& options, std::unique_ptr<FileSystem> owned)
+      : options_(options),
+        owned_fs_(std::move(owned)),
+        fs_(options.fs != nullptr ? options.fs : owned_fs_.get()) {
+    size_t count =
+        (options_.max_batch_bytes + storage_internal::kStagingBytes - 1) /
+        storage_internal::kStagingBytes;
+    count = std::clamp<size_t>(count, 1, options_.queue_depth);
+    for (size_t i = 0; i < count; ++i)
+      staging_.emplace_back(storage_internal::kStagingBytes);
+    writer_ = std::thread([this] { WriterLoop(); });
+  }
+
+  ~Impl() {
+    {
+      absl::MutexLock l(&mu_);
+      stopping_ = true;
+    }
+    writer_.join();
+  }
+
+  void Append(const std::string& job, const format::RecordHeader& h,
+              transport::Buffer payload, AppendCallback done);
+  Result<StoredRecord> Read(const std::string& job, const ChunkLocation& loc,
+                            const IOOptions& io);
+  Status Scan(const std::string& job,
+              const std::function<void(const format::RecordHeader&,
+                                       const ChunkLocation&)>& on_record,
+              const std::function<void(const Status&)>& on_error);
+  Result<std::vector<SegmentInfo>> ListSealedSegments(const std::string& job);
+  Status RemoveSegment(const std::string& job, uint64_t id);
+  bool direct_io() const { return direct_.load(std::memory_order_relaxed); }
+  SegmentStoreStats Stats() const;
+
+ private:
+  struct Pending {
+    std::string job;
+    format::RecordHeader header;
+    transport::Buffer payload;
+    AppendCallback done;
+    Status rejected;  // set when Append refused the record
+    uint64_t record_size = 0;
+  };
+  struct Segment {
+    uint64_t id = 0;
+    std::string path;
+    std::unique_ptr<File> file;
+    uint64_t size = 0;       // bytes placed, written or not
+    uint64_t durable = 0;    // bytes synced and acknowledged
+    uint64_t allocated = 0;  // file size reserved by Allocate
+  };
+  struct JobState {
+    uint64_t next_id = storage_internal::kFirstSegmentId;
+    bool dir_exists = false;
+    // The job directory's entry in the root has been fsynced by this
+    // process. Until then every commit for the job syncs the root too.
+    bool dir_durable = false;
+    std::unique_ptr<Segment> current;
+  };
+  // A record's place in the batch being committed.
+  struct Placement {
+    Pending* item;
+    Segment* segment;
+    uint64_t offset;
+  };
+  // One staging buffer's worth of a segment's bytes.
+  struct Piece {
+    Segment* segment;
+    uint64_t offset;
+    const char* data;
+    size_t len;
+  };
+
+  std::string JobDir(const std::string& job) const {
+    return JoinPath(options_.dir, job);
+  }
+
+  bool HasWorkOrStopping() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return !queue_.empty() || stopping_;
+  }
+  void WriterLoop();
+  void Commit(std::vector<Pending>& batch);
+  Result<JobState*> GetJob(const std::string& job);
+  Result<Segment*> SegmentFor(const std::string& job, uint64_t record_size,
+                              std::vector<std::unique_ptr<Segment>>* retired,
+                              std::set<std::string>* dirs_to_sync);
+  Status WriteSegments(const std::vector<Segment*>& touched,
+                       const std::vector<Placement>& placements);
+  Status FlushPieces(std::vector<Piece>* pieces);
+  // When `p`'s payload was received with room for the record header in
+  // front (transport::Buffer::WithHeadroom) and for the padding behind,
+  // lays the record out in place (header and zero padding written around
+  // the payload) and returns its start; otherwise nullptr (the record is
+  // copied into staging buffers).
+  char* InPlaceRecord(Pending& p);
+  void Abandon(Segment* segment);
+  // Reserves space for `segment`'s placed bytes and as much again, up to
+  // options_.preallocate_bytes more (not beyond the segment limit unless a
+  // record needs it).
+  // Failures only cost speed: writes extend the file instead.
+  void Reserve(Segment* segment);
+  // Cuts a segment's unused reservation off (best effort).
+  void Trim(Segment* segment);
+  // Marks segment `id` of `job` unsealed; called before its file exists.
+  void Unseal(const std::string& job, uint64_t id);
+  // After a batch's callbacks ran: only each job's current segment stays
+  // unsealed.
+  void Reseal();
+  // Segments of `job` with an id at or above this may still change.
+  uint64_t UnsealedFrom(const std::string& job);
+  Result<std::unique_ptr<File>> OpenForRead(const std::string& job,
+                                            uint64_t segment);
+  // Reads and verifies the record at `offset` of an open segment; `size` is
+  // the file's size. DATA_LOSS for a torn or corrupt record, OUT_OF_RANGE
+  // when the header is all zeros (reserved space, never written).
+  Result<format::RecordHeader> ReadRecordAt(File* file, uint64_t size,
+                                            uint64_t offset,
+                                            transport::Buffer* out);
+
+  const SegmentStoreOptions options_;
+  const std::unique_ptr<FileSystem> owned_fs_;
+  FileSystem* const fs_;
+  std::atomic<bool> direct_{true};
+  // Cleared when the file system cannot reserve space at all.
+  bool preallocate_ = true;
+
+  // Stats() counters, written by the writer thread.
+  std::atomic<uint64_t> records_written_{0};
+  std::atomic<uint64_t> bytes_written_{0};
+  std::atomic<uint64_t> batches_{0};
+  std::atomic<uint64_t> failed_batches_{0};
+  metrics::Histogram write_seconds_;
+  metrics::Histogram sync_seconds_;
+
+  mutable absl::Mutex mu_;
+  std::deque<Pending> queue_ ABSL_GUARDED_BY(mu_);
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  // Batches taken from the queue / fully committed (callbacks run, seals
+  // updated).
+  uint64_t batches_started_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t batches_done_ ABSL_GUARDED_BY(mu_) = 0;
+
+  // Per job that has an unsealed segment, the lowest unsealed id. Written
+  // by the writer thread, read by ListSealedSegments and RemoveSegment.
+  absl::Mutex seal_mu_;
+  std::map<std::string, uint64_t> unsealed_from_ ABSL_GUARDED_BY(seal_mu_);
+
+  // Writer thread only.
+  std::map<std::string, JobState> jobs_;
+  std::vector<transport::Buffer> staging_;
+  std::thread writer_;  // last: starts after everything above exists
+};
+
+}  // namespace stagger::server
+
+#endif  // STAGGER_SERVER_STORAGE_INTERNAL_SEGMENT_STORE_IMPL_H_
