@@ -13,29 +13,14 @@
 #include <fstream>
 #include <limits>
 
+#include "util/json.h"
+
 namespace stagger::bench {
 namespace {
 
 std::string Lower(std::string s) {
   for (char& c : s) c = static_cast<char>(std::tolower(c));
   return s;
-}
-
-std::string JsonQuote(const std::string& s) {
-  std::string out = "\"";
-  for (char c : s) {
-    if (c == '"' || c == '\\') {
-      out += '\\';
-      out += c;
-    } else if (static_cast<unsigned char>(c) < 0x20) {
-      char esc[8];
-      snprintf(esc, sizeof(esc), "\\u%04x", c);
-      out += esc;
-    } else {
-      out += c;
-    }
-  }
-  return out + "\"";
 }
 
 std::string JsonNumber(double v) {

@@ -3,6 +3,7 @@
 #include <regex>
 
 #include "gtest/gtest.h"
+#include "util/json.h"
 
 namespace stagger::log {
 namespace {
@@ -37,6 +38,11 @@ TEST(LogTest, LevelFilters) {
   SetLevel(Level::kDebug);
   EXPECT_TRUE(Enabled(Level::kDebug));
   SetLevel(Level::kInfo);
+}
+
+TEST(JsonQuoteTest, EscapesQuotesBackslashesAndControls) {
+  EXPECT_EQ(JsonQuote("plain"), "\"plain\"");
+  EXPECT_EQ(JsonQuote("a\"b\\c\nd"), "\"a\\\"b\\\\c\\u000ad\"");
 }
 
 }  // namespace

@@ -65,18 +65,18 @@ void Progress::Loop() {
 }
 
 std::string Progress::Line(uint64_t done, double seconds) const {
-  const uint64_t total_ = this->total_.load();
+  const uint64_t total = total_.load();
   const double frac =
-      total_ > 0 ? std::min(1.0, static_cast<double>(done) / total_) : 1.0;
+      total > 0 ? std::min(1.0, static_cast<double>(done) / total) : 1.0;
   const double rate = seconds > 0 ? done / seconds : 0;
   std::string eta = "-";
-  if (rate > 0 && done < total_) {
-    eta = absl::StrCat(static_cast<int64_t>(std::ceil((total_ - done) / rate)),
+  if (rate > 0 && done < total) {
+    eta = absl::StrCat(static_cast<int64_t>(std::ceil((total - done) / rate)),
                        "s");
   }
   const std::string amount =
-      bytes_ ? absl::StrCat(Bytes(done), " / ", Bytes(total_))
-             : absl::StrCat(done, " / ", total_);
+      bytes_ ? absl::StrCat(Bytes(done), " / ", Bytes(total))
+             : absl::StrCat(done, " / ", total);
   if (terminal_) {
     constexpr int kWidth = 24;
     const int filled = static_cast<int>(frac * kWidth);

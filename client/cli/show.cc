@@ -7,29 +7,14 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "client/cli/commands.h"
 #include "client/cli/session.h"
 #include "client/control.h"
+#include "util/json.h"
 
 namespace stagger::client {
 namespace {
-
-std::string JsonString(const std::string& s) {
-  std::string out = "\"";
-  for (char c : s) {
-    if (c == '"' || c == '\\') {
-      out += '\\';
-      out += c;
-    } else if (static_cast<unsigned char>(c) < 0x20) {
-      out += absl::StrFormat("\\u%04x", c);
-    } else {
-      out += c;
-    }
-  }
-  return out + "\"";
-}
 
 // "raw:12 zstd:3"
 std::string CodecMix(const pb::ShardStats& st) {
@@ -76,10 +61,10 @@ int RunShow(const ShowArgs& a) {
       std::vector<std::string> codecs, servers;
       for (const auto& [codec, n] : std::map<std::string, uint64_t>(
                st.codec_chunks().begin(), st.codec_chunks().end())) {
-        codecs.push_back(absl::StrCat(JsonString(codec), ":", n));
+        codecs.push_back(absl::StrCat(JsonQuote(codec), ":", n));
       }
       for (const std::string& s : ServersOf(*session->servers, m)) {
-        servers.push_back(JsonString(s));
+        servers.push_back(JsonQuote(s));
       }
       ranks.push_back(absl::StrCat(
           "{\"rank\":", m.rank(), ",\"stall_s\":", st.stall_s(),
@@ -95,7 +80,7 @@ int RunShow(const ShowArgs& a) {
     printf(
         "{\"job\":%s,\"step\":%lld,\"state\":\"%s\",\"world_size\":%u,"
         "\"ranks\":[%s]}\n",
-        JsonString(a.job).c_str(), static_cast<long long>(info.step()),
+        JsonQuote(a.job).c_str(), static_cast<long long>(info.step()),
         info.complete() ? "complete" : "partial", info.world_size(),
         absl::StrJoin(ranks, ",").c_str());
     return 0;

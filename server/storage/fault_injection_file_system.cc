@@ -65,7 +65,7 @@ class FaultInjectionFileSystem::FaultFile final : public File {
 
   Result<uint64_t> Size() override { return base_->Size(); }
 
-  Status Allocate(uint64_t offset, uint64_t len) override {
+  Result<bool> Allocate(uint64_t offset, uint64_t len) override {
     STAGGER_RETURN_IF_ERROR(fs_->AdmitAllocate(path(), len));
     return base_->Allocate(offset, len);
   }

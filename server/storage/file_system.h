@@ -92,11 +92,10 @@ class File {
   // cover them (fallocate mode 0); bytes never written read as zeros.
   // Writes into reserved blocks below the size are overwrites, which the
   // kernel runs in parallel (O_DIRECT writes that extend a file are
-  // serialized on the inode). RESOURCE_EXHAUSTED when the disk lacks the
-  // space, UNIMPLEMENTED where the filesystem cannot reserve.
-  virtual Status Allocate(uint64_t offset, uint64_t len) {
-    return absl::UnimplementedError("fallocate not supported");
-  }
+  // serialized on the inode). True when reserved; false where the
+  // filesystem has no way to reserve (nothing changed); RESOURCE_EXHAUSTED
+  // when the disk lacks the space.
+  virtual Result<bool> Allocate(uint64_t offset, uint64_t len) { return false; }
 
   // True when the file was opened with O_DIRECT.
   virtual bool direct_io() const = 0;

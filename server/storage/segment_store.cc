@@ -315,11 +315,11 @@ void SegmentStore::Impl::Reserve(Segment* segment) {
   target = std::max(
       segment->size,
       std::min(target, std::max(options_.segment_bytes, segment->allocated)));
-  Status s =
+  Result<bool> reserved =
       segment->file->Allocate(segment->allocated, target - segment->allocated);
-  if (s.ok()) {
+  if (reserved.ok() && *reserved) {
     segment->allocated = target;
-  } else if (absl::IsUnimplemented(s)) {
+  } else if (reserved.ok()) {
     preallocate_ = false;  // this file system cannot; stop asking
   }
   // RESOURCE_EXHAUSTED and the rest: the writes themselves say whether the

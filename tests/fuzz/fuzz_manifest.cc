@@ -8,7 +8,6 @@
 
 #include "format/data_plane.h"
 #include "format/manifest.h"
-#include "google/protobuf/stubs/logging.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace stagger::format;

@@ -6,8 +6,6 @@
 
 #include <cerrno>
 
-#include "absl/strings/str_cat.h"
-
 namespace stagger::storage_internal {
 
 FdFile::~FdFile() {
@@ -20,17 +18,14 @@ Result<uint64_t> FdFile::Size() {
   return static_cast<uint64_t>(st.st_size);
 }
 
-Status FdFile::Allocate(uint64_t offset, uint64_t len) {
+Result<bool> FdFile::Allocate(uint64_t offset, uint64_t len) {
   while (::fallocate(fd_, 0, static_cast<off_t>(offset),
                      static_cast<off_t>(len)) != 0) {
     if (errno == EINTR) continue;
-    if (errno == EOPNOTSUPP) {
-      return absl::UnimplementedError(
-          absl::StrCat("fallocate ", path_, ": not supported here"));
-    }
+    if (errno == EOPNOTSUPP) return false;  // this filesystem cannot
     return server::IoError("fallocate", path_, errno);
   }
-  return absl::OkStatus();
+  return true;
 }
 
 Status PwriteAll(int fd, const std::string& path,

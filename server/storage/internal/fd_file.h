@@ -22,7 +22,7 @@ class FdFile : public server::File {
   FdFile& operator=(const FdFile&) = delete;
 
   Result<uint64_t> Size() override;
-  Status Allocate(uint64_t offset, uint64_t len) override;
+  Result<bool> Allocate(uint64_t offset, uint64_t len) override;
   bool direct_io() const override { return direct_; }
   const std::string& path() const override { return path_; }
 

@@ -160,7 +160,7 @@ class SegmentStore::Impl {
   const std::unique_ptr<FileSystem> owned_fs_;
   FileSystem* const fs_;
   std::atomic<bool> direct_{true};
-  // Cleared when the file system cannot reserve space at all.
+  // Cleared when the file system has no way to reserve space.
   bool preallocate_ = true;
 
   // Stats() counters, written by the writer thread.
