@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "transport/buffer_pool.h"
 #include "transport/internal/ucx_client.h"
 #include "transport/internal/ucx_handles.h"
 #include "transport/internal/ucx_server.h"
@@ -51,7 +52,10 @@ class UcxTransport final : public Transport {
       : context_(std::move(context)), options_(options) {
     loop_options_.rndv_threshold = options.rndv_threshold;
     loop_options_.max_inflight_pull_bytes = options.max_inflight_pull_bytes;
-    loop_options_.pull_buffer_cache_bytes = options.pull_buffer_cache_bytes;
+    // One pool for all of this transport's listeners and connections, so
+    // a process's cached blocks are bounded once, not per connection.
+    loop_options_.pull_buffers =
+        BufferPool::Create(options.pull_buffer_cache_bytes);
     loop_options_.close_timeout = options.close_timeout;
   }
 

@@ -28,9 +28,10 @@ struct UcxTransportOptions {
   // pulled at once. Further messages wait, and so do their senders. One
   // message larger than this is still pulled when it is alone.
   size_t max_inflight_pull_bytes = 512ull << 20;
-  // Per worker: freed pull buffers kept for reuse (buffer_pool.h), so that
-  // memory stays bounded (in flight + this) and pages are not faulted in
-  // afresh for every payload.
+  // Freed pull buffers kept for reuse (buffer_pool.h), for all listeners
+  // and connections of this transport together, so that memory stays
+  // bounded (in flight + this) and pages are not faulted in afresh for
+  // every payload.
   size_t pull_buffer_cache_bytes = 128ull << 20;
   // Upper bound on how long destroying a Listener or Connection waits for
   // its endpoints to close cleanly.

@@ -36,8 +36,10 @@ UcxWorkerLoop::UcxWorkerLoop(std::shared_ptr<UcxContext> context,
     : context_(std::move(context)),
       options_(options),
       thread_name_(std::move(thread_name)),
-      pull_buffers_(
-          transport::BufferPool::Create(options.pull_buffer_cache_bytes)) {}
+      pull_buffers_(options.pull_buffers != nullptr
+                        ? options.pull_buffers
+                        : transport::BufferPool::Create(
+                              options.pull_buffer_cache_bytes)) {}
 
 UcxWorkerLoop::~UcxWorkerLoop() {
   // The owner stops the loop; the thread holds a reference until it exits,

@@ -68,7 +68,10 @@ struct UcxLoopOptions {
   // Pulled payloads start this many bytes into their aligned allocation
   // (transport::ListenOptions::payload_headroom).
   size_t payload_headroom = 0;
-  // Freed pull buffers kept for reuse (transport/buffer_pool.h).
+  // Where pulled payloads come from (transport/buffer_pool.h), shared by
+  // every loop of one transport; nullptr: a pool of this loop's own,
+  // keeping up to pull_buffer_cache_bytes.
+  std::shared_ptr<transport::BufferPool> pull_buffers;
   size_t pull_buffer_cache_bytes = 128ull << 20;
 };
 
