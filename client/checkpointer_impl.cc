@@ -12,6 +12,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
 #include "client/chunk_io.h"
 #include "client/client_metrics.h"
@@ -135,6 +136,13 @@ class CheckpointerImpl : public Checkpointer {
     if (!std::isfinite(so.deadline_s)) {
       return absl::InvalidArgumentError("SaveOptions.deadline_s is not finite");
     }
+    if (servers_->up() < options_.replicas) {
+      // Fails before anything is copied: no server could take the copies.
+      return absl::UnavailableError(absl::StrCat(
+          "save of step ", step, " needs ", options_.replicas,
+          " servers up for its copies; ", servers_->up(), " of ",
+          servers_->size(), " are (down: ", servers_->DownList(), ")"));
+    }
     {
       absl::MutexLock lock(&save_mu_);
       if (outstanding_ >= options_.max_outstanding_saves) {
@@ -163,6 +171,7 @@ class CheckpointerImpl : public Checkpointer {
     m.set_step(step);
     m.set_rank(options_.rank);
     m.set_world_size(options_.world_size);
+    m.set_replicas(options_.replicas);
     m.set_chunk_size(options_.chunk_size);
     m.set_created_unix_ms(NowMs());
     std::vector<SaveChunk> chunks;
@@ -204,7 +213,7 @@ class CheckpointerImpl : public Checkpointer {
                     len,
                     SourceFor(reg.spec),
                     e->mutable_chunks(i),
-                    &servers_->ForSlot(options_.rank, name, i),
+                    servers_->ForSlot(options_.rank, name, i),
                     element_size,
                     std::nullopt,
                     nullptr};
@@ -253,7 +262,7 @@ class CheckpointerImpl : public Checkpointer {
                                          : options_.qos_deadline_s);
     auto job = std::make_shared<SaveJob>(
         SaveJobDeps{servers_.get(), &io_, pool_.get(), &executor_,
-                    shaping_.get()},
+                    shaping_.get(), options_.replicas},
         std::move(*job_manifest), std::move(chunks), start, keep_bytes);
     {
       absl::MutexLock lock(&save_mu_);
@@ -547,6 +556,10 @@ Status ValidateOptions(const CheckpointerOptions& o) {
     return absl::InvalidArgumentError(
         absl::StrCat("rank ", o.rank, " must be < world_size ", o.world_size));
   }
+  if (o.replicas == 0 || o.replicas > 16) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("replicas ", o.replicas, " must be in [1, 16]"));
+  }
   if (o.chunk_size < 4096 || o.chunk_size > (64ull << 20) ||
       o.chunk_size % 4096 != 0) {
     return absl::InvalidArgumentError(
@@ -605,9 +618,21 @@ Result<std::unique_ptr<Checkpointer>> NewCheckpointer(
   if (!transport) {
     STAGGER_ASSIGN_OR_RETURN(transport, SharedUcxTransport());
   }
+  const size_t listed =
+      std::vector<std::string>(absl::StrSplit(servers, ',')).size();
+  if (options.replicas > listed) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("replicas ", options.replicas, " exceeds the ", listed,
+                     " server(s) listed in '", servers, "'"));
+  }
+  // With one copy, a server down at Open holds the only copy of its
+  // chunks: refuse. With more, go on while one server answers: loads read
+  // any copy, and a save checks that `replicas` servers are up.
+  const size_t may_be_down = options.replicas > 1 ? listed - 1 : 0;
   STAGGER_ASSIGN_OR_RETURN(
-      auto set, ServerSet::Connect(servers, transport.get(),
-                                   options.rpc_timeout_s, options.tls_ca_file));
+      auto set,
+      ServerSet::Connect(servers, transport.get(), options.rpc_timeout_s,
+                         options.tls_ca_file, may_be_down));
   STAGGER_ASSIGN_OR_RETURN(std::unique_ptr<Shaping> shaping,
                            Shaping::Make(options));
   std::unique_ptr<StagingPool> pool;

@@ -1,9 +1,11 @@
 #include "client/chunk_io.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "client/internal/window.h"
 #include "format/crc32c.h"
 #include "format/data_plane.h"
@@ -59,13 +61,57 @@ format::Codec ChunkIo::CodecFor(int element_size) const {
   return floats ? format::Codec::kByteGroupZstd : format::Codec::kZstd;
 }
 
-void ChunkIo::PutAsync(ServerConn* server, const char* data, size_t len,
-                       const format::ChunkId& id, int element_size,
-                       const DeltaBase* delta, pb::ChunkRef* ref,
-                       PutStats* stats,
+// One chunk's put: its encodings and the copies still owed.
+struct ChunkIo::PutState {
+  std::vector<ServerConn*> ranked;
+  size_t home = 0;     // ranked[0, home) hold every version of the slot
+  std::string header;  // the put as encoded (maybe a delta)
+  std::string_view payload;
+  std::shared_ptr<std::string> owned;
+  bool delta = false;
+  // Raw data, for a copy of a delta that goes outside the home servers
+  // (they lack its base).
+  const char* data = nullptr;
+  size_t len = 0;
+  format::PutChunkRequest raw_req;
+  uint64_t raw_bytes = 0;
+  std::string hex;
+  PutStats* stats = nullptr;
+  absl::Mutex mu;
+  std::vector<ServerConn*> tried ABSL_GUARDED_BY(mu);
+  size_t owed ABSL_GUARDED_BY(mu) = 0;
+  bool finished ABSL_GUARDED_BY(mu) = false;
+  std::function<void(const Status&)> done;
+};
+
+void ChunkIo::PutAsync(const std::vector<ServerConn*>& ranked, size_t replicas,
+                       const char* data, size_t len, const format::ChunkId& id,
+                       int element_size, const DeltaBase* delta,
+                       pb::ChunkRef* ref, PutStats* stats,
                        const std::function<void(bool)>& encoded,
                        std::function<void(const Status&)> done) {
-  SendItem p;
+  auto st = std::make_shared<PutState>();
+  st->ranked = ranked;
+  st->home = std::min(replicas, ranked.size());
+  std::vector<ServerConn*> targets;
+  for (ServerConn* s : ranked) {
+    if (targets.size() < replicas && !s->down) targets.push_back(s);
+  }
+  if (targets.size() < replicas) {
+    encoded(false);
+    std::string down;
+    for (ServerConn* s : ranked) {
+      if (s->down) absl::StrAppend(&down, down.empty() ? "" : ", ", s->address);
+    }
+    done(absl::UnavailableError(
+        absl::StrCat("chunk ", id.ToHex(), " needs ", replicas,
+                     " copies but only ", targets.size(), " of ", ranked.size(),
+                     " servers are up (down: ", down, ")")));
+    return;
+  }
+  // A delta is stored only where its base is: on the slot's home servers.
+  bool home_up = true;
+  for (size_t i = 0; i < st->home; ++i) home_up = home_up && !ranked[i]->down;
   format::PutChunkRequest req;
   req.job = job_;
   req.record.chunk_id = id;
@@ -75,7 +121,7 @@ void ChunkIo::PutAsync(ServerConn* server, const char* data, size_t len,
     want = format::Codec::kRaw;  // encoding is the bottleneck just now
   }
   const int64_t encode_start_ns = NowNs();
-  if (delta != nullptr && want != format::Codec::kRaw) {
+  if (delta != nullptr && want != format::Codec::kRaw && home_up) {
     auto owned = std::make_shared<std::string>();
     format::EncodeOptions eo = encode_;
     // Plain "zstd" keeps its bytes ungrouped in deltas too.
@@ -83,55 +129,159 @@ void ChunkIo::PutAsync(ServerConn* server, const char* data, size_t len,
     auto codec = format::EncodeDelta(std::string_view(data, len), *delta->bytes,
                                      delta->id, owned.get(), eo);
     if (codec.ok() && *codec == format::Codec::kXorByteGroupZstd) {
-      p.owned = std::move(owned);
+      st->owned = std::move(owned);
+      st->delta = true;
       req.record.codec = *codec;
-      p.payload = *p.owned;
+      st->payload = *st->owned;
       ref->set_base_id(delta->id.ToBytes());
     }
   }
-  if (p.owned != nullptr) {
+  if (st->owned != nullptr) {
     // Encoded as a delta above.
   } else if (want == format::Codec::kRaw) {
-    p.payload = std::string_view(data, len);  // sent straight from staging
+    st->payload = std::string_view(data, len);  // sent straight from staging
     req.record.codec = format::Codec::kRaw;
   } else {
-    p.owned = std::make_shared<std::string>();
+    st->owned = std::make_shared<std::string>();
     format::EncodeOptions eo = encode_;
     eo.element_size = element_size;
     auto codec =
-        format::Encode(want, std::string_view(data, len), p.owned.get(), eo);
+        format::Encode(want, std::string_view(data, len), st->owned.get(), eo);
     if (!codec.ok()) {
       encoded(false);
       done(codec.status());
       return;
     }
     req.record.codec = *codec;
-    p.payload = *p.owned;
+    st->payload = *st->owned;
   }
   if (policy_ != nullptr && want != format::Codec::kRaw) {
-    policy_->OnEncoded(len, p.payload.size(),
+    policy_->OnEncoded(len, st->payload.size(),
                        (NowNs() - encode_start_ns) * 1e-9);
   }
-  encoded(p.owned == nullptr);
-  req.record.encoded_length = p.payload.size();
+  // A delta keeps its raw bytes while a copy may still have to go to a
+  // server outside the home ones.
+  const bool keep_data =
+      st->owned == nullptr || (st->delta && ranked.size() > st->home);
+  encoded(keep_data);
+  if (st->delta && keep_data) {
+    st->data = data;
+    st->len = len;
+    st->raw_req = req;
+    st->raw_req.record.codec = format::Codec::kRaw;
+    st->raw_req.record.encoded_length = len;
+    st->raw_req.record.payload_crc32c = 0;  // computed if ever needed
+  }
+  req.record.encoded_length = st->payload.size();
   req.record.payload_crc32c =
-      format::Crc32c(p.payload.data(), p.payload.size());
+      format::Crc32c(st->payload.data(), st->payload.size());
   ref->set_id(req.record.chunk_id.ToBytes());
   ref->set_raw_length(len);
   ref->set_codec(static_cast<uint32_t>(req.record.codec));
-  ref->set_stored_length(p.payload.size());
+  ref->set_stored_length(st->payload.size());
   stats->bytes_raw += len;
-  stats->bytes_shipped += p.payload.size();
   ++stats->chunks;
   ++stats->codec_chunks[static_cast<int>(req.record.codec)];
+  st->header = format::EncodePutChunk(req);
+  st->raw_bytes = len;
+  st->hex = req.record.chunk_id.ToHex();
+  st->stats = stats;
+  st->done = std::move(done);
+  {
+    absl::MutexLock l(&st->mu);
+    st->owed = targets.size();
+    st->tried = targets;
+  }
+  for (ServerConn* s : targets) SendCopy(st, s);
+}
+
+void ChunkIo::SendCopy(std::shared_ptr<PutState> st, ServerConn* server) {
+  SendItem p;
   p.server = server;
-  p.header = format::EncodePutChunk(req);
-  p.what = absl::StrCat("put chunk ", req.record.chunk_id.ToHex(),
-                        " to server ", p.server->address);
-  p.raw_bytes = len;
-  p.done = std::move(done);
+  const bool home = std::find(st->ranked.begin(), st->ranked.begin() + st->home,
+                              server) != st->ranked.begin() + st->home;
+  if (st->delta && !home) {
+    // Outside the home servers the base is missing: send the bytes whole.
+    format::PutChunkRequest req = st->raw_req;
+    req.record.payload_crc32c = format::Crc32c(st->data, st->len);
+    p.header = format::EncodePutChunk(req);
+    p.payload = std::string_view(st->data, st->len);
+  } else {
+    p.header = st->header;
+    p.payload = st->payload;
+    p.owned = st->owned;
+  }
+  st->stats->bytes_shipped += p.payload.size();
+  p.what = absl::StrCat("put chunk ", st->hex, " to server ", server->address);
+  p.raw_bytes = st->raw_bytes;
+  p.done = [this, st, server](const Status& s) {
+    ServerConn* next = nullptr;
+    Status fail;
+    {
+      absl::MutexLock l(&st->mu);
+      if (st->finished) return;
+      if (s.ok()) {
+        if (--st->owed > 0) return;
+        st->finished = true;
+      } else if (IsServerGone(s)) {
+        ServerSet::MarkDown(server, s);
+        for (ServerConn* c : st->ranked) {
+          if (c->down || std::find(st->tried.begin(), st->tried.end(), c) !=
+                             st->tried.end()) {
+            continue;
+          }
+          next = c;
+          break;
+        }
+        if (next != nullptr) {
+          st->tried.push_back(next);
+        } else {
+          st->finished = true;
+          std::string down;
+          for (ServerConn* c : st->ranked) {
+            if (c->down) {
+              absl::StrAppend(&down, down.empty() ? "" : ", ", c->address);
+            }
+          }
+          fail = absl::UnavailableError(absl::StrCat(
+              "chunk ", st->hex, ": no other server is up to take the copy ",
+              "that ", server->address, " lost (servers down: ", down, "; ",
+              s.message(), ")"));
+        }
+      } else {
+        st->finished = true;
+        fail = s;
+      }
+    }
+    if (next != nullptr) {
+      SendCopy(st, next);
+      return;
+    }
+    st->done(fail);
+  };
   sender_.Enqueue(std::move(p));
 }
+
+// One item's fetch: the servers it tries in turn and what each said.
+struct ChunkIo::FetchAttempt {
+  const FetchItem* item;
+  format::ChunkId id;
+  size_t next = 0;  // index into item->servers
+  std::vector<std::string> errors;
+  // The kind of the final error: bad bytes above all, then any failure
+  // other than "not here" or a dead server, then a dead server.
+  absl::StatusCode code = absl::StatusCode::kNotFound;
+  void Note(const Status& s) {
+    auto rank = [](absl::StatusCode c) {
+      if (c == absl::StatusCode::kDataLoss) return 3;
+      if (c == absl::StatusCode::kNotFound) return 0;
+      if (IsServerGone(Status(c, ""))) return 1;
+      return 2;
+    };
+    if (rank(s.code()) > rank(code)) code = s.code();
+  }
+  std::function<void(const Status&)> finish;
+};
 
 Status ChunkIo::Fetch(
     const std::vector<FetchItem>& items,
@@ -144,56 +294,93 @@ Status ChunkIo::Fetch(
   Window window(max_inflight_, /*stop_on_error=*/!on_result);
   for (size_t i = 0; i < items.size(); ++i) {
     const FetchItem& item = items[i];
-    auto id = format::ChunkId::FromBytes(item.ref->id());
     if (!window.Acquire()) break;
-    if (item.server == nullptr) {
+    if (item.servers.empty()) {
       window.Release(absl::InternalError("fetch without a server"));
       continue;
     }
-    ServerConn& server = *item.server;
-    std::string what =
-        absl::StrCat("chunk ", id->ToHex(), " from server ", server.address);
+    auto a = std::make_shared<FetchAttempt>();
+    a->item = &item;
+    a->id = *format::ChunkId::FromBytes(item.ref->id());
     const uint64_t raw = item.ref->raw_length();
-    auto finish = [&window, &on_result, &on_fetched, i, raw,
-                   what](const Status& s) {
-      Status full = WithContext(s, what);
-      if (full.ok() && on_fetched) on_fetched(raw);
-      if (on_result) on_result(i, full);
-      window.Release(full);
+    a->finish = [&window, &on_result, &on_fetched, i, raw](const Status& s) {
+      if (s.ok() && on_fetched) on_fetched(raw);
+      if (on_result) on_result(i, s);
+      window.Release(s);
     };
-    server.data->Call(
-        static_cast<uint16_t>(DataOp::kGetChunk),
-        format::EncodeGetChunk({job_, *id}), std::string_view(),
-        [this, item, id = *id, finish](Result<transport::Message> reply) {
-          if (!reply.ok()) {
-            finish(reply.status());
-            return;
-          }
-          // Decoding is CPU work: move it off the progress thread.
-          auto msg = std::make_shared<transport::Message>(std::move(*reply));
-          executor_->Submit([this, item, id, msg, finish] {
-            const size_t raw = item.ref->raw_length();
-            std::string scratch;
-            char* dest = item.dest;
-            if (dest == nullptr || item.scatter != nullptr) {
-              scratch.resize(raw);
-              dest = scratch.data();
-            }
-            Status s =
-                DecodeReply(item.server, id, raw, *msg, dest, kMaxDeltaDepth);
-            if (s.ok() && item.scatter != nullptr && item.dest != nullptr) {
-              s = Scatter(scratch, *item.scatter, item.dest);
-            }
-            finish(s);
-          });
-        });
+    FetchFrom(std::move(a));
   }
   return window.Drain();
 }
 
+void ChunkIo::FetchFrom(std::shared_ptr<FetchAttempt> a) {
+  const FetchItem& item = *a->item;
+  while (a->next < item.servers.size() && item.servers[a->next]->down) {
+    ServerConn* s = item.servers[a->next++];
+    absl::MutexLock l(&s->mu);
+    a->errors.push_back(
+        absl::StrCat("server ", s->address, " is down (", s->down_reason, ")"));
+    a->Note(absl::UnavailableError(""));
+  }
+  if (a->next == item.servers.size()) {
+    a->finish(Status(a->code, absl::StrCat("chunk ", a->id.ToHex(),
+                                           ": no good copy on any server: ",
+                                           absl::StrJoin(a->errors, "; "))));
+    return;
+  }
+  ServerConn* server = item.servers[a->next++];
+  server->data->Call(
+      static_cast<uint16_t>(DataOp::kGetChunk),
+      format::EncodeGetChunk({job_, a->id}), std::string_view(),
+      [this, a, server](Result<transport::Message> reply) {
+        auto failed = [this, a, server](const Status& s) {
+          if (IsServerGone(s)) ServerSet::MarkDown(server, s);
+          const bool last = a->next >= a->item->servers.size();
+          if (last && a->errors.empty()) {
+            // The only place to ask: its own error, unchanged in kind.
+            a->finish(
+                WithContext(s, absl::StrCat("chunk ", a->id.ToHex(),
+                                            " from server ", server->address)));
+            return;
+          }
+          a->errors.push_back(
+              absl::StrCat("server ", server->address, ": ", s.message()));
+          a->Note(s);
+          FetchFrom(a);
+        };
+        if (!reply.ok()) {
+          failed(reply.status());
+          return;
+        }
+        // Decoding is CPU work: move it off the progress thread.
+        auto msg = std::make_shared<transport::Message>(std::move(*reply));
+        executor_->Submit([this, a, server, msg, failed] {
+          const FetchItem& item = *a->item;
+          const size_t raw = item.ref->raw_length();
+          std::string scratch;
+          char* dest = item.dest;
+          if (dest == nullptr || item.scatter != nullptr) {
+            scratch.resize(raw);
+            dest = scratch.data();
+          }
+          Status s = DecodeReply(server, a->id, raw, *msg, dest, kMaxDeltaDepth,
+                                 item.servers);
+          if (s.ok() && item.scatter != nullptr && item.dest != nullptr) {
+            s = Scatter(scratch, *item.scatter, item.dest);
+          }
+          if (s.ok()) {
+            a->finish(s);
+          } else {
+            failed(s);
+          }
+        });
+      });
+}
+
 Status ChunkIo::DecodeReply(ServerConn* server, const format::ChunkId& id,
                             size_t raw_length, const transport::Message& msg,
-                            char* out, int depth_left) {
+                            char* out, int depth_left,
+                            const std::vector<ServerConn*>& others) {
   auto r = format::DecodeReply(msg.header);
   Status s = r.ok() ? r->status : r.status();
   if (s.ok() && !r->has_record) {
@@ -212,9 +399,17 @@ Status ChunkIo::DecodeReply(ServerConn* server, const format::ChunkId& id,
     STAGGER_ASSIGN_OR_RETURN(format::ChunkId base_id,
                              format::DeltaBase(msg.payload.view()));
     std::string base(raw_length, '\0');
-    STAGGER_RETURN_IF_ERROR(WithContext(
-        FetchSync(server, base_id, raw_length, base.data(), depth_left - 1),
-        absl::StrCat("delta base ", base_id.ToHex())));
+    Status got = FetchSync(server, base_id, raw_length, base.data(),
+                           depth_left - 1, others);
+    // The same server first (it holds every version of the slot), then
+    // the other copies.
+    for (size_t i = 0; !got.ok() && i < others.size(); ++i) {
+      if (others[i] == server || others[i]->down) continue;
+      got = FetchSync(others[i], base_id, raw_length, base.data(),
+                      depth_left - 1, others);
+    }
+    STAGGER_RETURN_IF_ERROR(
+        WithContext(got, absl::StrCat("delta base ", base_id.ToHex())));
     STAGGER_RETURN_IF_ERROR(
         format::DecodeDelta(msg.payload.view(), base, out, raw_length));
   } else {
@@ -228,14 +423,18 @@ Status ChunkIo::DecodeReply(ServerConn* server, const format::ChunkId& id,
 }
 
 Status ChunkIo::FetchSync(ServerConn* server_conn, const format::ChunkId& id,
-                          size_t raw_length, char* out, int depth_left) {
+                          size_t raw_length, char* out, int depth_left,
+                          const std::vector<ServerConn*>& others) {
   ServerConn& server = *server_conn;
   auto reply = server.data->CallSync(static_cast<uint16_t>(DataOp::kGetChunk),
                                      format::EncodeGetChunk({job_, id}),
                                      std::string_view());
+  if (!reply.ok() && IsServerGone(reply.status())) {
+    ServerSet::MarkDown(server_conn, reply.status());
+  }
   STAGGER_RETURN_IF_ERROR(reply.status());
   return WithContext(
-      DecodeReply(server_conn, id, raw_length, *reply, out, depth_left),
+      DecodeReply(server_conn, id, raw_length, *reply, out, depth_left, others),
       absl::StrCat("chunk ", id.ToHex(), " from server ", server.address));
 }
 

@@ -46,8 +46,11 @@ struct DeltaBase {
 
 struct FetchItem {
   const pb::ChunkRef* ref = nullptr;
-  char* dest = nullptr;          // raw_length bytes; nullptr = verify only
-  ServerConn* server = nullptr;  // where the chunk lives (ServerSet::ForSlot)
+  char* dest = nullptr;  // raw_length bytes; nullptr = verify only
+  // Where the chunk may live, in the order to try (ServerSet::ForSlot):
+  // servers marked down are skipped; one that fails or returns bad bytes
+  // is followed by the next.
+  std::vector<ServerConn*> servers;
   // With `scatter` (not owned): the chunk is decoded into scratch memory and
   // each run copies `length` bytes at `src` to `dest` + `dst`; `dest` is then
   // the base of the destination buffer.
@@ -66,21 +69,25 @@ class ChunkIo {
           CodecPolicy* policy = nullptr, Shaping* shaping = nullptr);
 
   // Fingerprints and encodes `len` bytes at `data` on the calling thread,
-  // fills `ref`, and queues the chunk for its server; at most max_inflight
-  // puts are on the wire, the rest wait in order. `encoded(still_in_use)`
-  // runs before this returns: when `still_in_use` is false the put no longer
-  // reads `data` (it was encoded into a buffer of its own). `done` runs once
-  // with the outcome, after the server acknowledged the chunk durable, on a
-  // transport thread. `data` must stay valid until `done` when in use.
+  // fills `ref`, and queues the chunk for the first `replicas` servers of
+  // `ranked` that are up; at most max_inflight puts are on the wire, the
+  // rest wait in order. A copy whose server turns out gone (IsServerGone)
+  // marks it down and goes to the next server of `ranked` instead.
+  // `encoded(still_in_use)` runs before this returns: when `still_in_use`
+  // is false the put no longer reads `data` (it was encoded into a buffer
+  // of its own). `done` runs once with the outcome, after every copy was
+  // acknowledged durable (UNAVAILABLE naming the servers down when fewer
+  // than `replicas` servers are left), on a transport thread. `data` must
+  // stay valid until `done` when in use.
   // `id` is the chunk's fingerprint (ChunkId::Of(data, len));
   // `element_size` is the tensor's element width when it holds floating
   // point numbers (byte grouping pays), else 0.
   // With `delta`, the chunk is sent as an XOR delta against it when that
   // is smaller (ref->base_id is then set).
-  void PutAsync(ServerConn* server, const char* data, size_t len,
-                const format::ChunkId& id, int element_size,
-                const DeltaBase* delta, pb::ChunkRef* ref, PutStats* stats,
-                const std::function<void(bool)>& encoded,
+  void PutAsync(const std::vector<ServerConn*>& ranked, size_t replicas,
+                const char* data, size_t len, const format::ChunkId& id,
+                int element_size, const DeltaBase* delta, pb::ChunkRef* ref,
+                PutStats* stats, const std::function<void(bool)>& encoded,
                 std::function<void(const Status&)> done);
 
   // Fetches, verifies and decodes every item. `on_result` (optional) is
@@ -94,16 +101,25 @@ class ChunkIo {
                const std::function<void(uint64_t)>& on_fetched = nullptr);
 
  private:
+  struct FetchAttempt;
+  struct PutState;
+  // Asks the next server of the attempt for its chunk.
+  void FetchFrom(std::shared_ptr<FetchAttempt> a);
+  // Sends one copy of a put to `server`.
+  void SendCopy(std::shared_ptr<PutState> st, ServerConn* server);
   // Fetches chunk `id` synchronously from `server` (resolving delta bases,
   // at most `depth_left` deep) into `out` (raw_length bytes) and verifies
   // it.
   Status FetchSync(ServerConn* server, const format::ChunkId& id,
-                   size_t raw_length, char* out, int depth_left);
+                   size_t raw_length, char* out, int depth_left,
+                   const std::vector<ServerConn*>& others);
   // Verifies and decodes a GetChunk reply for chunk `id` from `server` into
-  // `out` (its delta base comes from the same server).
+  // `out`. Its delta base comes from the same server, else from one of
+  // `others`.
   Status DecodeReply(ServerConn* server, const format::ChunkId& id,
                      size_t raw_length, const transport::Message& msg,
-                     char* out, int depth_left);
+                     char* out, int depth_left,
+                     const std::vector<ServerConn*>& others);
 
   qos::Executor* executor_;
   std::string job_;

@@ -3,9 +3,11 @@
 #include <grpcpp/grpcpp.h>
 
 #include <chrono>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "format/manifest.h"
+#include "util/log.h"
 
 namespace stagger::client {
 namespace {
@@ -87,14 +89,25 @@ void AddCompaction(const pb::CompactionReport& from, const std::string& server,
   }
 }
 
+// Runs `call` on the job's coordinators in ranking order, skipping those
+// down, until one answers as a live server does.
+template <typename Call>
+Status OnCoordinator(ServerSet& servers, const std::string& job, Call call) {
+  Status last = absl::UnavailableError("no server is up");
+  for (ServerConn* s : servers.Coordinators(job)) {
+    if (s->down) continue;
+    last = call(*s);
+    if (!IsServerGone(last)) return last;
+    ServerSet::MarkDown(s, last);
+  }
+  return WithContext(last, absl::StrCat("servers down: ", servers.DownList()));
+}
+
 }  // namespace
 
 Result<pb::GetStepReply> GetStep(ServerSet& servers, const std::string& job,
                                  int64_t step, bool all_ranks,
                                  const std::vector<uint32_t>& ranks) {
-  ServerConn& coord = servers.Coordinator(job);
-  grpc::ClientContext ctx;
-  SetDeadline(&ctx, servers.timeout_s());
   pb::GetStepRequest req;
   req.set_job(job);
   req.set_latest(step == kLatest);
@@ -102,45 +115,72 @@ Result<pb::GetStepReply> GetStep(ServerSet& servers, const std::string& job,
   req.set_all_ranks(all_ranks);
   for (uint32_t r : ranks) req.add_ranks(r);
   pb::GetStepReply reply;
-  STAGGER_RETURN_IF_ERROR(FromGrpc(coord.stub->GetStep(&ctx, req, &reply),
-                                   absl::StrCat("server ", coord.address)));
+  std::string from;
+  STAGGER_RETURN_IF_ERROR(OnCoordinator(servers, job, [&](ServerConn& coord) {
+    grpc::ClientContext ctx;
+    SetDeadline(&ctx, servers.timeout_s());
+    reply.Clear();
+    from = coord.address;
+    return FromGrpc(coord.stub->GetStep(&ctx, req, &reply),
+                    absl::StrCat("server ", coord.address));
+  }));
   for (const pb::ShardManifest& m : reply.shards()) {
     Status s = format::ValidateShardManifest(m);
     if (!s.ok()) {
       return absl::DataLossError(
-          absl::StrCat("server ", coord.address, " sent a bad manifest for ",
-                       "rank ", m.rank(), ": ", s.message()));
+          absl::StrCat("server ", from, " sent a bad manifest for ", "rank ",
+                       m.rank(), ": ", s.message()));
     }
   }
   return reply;
 }
 
-Result<pb::StepInfo> CommitShard(ServerSet& servers,
+Result<pb::StepInfo> CommitShard(ServerSet& servers, size_t replicas,
                                  const pb::ShardManifest& manifest) {
-  ServerConn& coord = servers.Coordinator(manifest.job());
-  grpc::ClientContext ctx;
-  SetDeadline(&ctx, servers.timeout_s());
   pb::CommitShardRequest req;
   *req.mutable_manifest() = manifest;
   req.set_chunks_elsewhere(servers.size() > 1);
-  pb::CommitShardReply reply;
-  STAGGER_RETURN_IF_ERROR(FromGrpc(coord.stub->CommitShard(&ctx, req, &reply),
-                                   absl::StrCat("server ", coord.address)));
-  return reply.step();
+  std::optional<pb::StepInfo> first;
+  size_t committed = 0;
+  for (ServerConn* coord : servers.Coordinators(manifest.job())) {
+    if (committed == replicas) break;
+    if (coord->down) continue;
+    grpc::ClientContext ctx;
+    SetDeadline(&ctx, servers.timeout_s());
+    pb::CommitShardReply reply;
+    Status s = FromGrpc(coord->stub->CommitShard(&ctx, req, &reply),
+                        absl::StrCat("server ", coord->address));
+    if (IsServerGone(s)) {
+      ServerSet::MarkDown(coord, s);
+      continue;
+    }
+    STAGGER_RETURN_IF_ERROR(s);
+    if (!first) first = reply.step();
+    ++committed;
+  }
+  if (committed < replicas) {
+    return absl::UnavailableError(absl::StrCat(
+        "commit of job '", manifest.job(), "' step ", manifest.step(), " rank ",
+        manifest.rank(), " reached ", committed, " of ", replicas,
+        " coordinators; servers down: ", servers.DownList()));
+  }
+  return *first;
 }
 
 Result<std::vector<pb::StepInfo>> ListSteps(ServerSet& servers,
                                             const std::string& job,
                                             bool include_partial) {
-  ServerConn& coord = servers.Coordinator(job);
-  grpc::ClientContext ctx;
-  SetDeadline(&ctx, servers.timeout_s());
   pb::ListStepsRequest req;
   req.set_job(job);
   req.set_include_partial(include_partial);
   pb::ListStepsReply reply;
-  STAGGER_RETURN_IF_ERROR(FromGrpc(coord.stub->ListSteps(&ctx, req, &reply),
-                                   absl::StrCat("server ", coord.address)));
+  STAGGER_RETURN_IF_ERROR(OnCoordinator(servers, job, [&](ServerConn& coord) {
+    grpc::ClientContext ctx;
+    SetDeadline(&ctx, servers.timeout_s());
+    reply.Clear();
+    return FromGrpc(coord.stub->ListSteps(&ctx, req, &reply),
+                    absl::StrCat("server ", coord.address));
+  }));
   return std::vector<pb::StepInfo>(reply.steps().begin(), reply.steps().end());
 }
 
@@ -154,13 +194,16 @@ Result<pb::GcReply> Gc(ServerSet& servers, const std::string& job,
   req.set_keep(keep);
   req.set_grace_ms(grace_ms);
   req.set_wait_for_compaction(true);
-  ServerConn& coord = servers.Coordinator(job);
-  {
+  ServerConn* coord_ptr = nullptr;
+  STAGGER_RETURN_IF_ERROR(OnCoordinator(servers, job, [&](ServerConn& c) {
     grpc::ClientContext ctx;
     SetDeadline(&ctx, servers.timeout_s());
-    STAGGER_RETURN_IF_ERROR(FromGrpc(coord.stub->Gc(&ctx, req, &reply),
-                                     absl::StrCat("server ", coord.address)));
-  }
+    coord_ptr = &c;
+    reply.Clear();
+    return FromGrpc(c.stub->Gc(&ctx, req, &reply),
+                    absl::StrCat("server ", c.address));
+  }));
+  ServerConn& coord = *coord_ptr;
   if (on_server_done) on_server_done();
   if (servers.size() == 1) return reply;
   // The other servers hold chunks only: each drops the job's chunks outside
@@ -172,6 +215,14 @@ Result<pb::GcReply> Gc(ServerSet& servers, const std::string& job,
   for (size_t i = 0; i < servers.size(); ++i) {
     ServerConn& s = servers.server(i);
     if (&s == &coord) continue;
+    if (s.down) {
+      // Its chunks stay until a gc that finds it up.
+      log::Warning("stagger",
+                   absl::StrCat("gc of job '", job, "' skips server ",
+                                s.address, ", which is down"));
+      if (on_server_done) on_server_done();
+      continue;
+    }
     STAGGER_ASSIGN_OR_RETURN(
         pb::SweepReply swept,
         Sweep(s, job, *live, grace_ms, servers.timeout_s()));

@@ -1,6 +1,9 @@
 // Control-plane calls the client and the CLI make, on top of ServerSet:
 // each goes to the job's coordinator, with the set's deadline, and returns
 // the server's status code and message unchanged (plus which server).
+// The coordinator is the first server up in the job's ranking
+// (ServerSet::Coordinators); one that turns out gone (IsServerGone) is
+// marked down and the next one is asked.
 #ifndef STAGGER_CLIENT_CONTROL_H_
 #define STAGGER_CLIENT_CONTROL_H_
 
@@ -24,7 +27,10 @@ Result<pb::GetStepReply> GetStep(ServerSet& servers, const std::string& job,
                                  int64_t step, bool all_ranks,
                                  const std::vector<uint32_t>& ranks);
 
-Result<pb::StepInfo> CommitShard(ServerSet& servers,
+// Commits to the job's first `replicas` coordinators that are up (a gone
+// one is replaced by the next in the ranking); UNAVAILABLE naming the
+// servers down when fewer are left. Returns the first one's step.
+Result<pb::StepInfo> CommitShard(ServerSet& servers, size_t replicas,
                                  const pb::ShardManifest& manifest);
 
 Result<std::vector<pb::StepInfo>> ListSteps(ServerSet& servers,

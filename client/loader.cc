@@ -69,16 +69,17 @@ void AddFetches(const SavedEntry& saved, format::ChunkPlan chunks, char* dest,
   const pb::TensorEntry& e = *saved.entry;
   for (auto& [index, runs] : chunks) {
     const pb::ChunkRef& c = e.chunks(static_cast<int>(index));
-    ServerConn* server = &servers.ForSlot(saved.shard->rank(), e.name(), index);
+    std::vector<ServerConn*> where =
+        servers.ForSlot(saved.shard->rank(), e.name(), index);
     if (runs.size() == 1 && runs[0].src == 0 &&
         runs[0].length == c.raw_length()) {
       // The chunk is one contiguous piece of the destination.
-      plan->items.push_back({&c, dest + runs[0].dst, server});
+      plan->items.push_back({&c, dest + runs[0].dst, std::move(where)});
       ++plan->chunks_direct;
       continue;
     }
     plan->scatters.push_back(std::move(runs));
-    plan->items.push_back({&c, dest, server, &plan->scatters.back()});
+    plan->items.push_back({&c, dest, std::move(where), &plan->scatters.back()});
     ++plan->chunks_scattered;
   }
 }

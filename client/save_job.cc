@@ -31,6 +31,13 @@ SaveJob::SaveJob(SaveJobDeps deps, pb::ShardManifest manifest,
   snapshot_done_ = chunks_.empty();
 }
 
+bool SaveJob::HomeUp(const SaveChunk& c) const {
+  for (size_t i = 0; i < deps_.replicas && i < c.servers.size(); ++i) {
+    if (c.servers[i]->down) return false;
+  }
+  return true;
+}
+
 void SaveJob::FingerprintInPlace(std::vector<bool>* unchanged) {
   std::map<SnapshotSource*, std::vector<size_t>> by_source;
   for (size_t i = 0; i < chunks_.size(); ++i) {
@@ -48,7 +55,8 @@ void SaveJob::FingerprintInPlace(std::vector<bool>* unchanged) {
       std::array<uint64_t, 2> f = {fp[2 * k], fp[2 * k + 1]};
       outcomes_[i].fingerprint = f;
       (*unchanged)[i] = chunks_[i].previous.has_value() &&
-                        chunks_[i].previous_fingerprint == f;
+                        chunks_[i].previous_fingerprint == f &&
+                        HomeUp(chunks_[i]);
     }
   }
 }
@@ -170,7 +178,7 @@ void SaveJob::Run() {
     for (const auto& [codec, n] : stats.codec_chunks) {
       (*ss->mutable_codec_chunks())[codec] = n;
     }
-    s = CommitShard(*deps_.servers, manifest_).status();
+    s = CommitShard(*deps_.servers, deps_.replicas, manifest_).status();
   }
   stats.durable_s = Since(start_);
   if (qos.deadline_s > 0 && stats.durable_s > qos.deadline_s) {
@@ -249,8 +257,10 @@ void SaveJob::Ship(size_t i, char* slab) {
   deps_.pipeline->Submit([self, i, slab] {
     const SaveChunk& c = self->chunks_[i];
     format::ChunkId id = format::ChunkId::Of(slab, c.len);
-    if (c.previous && *c.previous == id) {
-      // Same bytes as last time: the server has them; reference, not ship.
+    if (c.previous && *c.previous == id && self->HomeUp(c)) {
+      // Same bytes as last time: the servers have them; reference, not
+      // ship. (With one of them down, the chunk is shipped again so that
+      // it keeps its copies.)
       c.ref->set_id(id.ToBytes());
       c.ref->set_raw_length(c.len);
       ++self->put_stats_.chunks_unchanged;
@@ -272,8 +282,8 @@ void SaveJob::Ship(size_t i, char* slab) {
     }
     auto released = std::make_shared<bool>(false);
     self->deps_.io->PutAsync(
-        c.server, slab, c.len, id, c.element_size, delta ? &*delta : nullptr,
-        c.ref, &self->put_stats_,
+        c.servers, self->deps_.replicas, slab, c.len, id, c.element_size,
+        delta ? &*delta : nullptr, c.ref, &self->put_stats_,
         [self, slab, released](bool still_in_use) {
           // Encoded into its own buffer: the slab can take the next chunk.
           if (!still_in_use) {

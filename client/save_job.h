@@ -42,8 +42,10 @@ struct SaveChunk {
   size_t len;
   SnapshotSource* source;  // how to copy it
   pb::ChunkRef* ref;       // in the job's manifest
-  ServerConn* server;      // where it is stored (ServerSet::ForSlot)
-  int element_size;        // float element width (byte grouping), else 0
+  // Every server, ranked for its slot (ServerSet::ForSlot): it is stored
+  // on the first SaveJobDeps::replicas of them that are up.
+  std::vector<ServerConn*> servers;
+  int element_size;  // float element width (byte grouping), else 0
   // The id this chunk had in the previous committed save, if any: when the
   // bytes hash the same, the chunk is referenced, not shipped.
   std::optional<format::ChunkId> previous;
@@ -69,6 +71,7 @@ struct SaveJobDeps {
   StagingPool* pool;
   qos::Executor* pipeline;
   Shaping* shaping;  // QoS of the sender (the save's stats read it)
+  size_t replicas = 1;
 };
 
 class SaveJob : public std::enable_shared_from_this<SaveJob> {
@@ -113,6 +116,9 @@ class SaveJob : public std::enable_shared_from_this<SaveJob> {
   // Fingerprints in place the chunks that ask for it; marks in `unchanged`
   // those whose fingerprint matches the previous save's.
   void FingerprintInPlace(std::vector<bool>* unchanged);
+  // Whether every server that holds `c`'s previous version is up: only
+  // then may an unchanged chunk be referenced instead of shipped.
+  bool HomeUp(const SaveChunk& c) const;
   void Ship(size_t i, char* slab);
   // Starts shipping every held-back chunk, and every later one at once.
   void StartDraining();

@@ -3,12 +3,14 @@
 #include <grpcpp/grpcpp.h>
 #include <xxhash.h>
 
+#include <algorithm>
 #include <chrono>
 #include <fstream>
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "util/log.h"
 
 namespace stagger::client {
 
@@ -20,7 +22,7 @@ Status FromGrpc(const grpc::Status& s, std::string_view what) {
 
 Result<std::shared_ptr<ServerSet>> ServerSet::Connect(
     const std::string& servers, transport::Transport* transport,
-    double timeout_s, const std::string& tls_ca_file) {
+    double timeout_s, const std::string& tls_ca_file, size_t may_be_down) {
   std::shared_ptr<grpc::ChannelCredentials> creds =
       grpc::InsecureChannelCredentials();
   if (!tls_ca_file.empty()) {
@@ -41,9 +43,18 @@ Result<std::shared_ptr<ServerSet>> ServerSet::Connect(
   if (servers.empty()) {
     return absl::InvalidArgumentError("no servers given");
   }
+  std::vector<std::string> seen;
   for (const std::string& addr : addrs) {
     auto hp = transport::SplitHostPort(addr);
     if (!hp.ok()) return WithContext(hp.status(), "servers");
+    if (std::find(seen.begin(), seen.end(), addr) != seen.end()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("servers: ", addr, " is listed twice"));
+    }
+    seen.push_back(addr);
+  }
+  std::vector<Status> dead;
+  for (const std::string& addr : addrs) {
     auto conn = std::make_unique<ServerConn>();
     conn->address = addr;
     grpc::ChannelArguments args;
@@ -60,6 +71,25 @@ Result<std::shared_ptr<ServerSet>> ServerSet::Connect(
     pb::HelloReply reply;
     Status s = FromGrpc(conn->stub->Hello(&ctx, req, &reply),
                         absl::StrCat("server ", addr));
+    std::unique_ptr<transport::Connection> data;
+    if (s.ok()) {
+      auto connected = transport->Connect(reply.data_address());
+      if (connected.ok()) {
+        data = std::move(*connected);
+      } else {
+        s = WithContext(connected.status(),
+                        absl::StrCat("data plane of server ", addr, " at ",
+                                     reply.data_address()));
+      }
+    }
+    if (!s.ok() && IsServerGone(s) && dead.size() < may_be_down) {
+      // Placement ranks it still (the others' order must not change); it is
+      // skipped as down.
+      dead.push_back(s);
+      MarkDown(conn.get(), s);
+      set->servers_.push_back(std::move(conn));
+      continue;
+    }
     if (!s.ok()) {
       if (absl::IsDeadlineExceeded(s)) {
         s = absl::UnavailableError(
@@ -70,43 +100,82 @@ Result<std::shared_ptr<ServerSet>> ServerSet::Connect(
                                         ": does the server's certificate "
                                         "chain to it and name this host?)"));
       }
+      if (!dead.empty()) {
+        s = WithContext(
+            s, absl::StrCat("(", dead.size(), " other server(s) down too: ",
+                            set->DownList(), ")"));
+      }
       return s;
     }
-    auto data = transport->Connect(reply.data_address());
-    if (!data.ok()) {
-      return WithContext(data.status(),
-                         absl::StrCat("data plane of server ", addr, " at ",
-                                      reply.data_address()));
-    }
-    conn->data = std::move(*data);
+    conn->data = std::move(data);
     set->servers_.push_back(std::move(conn));
   }
   return set;
 }
 
-size_t ServerSet::Place(std::string_view key) const {
-  size_t best = 0;
-  uint64_t best_score = 0;
+bool IsServerGone(const Status& s) {
+  return absl::IsUnavailable(s) || absl::IsDeadlineExceeded(s) ||
+         absl::IsCancelled(s);
+}
+
+std::vector<ServerConn*> ServerSet::Rank(std::string_view key) const {
+  std::vector<std::pair<uint64_t, size_t>> scored;
   for (size_t i = 0; i < servers_.size(); ++i) {
     std::string k(key);
     k += '|';
     k += servers_[i]->address;
-    uint64_t score = XXH3_64bits(k.data(), k.size());
-    if (i == 0 || score > best_score) {
-      best = i;
-      best_score = score;
-    }
+    scored.emplace_back(XXH3_64bits(k.data(), k.size()), i);
   }
-  return best;
+  // Highest score first; ties (never in practice) by list order.
+  std::sort(scored.begin(), scored.end(), [](const auto& a, const auto& b) {
+    return a.first != b.first ? a.first > b.first : a.second < b.second;
+  });
+  std::vector<ServerConn*> out;
+  for (const auto& [score, i] : scored) out.push_back(servers_[i].get());
+  return out;
 }
 
-ServerConn& ServerSet::ForSlot(uint32_t rank, const std::string& tensor,
-                               uint64_t index) {
-  return *servers_[Place(absl::StrCat("slot:", rank, "/", index, "/", tensor))];
+std::vector<ServerConn*> ServerSet::ForSlot(uint32_t rank,
+                                            const std::string& tensor,
+                                            uint64_t index) const {
+  return Rank(absl::StrCat("slot:", rank, "/", index, "/", tensor));
 }
 
-ServerConn& ServerSet::Coordinator(const std::string& job) {
-  return *servers_[Place("job:" + job)];
+std::vector<ServerConn*> ServerSet::Coordinators(const std::string& job) const {
+  return Rank("job:" + job);
+}
+
+ServerConn* ServerSet::FirstUp(const std::vector<ServerConn*>& ranked) {
+  for (ServerConn* s : ranked) {
+    if (!s->down) return s;
+  }
+  return ranked.front();
+}
+
+void ServerSet::MarkDown(ServerConn* s, const Status& why) {
+  absl::MutexLock l(&s->mu);
+  if (s->down) return;
+  s->down_reason = std::string(why.message());
+  s->down = true;
+  log::Warning("stagger", absl::StrCat("server ", s->address,
+                                       " marked down: ", why.message()));
+}
+
+size_t ServerSet::up() const {
+  size_t n = 0;
+  for (const auto& s : servers_) n += s->down ? 0 : 1;
+  return n;
+}
+
+std::string ServerSet::DownList() const {
+  std::string out;
+  for (const auto& s : servers_) {
+    if (!s->down) continue;
+    absl::MutexLock l(&s->mu);
+    absl::StrAppend(&out, out.empty() ? "" : ", ", s->address, " (",
+                    s->down_reason, ")");
+  }
+  return out;
 }
 
 }  // namespace stagger::client

@@ -4,14 +4,22 @@
 // rendezvous hashing, so every client and the CLI agree on where a chunk is
 // without asking anyone.
 //
-// Thread-safety: immutable after Connect; all methods are thread-safe.
+// With replicas, each chunk lives on the first R servers of its ranking
+// (rendezvous scores of its slot over every server, highest first) that
+// are up; a server found dead is marked down for the life of the set and
+// the next one in the ranking takes its place.
+//
+// Thread-safety: the server list is immutable after Connect; down marks
+// are atomic; all methods are thread-safe.
 #ifndef STAGGER_CLIENT_SERVER_SET_H_
 #define STAGGER_CLIENT_SERVER_SET_H_
 
+#include <atomic>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "absl/synchronization/mutex.h"
 #include "format/chunk_id.h"
 #include "proto/stagger.grpc.pb.h"
 #include "stagger/status.h"
@@ -23,7 +31,16 @@ struct ServerConn {
   std::string address;  // gRPC host:port as given
   std::unique_ptr<pb::Stagger::Stub> stub;
   std::unique_ptr<transport::Connection> data;
+  // Found dead (did not answer at Connect, or a call failed as a dead
+  // server's do): skipped from then on.
+  std::atomic<bool> down{false};
+  absl::Mutex mu;
+  std::string down_reason ABSL_GUARDED_BY(mu);
 };
+
+// True for the errors a server that died or stopped answering gives:
+// worth trying the next replica.
+bool IsServerGone(const Status& s);
 
 class ServerSet {
  public:
@@ -32,24 +49,36 @@ class ServerSet {
   // set). INVALID_ARGUMENT for a malformed list, UNAVAILABLE naming the
   // server that does not answer.
   // With `tls_ca_file` (PEM), the control plane is gRPC over TLS and the
-  // servers' certificates must chain to it.
+  // servers' certificates must chain to it. Up to `may_be_down` servers
+  // that do not answer are marked down instead (a warning is logged for
+  // each); one more is UNAVAILABLE naming them all.
   static Result<std::shared_ptr<ServerSet>> Connect(
       const std::string& servers, transport::Transport* transport,
-      double timeout_s, const std::string& tls_ca_file = "");
+      double timeout_s, const std::string& tls_ca_file = "",
+      size_t may_be_down = 0);
 
   size_t size() const { return servers_.size(); }
   ServerConn& server(size_t i) { return *servers_[i]; }
-  // The server that stores chunk `id`.
-  // The server of chunk `index` of `rank`'s tensor `tensor`: every version
-  // of that chunk (and so every delta with its base) lives there, whatever
-  // its bytes.
-  ServerConn& ForSlot(uint32_t rank, const std::string& tensor, uint64_t index);
-  // The server that keeps the manifests of `job` (its coordinator).
-  ServerConn& Coordinator(const std::string& job);
+  // Every server, ranked for chunk `index` of `rank`'s tensor `tensor`:
+  // every version of that chunk (and so every delta with its base) lives
+  // on the first R that are up, whatever its bytes.
+  std::vector<ServerConn*> ForSlot(uint32_t rank, const std::string& tensor,
+                                   uint64_t index) const;
+  // Every server, ranked for `job`'s manifests: the first R that are up
+  // are its coordinators.
+  std::vector<ServerConn*> Coordinators(const std::string& job) const;
+  // The first of `ranked` that is up, else the first.
+  static ServerConn* FirstUp(const std::vector<ServerConn*>& ranked);
+  // Marks `s` down because of `why` (once; later calls are ignored) and
+  // logs it.
+  static void MarkDown(ServerConn* s, const Status& why);
+  size_t up() const;
+  // "a (reason), b (reason)": the servers marked down.
+  std::string DownList() const;
   double timeout_s() const { return timeout_s_; }
 
  private:
-  size_t Place(std::string_view key) const;
+  std::vector<ServerConn*> Rank(std::string_view key) const;
   std::vector<std::unique_ptr<ServerConn>> servers_;
   double timeout_s_ = 60;
 };

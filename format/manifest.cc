@@ -61,6 +61,10 @@ Status ValidateShardManifest(const pb::ShardManifest& m) {
         absl::StrCat("world size ", m.world_size(), " out of range [1, ",
                      kMaxWorldSize, "]"));
   }
+  if (m.replicas() > 16) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("replicas ", m.replicas(), " out of range [0, 16]"));
+  }
   if (m.rank() >= m.world_size()) {
     return absl::InvalidArgumentError(absl::StrCat(
         "rank ", m.rank(), " must be < world size ", m.world_size()));

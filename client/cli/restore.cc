@@ -84,7 +84,7 @@ Status WriteShard(ChunkIo& io, ServerSet* servers,
       for (int i = 0; i < t.chunks_size(); ++i) {
         const pb::ChunkRef& c = t.chunks(i);
         items.push_back(
-            {&c, base + off, &servers->ForSlot(shard.rank(), t.name(), i)});
+            {&c, base + off, servers->ForSlot(shard.rank(), t.name(), i)});
         off += c.raw_length();
       }
     }
@@ -240,9 +240,8 @@ int RunVerify(const VerifyArgs& a) {
   for (const pb::ShardManifest& shard : reply->shards()) {
     for (const pb::TensorEntry& t : shard.tensors()) {
       for (int i = 0; i < t.chunks_size(); ++i) {
-        items.push_back(
-            {&t.chunks(i), nullptr,
-             &session->servers->ForSlot(shard.rank(), t.name(), i)});
+        items.push_back({&t.chunks(i), nullptr,
+                         session->servers->ForSlot(shard.rank(), t.name(), i)});
         labels.push_back(absl::StrCat("rank ", shard.rank(), " tensor '",
                                       t.name(), "' chunk ", i));
         bytes += t.chunks(i).raw_length();

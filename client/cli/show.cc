@@ -1,5 +1,6 @@
 // stagger show: what a person wants to know after a save, per rank, from
 // the statistics each rank's client stored with its manifest.
+#include <algorithm>
 #include <cstdio>
 #include <map>
 #include <set>
@@ -26,13 +27,20 @@ std::string CodecMix(const pb::ShardStats& st) {
   return parts.empty() ? "-" : absl::StrJoin(parts, " ");
 }
 
-// The servers holding the chunks of `shard` (placement: ServerSet).
+// The servers meant to hold the chunks of `shard`: the first `replicas`
+// of each chunk's ranking (placement: ServerSet; a copy that failed over
+// during the save sits further down its ranking).
 std::vector<std::string> ServersOf(ServerSet& servers,
                                    const pb::ShardManifest& shard) {
   std::set<std::string> used;
+  const size_t copies = std::max<uint32_t>(1, shard.replicas());
   for (const pb::TensorEntry& t : shard.tensors()) {
     for (int i = 0; i < t.chunks_size(); ++i) {
-      used.insert(servers.ForSlot(shard.rank(), t.name(), i).address);
+      std::vector<ServerConn*> ranked =
+          servers.ForSlot(shard.rank(), t.name(), i);
+      for (size_t k = 0; k < copies && k < ranked.size(); ++k) {
+        used.insert(ranked[k]->address);
+      }
     }
   }
   return {used.begin(), used.end()};

@@ -124,7 +124,7 @@ PYBIND11_MODULE(_stagger, m) {
                        double rate_limit_Bps, double node_rate_limit_Bps,
                        const std::string& node_rate_limit_file,
                        const std::string& metrics_listen,
-                       const std::string& tls_ca_file) {
+                       const std::string& tls_ca_file, uint32_t replicas) {
              CheckpointerOptions o;
              o.servers = servers;
              o.job = job;
@@ -148,6 +148,7 @@ PYBIND11_MODULE(_stagger, m) {
              o.node_rate_limit_file = node_rate_limit_file;
              o.metrics_listen = metrics_listen;
              o.tls_ca_file = tls_ca_file;
+             o.replicas = replicas;
              Result<std::unique_ptr<Checkpointer>> ck;
              {
                py::gil_scoped_release release;
@@ -168,7 +169,7 @@ PYBIND11_MODULE(_stagger, m) {
            py::arg("rate_limit_Bps") = 0.0,
            py::arg("node_rate_limit_Bps") = 0.0,
            py::arg("node_rate_limit_file") = "", py::arg("metrics_listen") = "",
-           py::arg("tls_ca_file") = "",
+           py::arg("tls_ca_file") = "", py::arg("replicas") = 1,
            "Options as in stagger/options.h (CheckpointerOptions).")
       .def(
           "metrics_address",

@@ -17,6 +17,15 @@ struct CheckpointerOptions {
   std::string job;          // [A-Za-z0-9._-]{1,128}
   uint32_t rank = 0;        // this process's rank, < world_size
   uint32_t world_size = 1;  // ranks that must commit for a step to exist
+  // Copies of every chunk and manifest, each on a different server (1 ..
+  // number of servers; 2 recommended with 3 or more servers). A chunk goes
+  // to the first `replicas` servers of its rendezvous ranking that are up;
+  // when one dies during a save its copies go to the next server in the
+  // ranking, and a save fails UNAVAILABLE (naming the servers down) only
+  // when fewer than `replicas` servers are left. With replicas > 1, Open
+  // goes on while at least one server answers (the others are marked
+  // down); loads read any copy. With 1, every server must answer at Open.
+  uint32_t replicas = 1;
 
   uint64_t chunk_size = 4ull << 20;  // bytes per chunk, 4 KiB .. 64 MiB
   // "auto": per chunk, byte-grouped zstd for floating-point tensors (the

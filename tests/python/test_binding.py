@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 
 import stagger
+from conftest import start_server
 
 
 def state(seed, n=300_000):
@@ -57,6 +58,37 @@ def test_real_server_two_ranks(server):
         assert cks[r].load(out) == 3
         for k in out:
             np.testing.assert_array_equal(out[k], states[r][k])
+
+
+def test_replicas_survive_a_killed_server(tmp_path):
+    procs = [start_server(tmp_path / name) for name in ("a", "b")]
+    servers = ",".join(grpc for _, grpc in procs)
+    try:
+        with pytest.raises(stagger.Error) as e:
+            stagger.Checkpointer(servers=servers, job="r", replicas=3)
+        assert e.value.code == "INVALID_ARGUMENT"
+        assert "replicas 3 exceeds the 2 server(s)" in str(e.value)
+        ck = stagger.Checkpointer(servers=servers, job="r", replicas=2,
+                                  chunk_size=64 << 10)
+        s = state(21)
+        ck.save(s, step=1).wait()
+        procs[0][0].kill()
+        procs[0][0].wait()
+        # Every chunk has a copy on the server left.
+        fresh = stagger.Checkpointer(servers=servers, job="r", replicas=2,
+                                     chunk_size=64 << 10)
+        out = empty_like(s)
+        assert fresh.load(out) == 1
+        for k in out:
+            np.testing.assert_array_equal(out[k], s[k])
+        with pytest.raises(stagger.Error) as e:
+            fresh.save(s, step=2)
+        assert e.value.code == "UNAVAILABLE"
+        assert procs[0][1] in str(e.value)
+    finally:
+        for p, _ in procs:
+            p.kill()
+            p.wait()
 
 
 def test_errors_carry_status_codes(tmp_path):
