@@ -7,7 +7,6 @@
 
 #include "absl/strings/str_cat.h"
 #include "format/manifest.h"
-#include "util/log.h"
 
 namespace stagger::client {
 namespace {
@@ -194,16 +193,21 @@ Result<pb::GcReply> Gc(ServerSet& servers, const std::string& job,
   req.set_keep(keep);
   req.set_grace_ms(grace_ms);
   req.set_wait_for_compaction(true);
-  ServerConn* coord_ptr = nullptr;
-  STAGGER_RETURN_IF_ERROR(OnCoordinator(servers, job, [&](ServerConn& c) {
+  // Collecting is destructive: it trusts the coordinator's manifests to
+  // say what is live, and a server standing in for a coordinator that is
+  // down may hold none of them.
+  if (servers.up() < servers.size()) {
+    return absl::UnavailableError(
+        absl::StrCat("gc of job '", job, "' needs every server up; down: ",
+                     servers.DownList(), "; nothing was collected"));
+  }
+  ServerConn& coord = *servers.Coordinators(job).front();
+  {
     grpc::ClientContext ctx;
     SetDeadline(&ctx, servers.timeout_s());
-    coord_ptr = &c;
-    reply.Clear();
-    return FromGrpc(c.stub->Gc(&ctx, req, &reply),
-                    absl::StrCat("server ", c.address));
-  }));
-  ServerConn& coord = *coord_ptr;
+    STAGGER_RETURN_IF_ERROR(FromGrpc(coord.stub->Gc(&ctx, req, &reply),
+                                     absl::StrCat("server ", coord.address)));
+  }
   if (on_server_done) on_server_done();
   if (servers.size() == 1) return reply;
   // The other servers hold chunks only: each drops the job's chunks outside
@@ -215,14 +219,6 @@ Result<pb::GcReply> Gc(ServerSet& servers, const std::string& job,
   for (size_t i = 0; i < servers.size(); ++i) {
     ServerConn& s = servers.server(i);
     if (&s == &coord) continue;
-    if (s.down) {
-      // Its chunks stay until a gc that finds it up.
-      log::Warning("stagger",
-                   absl::StrCat("gc of job '", job, "' skips server ",
-                                s.address, ", which is down"));
-      if (on_server_done) on_server_done();
-      continue;
-    }
     STAGGER_ASSIGN_OR_RETURN(
         pb::SweepReply swept,
         Sweep(s, job, *live, grace_ms, servers.timeout_s()));

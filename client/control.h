@@ -45,6 +45,7 @@ Result<std::vector<pb::StepInfo>> ListSteps(ServerSet& servers,
 // deletions and compactions of all servers; the first failing call's error
 // otherwise (the servers before it have collected). `on_server_done`
 // (optional) runs after each server has collected (progress reports).
+// UNAVAILABLE, collecting nothing, while any server of the set is down.
 Result<pb::GcReply> Gc(ServerSet& servers, const std::string& job,
                        uint32_t keep, int64_t grace_ms,
                        const std::function<void()>& on_server_done = nullptr);

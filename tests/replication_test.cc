@@ -43,7 +43,7 @@ class ReplicationTest : public ::testing::Test {
     o.servers = List();
     o.job = "rep";
     o.replicas = replicas;
-    o.chunk_size = 256 << 10;  // 25 chunks: every server ranks first for some
+    o.chunk_size = 256 << 10;  // 26 chunks: every server ranks first for some
     o.rpc_timeout_s = 10;
     auto ck = Checkpointer::Open(o);
     if (!ck.ok()) return ck;
@@ -99,6 +99,19 @@ TEST_F(ReplicationTest, SaveFailsOverAndEveryStepLoadsFromTheSurvivors) {
   ASSERT_TRUE(fresh.ok()) << fresh.status();
   ExpectLoads(**fresh, kLatestStep, 2);
   ExpectLoads(**fresh, 1, 1);
+
+  // The CLI reads past the dead server too; gc, which deletes, refuses.
+  const std::string cli = testutil::BinDir() + "/stagger";
+  testutil::RunResult verify = testutil::RunProcess(
+      {cli, "--server", List(), "verify", "--job", "rep", "--step", "1"});
+  EXPECT_EQ(verify.exit_code, 0) << verify.out;
+  EXPECT_NE(verify.out.find("all 26 chunks good"), std::string::npos)
+      << verify.out;
+  testutil::RunResult gc = testutil::RunProcess(
+      {cli, "--server", List(), "gc", "--job", "rep", "--keep", "1"});
+  EXPECT_NE(gc.exit_code, 0) << gc.out;
+  EXPECT_NE(gc.out.find("needs every server up"), std::string::npos)
+      << gc.out;
 
   // With b gone too, c alone holds a copy of every chunk of step 2 (saved
   // with a down: two copies over b and c).
