@@ -309,7 +309,9 @@ class CheckpointerImpl : public Checkpointer {
 
   ClientMetrics Metrics() const override {
     absl::MutexLock lock(&metrics_mu_);
-    return metrics_;
+    ClientMetrics m = metrics_;
+    m.servers_down = servers_->size() - servers_->up();
+    return m;
   }
 
   std::string MetricsAddress() const override {

@@ -50,6 +50,10 @@ std::string RenderClientMetrics(const ClientMetrics& m, const std::string& job,
             m.loads_failed, l);
   w.Counter("stagger_client_loaded_bytes_total",
             "Registered bytes filled by successful loads.", m.bytes_loaded, l);
+  w.Gauge("stagger_client_servers_down",
+          "Servers of the set marked down (their copies went to the next "
+          "server of each ranking).",
+          m.servers_down, l);
   return w.text();
 }
 

@@ -4,9 +4,11 @@
 
 #include <algorithm>
 #include <chrono>
+#include <optional>
 #include <thread>
 #include <vector>
 
+#include "absl/synchronization/notification.h"
 #include "stagger/checkpointer.h"
 #include "tests/testutil/pattern.h"
 #include "tests/testutil/process.h"
@@ -166,16 +168,25 @@ TEST(QosAdmissionTest, SixteenClientsWithSmallCreditsAllFinishFairly) {
         (*ck)->Register({"t", "U8", {int64_t(kEach)}, data[i].data()}).ok());
     cks.push_back(std::move(*ck));
   }
-  std::vector<SaveHandle> handles;
-  for (auto& ck : cks) {
-    auto h = ck->Save(1);
-    ASSERT_TRUE(h.ok()) << h.status();
-    handles.push_back(*h);
+  // All saves start together (one thread each, released at once): called
+  // one after another, the first would have the server to itself for the
+  // others' snapshot time and could finish before they began.
+  std::vector<std::optional<Result<SaveHandle>>> handles(kClients);
+  absl::Notification go;
+  std::vector<std::thread> starters;
+  for (int i = 0; i < kClients; ++i) {
+    starters.emplace_back([&, i] {
+      go.WaitForNotification();
+      handles[i] = cks[i]->Save(1);
+    });
   }
+  go.Notify();
+  for (auto& t : starters) t.join();
   std::vector<double> durable;
-  for (SaveHandle& h : handles) {
-    ASSERT_TRUE(h.Wait().ok()) << h.Wait();
-    durable.push_back(h.stats().durable_s);
+  for (auto& h : handles) {
+    ASSERT_TRUE((*h).ok()) << (*h).status();
+    ASSERT_TRUE((*h)->Wait().ok()) << (*h)->Wait();
+    durable.push_back((*h)->stats().durable_s);
   }
   std::vector<double> sorted = durable;
   std::sort(sorted.begin(), sorted.end());

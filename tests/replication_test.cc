@@ -91,8 +91,10 @@ TEST_F(ReplicationTest, SaveFailsOverAndEveryStepLoadsFromTheSurvivors) {
   // Server a dies between saves; the open client learns it from the puts
   // of step 2, which go to the next server of each ranking instead.
   servers_[0]->Stop(SIGKILL);
+  EXPECT_EQ((*ck)->Metrics().servers_down, 0u);
   Status s2 = SaveStep(**ck, 2);
   ASSERT_TRUE(s2.ok()) << s2;
+  EXPECT_EQ((*ck)->Metrics().servers_down, 1u);
 
   // A fresh client opens with a down, and reads both steps.
   auto fresh = Open();
@@ -110,8 +112,7 @@ TEST_F(ReplicationTest, SaveFailsOverAndEveryStepLoadsFromTheSurvivors) {
   testutil::RunResult gc = testutil::RunProcess(
       {cli, "--server", List(), "gc", "--job", "rep", "--keep", "1"});
   EXPECT_NE(gc.exit_code, 0) << gc.out;
-  EXPECT_NE(gc.out.find("needs every server up"), std::string::npos)
-      << gc.out;
+  EXPECT_NE(gc.out.find("needs every server up"), std::string::npos) << gc.out;
 
   // With b gone too, c alone holds a copy of every chunk of step 2 (saved
   // with a down: two copies over b and c).

@@ -197,6 +197,7 @@ PYBIND11_MODULE(_stagger, m) {
             d["loads"] = m.loads;
             d["loads_failed"] = m.loads_failed;
             d["bytes_loaded"] = m.bytes_loaded;
+            d["servers_down"] = m.servers_down;
             return d;
           },
           "Counters since this Checkpointer opened: saves, stall, snapshot "

@@ -82,6 +82,9 @@ struct ClientMetrics {
   uint64_t loads = 0;  // Load() calls that succeeded
   uint64_t loads_failed = 0;
   uint64_t bytes_loaded = 0;  // registered bytes filled by loads
+  // Servers of the set marked down (did not answer at Open, or died): their
+  // copies went to the next server of each ranking (replicas).
+  uint64_t servers_down = 0;
 };
 
 class SaveHandle {

@@ -77,6 +77,7 @@ def test_replicas_survive_a_killed_server(tmp_path):
         # Every chunk has a copy on the server left.
         fresh = stagger.Checkpointer(servers=servers, job="r", replicas=2,
                                      chunk_size=64 << 10)
+        assert fresh.metrics()["servers_down"] == 1
         out = empty_like(s)
         assert fresh.load(out) == 1
         for k in out:
