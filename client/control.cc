@@ -3,6 +3,7 @@
 #include <grpcpp/grpcpp.h>
 
 #include <chrono>
+#include <map>
 #include <optional>
 
 #include "absl/strings/str_cat.h"
@@ -88,18 +89,47 @@ void AddCompaction(const pb::CompactionReport& from, const std::string& server,
   }
 }
 
-// Runs `call` on the job's coordinators in ranking order, skipping those
-// down, until one answers as a live server does.
+// Runs `call` on every server up, in the job's ranking order (a gone one
+// is marked down and skipped). A coordinator that was down while steps
+// were committed holds fewer of them, and which servers coordinated a
+// step depends on which were up then: the answers are merged by the
+// caller. Returns OK when one server answered OK; else the first error
+// other than NOT_FOUND, else the first server's NOT_FOUND.
 template <typename Call>
-Status OnCoordinator(ServerSet& servers, const std::string& job, Call call) {
-  Status last = absl::UnavailableError("no server is up");
+Status OnEveryServer(ServerSet& servers, const std::string& job, Call call) {
+  Status not_found, other;
+  bool any = false;
   for (ServerConn* s : servers.Coordinators(job)) {
     if (s->down) continue;
-    last = call(*s);
-    if (!IsServerGone(last)) return last;
-    ServerSet::MarkDown(s, last);
+    Status st = call(*s);
+    if (IsServerGone(st)) {
+      ServerSet::MarkDown(s, st);
+      if (other.ok()) other = st;
+      continue;
+    }
+    if (st.ok()) {
+      any = true;
+    } else if (absl::IsNotFound(st)) {
+      if (not_found.ok()) not_found = st;
+    } else if (other.ok()) {
+      other = st;
+    }
   }
-  return WithContext(last, absl::StrCat("servers down: ", servers.DownList()));
+  if (any) return absl::OkStatus();
+  if (!other.ok()) return other;
+  if (!not_found.ok()) return not_found;
+  return absl::UnavailableError(
+      absl::StrCat("no server is up; down: ", servers.DownList()));
+}
+
+// Whether step reply `a` says more than `b` about the same request: a newer
+// complete step, or the same step with more ranks committed.
+bool Better(const pb::GetStepReply& a, const pb::GetStepReply& b) {
+  if (a.step().complete() != b.step().complete()) return a.step().complete();
+  if (a.step().step() != b.step().step()) {
+    return a.step().step() > b.step().step();
+  }
+  return a.step().committed_ranks_size() > b.step().committed_ranks_size();
 }
 
 }  // namespace
@@ -115,13 +145,19 @@ Result<pb::GetStepReply> GetStep(ServerSet& servers, const std::string& job,
   for (uint32_t r : ranks) req.add_ranks(r);
   pb::GetStepReply reply;
   std::string from;
-  STAGGER_RETURN_IF_ERROR(OnCoordinator(servers, job, [&](ServerConn& coord) {
+  bool have = false;
+  STAGGER_RETURN_IF_ERROR(OnEveryServer(servers, job, [&](ServerConn& coord) {
     grpc::ClientContext ctx;
     SetDeadline(&ctx, servers.timeout_s());
-    reply.Clear();
-    from = coord.address;
-    return FromGrpc(coord.stub->GetStep(&ctx, req, &reply),
-                    absl::StrCat("server ", coord.address));
+    pb::GetStepReply r;
+    Status s = FromGrpc(coord.stub->GetStep(&ctx, req, &r),
+                        absl::StrCat("server ", coord.address));
+    if (s.ok() && (!have || Better(r, reply))) {
+      reply = std::move(r);
+      from = coord.address;
+      have = true;
+    }
+    return s;
   }));
   for (const pb::ShardManifest& m : reply.shards()) {
     Status s = format::ValidateShardManifest(m);
@@ -172,15 +208,27 @@ Result<std::vector<pb::StepInfo>> ListSteps(ServerSet& servers,
   pb::ListStepsRequest req;
   req.set_job(job);
   req.set_include_partial(include_partial);
-  pb::ListStepsReply reply;
-  STAGGER_RETURN_IF_ERROR(OnCoordinator(servers, job, [&](ServerConn& coord) {
+  // Per step, what the best-informed server says of it.
+  std::map<int64_t, pb::StepInfo> merged;
+  STAGGER_RETURN_IF_ERROR(OnEveryServer(servers, job, [&](ServerConn& coord) {
     grpc::ClientContext ctx;
     SetDeadline(&ctx, servers.timeout_s());
-    reply.Clear();
-    return FromGrpc(coord.stub->ListSteps(&ctx, req, &reply),
-                    absl::StrCat("server ", coord.address));
+    pb::ListStepsReply reply;
+    Status s = FromGrpc(coord.stub->ListSteps(&ctx, req, &reply),
+                        absl::StrCat("server ", coord.address));
+    for (const pb::StepInfo& info : reply.steps()) {
+      auto [it, inserted] = merged.try_emplace(info.step(), info);
+      if (inserted) continue;
+      pb::GetStepReply a, b;
+      *a.mutable_step() = info;
+      *b.mutable_step() = it->second;
+      if (Better(a, b)) it->second = info;
+    }
+    return s;
   }));
-  return std::vector<pb::StepInfo>(reply.steps().begin(), reply.steps().end());
+  std::vector<pb::StepInfo> out;
+  for (auto& [step, info] : merged) out.push_back(std::move(info));
+  return out;
 }
 
 Result<pb::GcReply> Gc(ServerSet& servers, const std::string& job,

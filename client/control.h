@@ -1,9 +1,10 @@
 // Control-plane calls the client and the CLI make, on top of ServerSet:
 // each goes to the job's coordinator, with the set's deadline, and returns
 // the server's status code and message unchanged (plus which server).
-// The coordinator is the first server up in the job's ranking
-// (ServerSet::Coordinators); one that turns out gone (IsServerGone) is
-// marked down and the next one is asked.
+// Reads (GetStep, ListSteps) ask every server up and merge the answers
+// (the newest complete step, the most ranks committed): a coordinator that
+// was down while steps were committed holds fewer of them. A server that
+// turns out gone (IsServerGone) is marked down.
 #ifndef STAGGER_CLIENT_CONTROL_H_
 #define STAGGER_CLIENT_CONTROL_H_
 

@@ -8,6 +8,7 @@
 #include "format/codec.h"
 #include "format/data_plane.h"
 #include "server/chunk_read.h"
+#include "util/log.h"
 
 namespace stagger::server {
 namespace {
@@ -150,7 +151,9 @@ void DataService::HandlePut(transport::Message request,
   // checksums the payload.
   ingest_->Submit([this, shared, payload, r = *req] {
     // Content-addressed: an index hit means these bytes are already durable.
-    if (meta_->GetChunk(r.job, r.record.chunk_id).ok()) {
+    // ...unless a read found that copy bad: then the put repairs it.
+    if (meta_->GetChunk(r.job, r.record.chunk_id).ok() &&
+        !meta_->IsMarkedBad(r.job, r.record.chunk_id)) {
       ++counters_.chunks_deduplicated;
       ReplyStatus(shared.get(), DataOp::kPutChunkReply, absl::OkStatus());
       return;
@@ -245,7 +248,17 @@ void DataService::ReadAndReply(transport::ReplyChannel* reply,
   // Follows the record if compaction moves it during the read.
   auto rec = ReadChunk(meta_, segments_, r.job, r.id, meta);
   if (!rec.ok()) {
-    if (absl::IsDataLoss(rec.status())) ++counters_.verify_failures;
+    if (absl::IsDataLoss(rec.status())) {
+      ++counters_.verify_failures;
+      // The next put of this chunk (a client's repair, a later save)
+      // rewrites it.
+      Status marked = meta_->MarkBad(r.job, r.id);
+      log::Warning("stagger-server",
+                   absl::StrCat("job '", r.job, "': ", rec.status().message(),
+                                marked.ok() ? "; marked for repair" : "",
+                                marked.ok() ? "" : "; marking it failed: ",
+                                marked.ok() ? "" : marked.message()));
+    }
     ReplyStatus(reply, DataOp::kGetChunkReply, rec.status());
     return;
   }

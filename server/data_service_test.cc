@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <fstream>
 
 #include "format/crc32c.h"
 #include "format/data_plane.h"
@@ -100,6 +101,44 @@ TEST_F(DataServiceTest, PutThenGetReturnsTheSameRecord) {
   auto other = conn_->CallSync(static_cast<uint16_t>(DataOp::kGetChunk),
                                format::EncodeGetChunk({"other", id}), "");
   EXPECT_EQ(ReplyOf(other).code(), absl::StatusCode::kNotFound);
+}
+
+// A copy found bad on read is marked: the next put of the chunk rewrites
+// it (a client's repair) instead of being taken as already durable.
+TEST_F(DataServiceTest, PutRepairsAChunkFoundBadOnRead) {
+  std::string raw(50000, '\0');
+  for (size_t i = 0; i < raw.size(); ++i) raw[i] = static_cast<char>(i * 13);
+  ASSERT_TRUE(Put("job", raw).ok());
+  const auto id = format::ChunkId::Of(raw.data(), raw.size());
+  auto get = [&] {
+    return conn_->CallSync(static_cast<uint16_t>(DataOp::kGetChunk),
+                           format::EncodeGetChunk({"job", id}), "");
+  };
+  {
+    // Flip one payload byte of the only record (after its 64-byte header).
+    const auto seg = dir_ / "segments" / "job" / "00000001.seg";
+    std::fstream f(seg, std::ios::in | std::ios::out | std::ios::binary);
+    ASSERT_TRUE(f.is_open()) << seg;
+    f.seekg(64 + 1000);
+    char c = 0;
+    f.read(&c, 1);
+    c = static_cast<char>(c ^ 0x20);
+    f.seekp(64 + 1000);
+    f.write(&c, 1);
+  }
+  EXPECT_EQ(ReplyOf(get()).code(), absl::StatusCode::kDataLoss);
+  EXPECT_EQ(service_->counters().verify_failures.load(), 1u);
+  EXPECT_TRUE(meta_->IsMarkedBad("job", id));
+  ASSERT_TRUE(Put("job", raw).ok());
+  EXPECT_EQ(service_->counters().chunks_written.load(), 2u);
+  EXPECT_EQ(service_->counters().chunks_deduplicated.load(), 0u);
+  EXPECT_FALSE(meta_->IsMarkedBad("job", id));
+  auto reply = get();
+  ASSERT_TRUE(ReplyOf(reply).ok()) << ReplyOf(reply);
+  EXPECT_EQ(reply->payload.view(), raw);
+  // Intact again: the next put is a duplicate.
+  ASSERT_TRUE(Put("job", raw).ok());
+  EXPECT_EQ(service_->counters().chunks_deduplicated.load(), 1u);
 }
 
 TEST_F(DataServiceTest, BadRequestsGetErrorsAndNothingIsWritten) {

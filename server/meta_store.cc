@@ -46,6 +46,9 @@ std::string JobPrefix(char kind, const std::string& job) {
 std::string ChunkKey(const std::string& job, const format::ChunkId& id) {
   return JobPrefix('c', job) + id.ToBytes();
 }
+std::string BadKey(const std::string& job, const format::ChunkId& id) {
+  return JobPrefix('b', job) + id.ToBytes();
+}
 std::string StepKey(const std::string& job, int64_t step) {
   std::string k = JobPrefix('s', job);
   PutBE64(&k, static_cast<uint64_t>(step));
@@ -134,9 +137,22 @@ Status MetaStore::PutChunk(const std::string& job, const format::ChunkId& id,
   if (meta.written_unix_ms == 0) meta.written_unix_ms = NowMs();
   rocksdb::WriteOptions wo;
   wo.sync = false;
+  rocksdb::WriteBatch batch;
+  batch.Put(ChunkKey(job, id), EncodeChunkMeta(meta));
+  batch.Delete(BadKey(job, id));
   absl::MutexLock lock(&index_mu_);
-  return FromRocks(db_->Put(wo, ChunkKey(job, id), EncodeChunkMeta(meta)),
-                   "put chunk");
+  return FromRocks(db_->Write(wo, &batch), "put chunk");
+}
+
+Status MetaStore::MarkBad(const std::string& job, const format::ChunkId& id) {
+  absl::MutexLock lock(&index_mu_);
+  return FromRocks(db_->Put(rocksdb::WriteOptions(), BadKey(job, id), ""),
+                   "mark chunk bad");
+}
+
+bool MetaStore::IsMarkedBad(const std::string& job, const format::ChunkId& id) {
+  std::string v;
+  return db_->Get(rocksdb::ReadOptions(), BadKey(job, id), &v).ok();
 }
 
 Result<ChunkMeta> MetaStore::GetChunk(const std::string& job,

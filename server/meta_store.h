@@ -93,6 +93,11 @@ class MetaStore {
                   ChunkMeta meta);
   // NOT_FOUND when the job has no such chunk.
   Result<ChunkMeta> GetChunk(const std::string& job, const format::ChunkId& id);
+  // Notes that the stored copy of chunk `id` failed its checks when read:
+  // a put of the chunk then rewrites it instead of taking the index entry
+  // as proof that the bytes are durable. PutChunk clears the mark.
+  Status MarkBad(const std::string& job, const format::ChunkId& id);
+  bool IsMarkedBad(const std::string& job, const format::ChunkId& id);
 
   // Validates `m`, checks every referenced chunk is stored (FAILED_PRECONDITION
   // naming the tensor and chunk otherwise), fills codec/stored_length from

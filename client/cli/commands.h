@@ -31,6 +31,7 @@ int RunRestore(const RestoreArgs& a);
 
 struct VerifyArgs {
   std::string server, job, step = "latest";
+  bool repair = false;  // rewrite bad and missing copies from good ones
 };
 int RunVerify(const VerifyArgs& a);
 

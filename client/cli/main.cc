@@ -42,10 +42,14 @@ int main(int argc, char** argv) {
 
   VerifyArgs verify;
   auto* verify_cmd = app.add_subcommand(
-      "verify", "read every chunk of a step and check every checksum");
+      "verify",
+      "read every copy of every chunk of a step and check every checksum");
   verify_cmd->add_option("--job", verify.job, "job name")->required();
   verify_cmd->add_option("--step", verify.step, "latest or a step number")
       ->capture_default_str();
+  verify_cmd->add_flag("--repair", verify.repair,
+                       "rewrite bad copies, and copies missing from the "
+                       "count the step was saved with, from a good copy");
 
   ShowArgs show;
   auto* show_cmd = app.add_subcommand(

@@ -1,4 +1,4 @@
-// `stagger restore` and `stagger verify`.
+// `stagger restore`.
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -157,6 +157,8 @@ Status WriteConsolidated(ChunkIo& io, ServerSet* servers,
   return absl::OkStatus();
 }
 
+}  // namespace
+
 Result<pb::GetStepReply> CompleteStep(Session& session, const std::string& job,
                                       const std::string& step_text) {
   STAGGER_ASSIGN_OR_RETURN(int64_t step, ParseStep(step_text));
@@ -170,8 +172,6 @@ Result<pb::GetStepReply> CompleteStep(Session& session, const std::string& job,
   }
   return reply;
 }
-
-}  // namespace
 
 int RunRestore(const RestoreArgs& a) {
   auto session = OpenSession(a.server);
@@ -224,53 +224,6 @@ int RunRestore(const RestoreArgs& a) {
   progress.Finish();
   printf("restored job '%s' step %lld: %d ranks, %llu bytes\n", a.job.c_str(),
          static_cast<long long>(reply->step().step()), reply->shards_size(),
-         static_cast<unsigned long long>(bytes));
-  return 0;
-}
-
-int RunVerify(const VerifyArgs& a) {
-  auto session = OpenSession(a.server);
-  if (!session.ok()) return Fail("verify", session.status());
-  auto reply = CompleteStep(*session, a.job, a.step);
-  if (!reply.ok()) return Fail("verify", reply.status());
-  ChunkIo io(session->executor.get(), a.job, "raw", {}, 16);
-  std::vector<FetchItem> items;
-  std::vector<std::string> labels;
-  uint64_t bytes = 0;
-  for (const pb::ShardManifest& shard : reply->shards()) {
-    for (const pb::TensorEntry& t : shard.tensors()) {
-      for (int i = 0; i < t.chunks_size(); ++i) {
-        items.push_back({&t.chunks(i), nullptr,
-                         session->servers->ForSlot(shard.rank(), t.name(), i)});
-        labels.push_back(absl::StrCat("rank ", shard.rank(), " tensor '",
-                                      t.name(), "' chunk ", i));
-        bytes += t.chunks(i).raw_length();
-      }
-    }
-  }
-  std::mutex mu;
-  size_t bad = 0;
-  Progress progress("verify", bytes);
-  Status first = io.Fetch(
-      items,
-      [&](size_t i, const Status& s) {
-        if (s.ok()) return;
-        std::lock_guard<std::mutex> lock(mu);
-        ++bad;
-        printf("BAD %s: %s: %s\n", labels[i].c_str(),
-               absl::StatusCodeToString(s.code()).c_str(),
-               std::string(s.message()).c_str());
-      },
-      [&progress](uint64_t n) { progress.Add(n); });
-  progress.Finish();
-  long long step = static_cast<long long>(reply->step().step());
-  if (bad > 0 || !first.ok()) {
-    printf("verify job '%s' step %lld: %zu of %zu chunks bad\n", a.job.c_str(),
-           step, bad, items.size());
-    return 1;
-  }
-  printf("verify job '%s' step %lld: all %zu chunks good (%llu bytes)\n",
-         a.job.c_str(), step, items.size(),
          static_cast<unsigned long long>(bytes));
   return 0;
 }

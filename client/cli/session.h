@@ -18,8 +18,14 @@ struct Session {
 };
 
 // Connects to `servers` (gRPC HOST:PORT[,...]) over the process's UCX
-// transport.
+// transport. Goes on while one server answers (the others are marked
+// down).
 Result<Session> OpenSession(const std::string& servers);
+
+// Step `step_text` ("latest" or a number) of `job` with every rank's
+// manifest; NOT_FOUND when it is not complete. (restore.cc)
+Result<pb::GetStepReply> CompleteStep(Session& session, const std::string& job,
+                                      const std::string& step_text);
 
 // The CLI's --tls-ca (empty: plaintext), for every session and Checkpointer
 // it opens.

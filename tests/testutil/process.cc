@@ -7,6 +7,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <filesystem>
@@ -58,7 +59,11 @@ Result<std::unique_ptr<ServerProcess>> ServerProcess::Start(
   int fds[2];
   if (pipe(fds) != 0) return absl::InternalError("pipe failed");
   std::vector<std::string> argv = {BinDir() + "/stagger-server", "--data",
-                                   data_dir, "--listen", "127.0.0.1:0"};
+                                   data_dir};
+  if (std::find(extra_args.begin(), extra_args.end(), "--listen") ==
+      extra_args.end()) {
+    argv.insert(argv.end(), {"--listen", "127.0.0.1:0"});
+  }
   argv.insert(argv.end(), extra_args.begin(), extra_args.end());
   std::vector<char*> args = Argv(argv);
   pid_t pid = fork();

@@ -29,7 +29,8 @@ class TempDir {
 // A running stagger-server. Killed (SIGKILL) on destruction if still alive.
 class ServerProcess {
  public:
-  // Starts stagger-server --data `data_dir` --listen 127.0.0.1:0 and waits
+  // Starts stagger-server --data `data_dir` --listen 127.0.0.1:0 (unless
+  // `extra_args` gives --listen: a restart on the same address) and waits
   // (up to 60 s) for its ready line.
   static Result<std::unique_ptr<ServerProcess>> Start(
       const std::string& data_dir,
