@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <list>
 #include <map>
 #include <optional>
@@ -631,10 +632,15 @@ Result<std::unique_ptr<Checkpointer>> NewCheckpointer(
   // chunks: refuse. With more, go on while one server answers: loads read
   // any copy, and a save checks that `replicas` servers are up.
   const size_t may_be_down = options.replicas > 1 ? listed - 1 : 0;
+  std::string token = options.token;
+  if (token.empty()) {
+    const char* env = std::getenv("STAGGER_TOKEN");
+    if (env != nullptr) token = env;
+  }
   STAGGER_ASSIGN_OR_RETURN(
       auto set,
       ServerSet::Connect(servers, transport.get(), options.rpc_timeout_s,
-                         options.tls_ca_file, may_be_down));
+                         options.tls_ca_file, may_be_down, token));
   STAGGER_ASSIGN_OR_RETURN(std::unique_ptr<Shaping> shaping,
                            Shaping::Make(options));
   std::unique_ptr<StagingPool> pool;

@@ -10,6 +10,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "format/data_plane.h"
 #include "util/log.h"
 
 namespace stagger::client {
@@ -22,7 +23,8 @@ Status FromGrpc(const grpc::Status& s, std::string_view what) {
 
 Result<std::shared_ptr<ServerSet>> ServerSet::Connect(
     const std::string& servers, transport::Transport* transport,
-    double timeout_s, const std::string& tls_ca_file, size_t may_be_down) {
+    double timeout_s, const std::string& tls_ca_file, size_t may_be_down,
+    const std::string& token) {
   std::shared_ptr<grpc::ChannelCredentials> creds =
       grpc::InsecureChannelCredentials();
   if (!tls_ca_file.empty()) {
@@ -62,10 +64,9 @@ Result<std::shared_ptr<ServerSet>> ServerSet::Connect(
     args.SetMaxSendMessageSize(256 << 20);
     auto channel = grpc::CreateCustomChannel(addr, creds, args);
     conn->stub = pb::Stagger::NewStub(channel);
+    conn->token = token;
     grpc::ClientContext ctx;
-    ctx.set_deadline(std::chrono::system_clock::now() +
-                     std::chrono::milliseconds(static_cast<int64_t>(
-                         std::min(timeout_s, 30.0) * 1000)));
+    PrepareCall(*conn, &ctx, std::min(timeout_s, 30.0));
     pb::HelloRequest req;
     req.set_client("stagger client");
     pb::HelloReply reply;
@@ -74,6 +75,22 @@ Result<std::shared_ptr<ServerSet>> ServerSet::Connect(
     std::unique_ptr<transport::Connection> data;
     if (s.ok()) {
       auto connected = transport->Connect(reply.data_address());
+      if (connected.ok() && !reply.data_key().empty()) {
+        // Binds this connection to our token's grant on the server.
+        auto r = (*connected)
+                     ->CallSync(static_cast<uint16_t>(format::DataOp::kAuth),
+                                reply.data_key(), std::string_view());
+        Status a = r.status();
+        if (a.ok()) {
+          auto d = format::DecodeReply(r->header);
+          a = d.ok() ? d->status : d.status();
+        }
+        if (!a.ok()) {
+          connected = WithContext(
+              a, absl::StrCat("data plane of server ", addr, " at ",
+                              reply.data_address(), ": key from Hello"));
+        }
+      }
       if (connected.ok()) {
         data = std::move(*connected);
       } else {
@@ -111,6 +128,14 @@ Result<std::shared_ptr<ServerSet>> ServerSet::Connect(
     set->servers_.push_back(std::move(conn));
   }
   return set;
+}
+
+void PrepareCall(const ServerConn& to, grpc::ClientContext* ctx,
+                 double timeout_s) {
+  ctx->set_deadline(
+      std::chrono::system_clock::now() +
+      std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000)));
+  if (!to.token.empty()) ctx->AddMetadata("x-stagger-token", to.token);
 }
 
 bool IsServerGone(const Status& s) {

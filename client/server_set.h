@@ -33,10 +33,15 @@ struct ServerConn {
   std::unique_ptr<transport::Connection> data;
   // Found dead (did not answer at Connect, or a call failed as a dead
   // server's do): skipped from then on.
+  std::string token;  // sent with every control-plane call (may be empty)
   std::atomic<bool> down{false};
   absl::Mutex mu;
   std::string down_reason ABSL_GUARDED_BY(mu);
 };
+
+// Sets the call's deadline (`timeout_s` from now) and its token metadata.
+void PrepareCall(const ServerConn& to, grpc::ClientContext* ctx,
+                 double timeout_s);
 
 // True for the errors a server that died or stopped answering gives:
 // worth trying the next replica.
@@ -51,11 +56,13 @@ class ServerSet {
   // With `tls_ca_file` (PEM), the control plane is gRPC over TLS and the
   // servers' certificates must chain to it. Up to `may_be_down` servers
   // that do not answer are marked down instead (a warning is logged for
-  // each); one more is UNAVAILABLE naming them all.
+  // each); one more is UNAVAILABLE naming them all. `token` (servers with
+  // --auth-tokens) goes with every call, and the data-plane key Hello
+  // returns is presented on each data connection.
   static Result<std::shared_ptr<ServerSet>> Connect(
       const std::string& servers, transport::Transport* transport,
       double timeout_s, const std::string& tls_ca_file = "",
-      size_t may_be_down = 0);
+      size_t may_be_down = 0, const std::string& token = "");
 
   size_t size() const { return servers_.size(); }
   ServerConn& server(size_t i) { return *servers_[i]; }

@@ -29,7 +29,12 @@ enum class DataOp : uint16_t {
   kPutChunkReply = 2,
   kGetChunk = 3,
   kGetChunkReply = 4,
+  // Header: the data-session key from Hello (servers with --auth-tokens);
+  // binds the connection to the key's grant. Reply: a status only.
+  kAuth = 5,
+  kAuthReply = 6,
 };
+inline constexpr size_t kMaxDataKeyBytes = 128;
 
 struct PutChunkRequest {
   std::string job;

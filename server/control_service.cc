@@ -28,25 +28,49 @@ constexpr std::chrono::seconds kReplyMargin(1);
 
 ControlService::ControlService(MetaStore* meta, std::string data_address,
                                std::string server_id, RetentionPolicy retention,
-                               Compactor* compactor)
+                               Compactor* compactor, Authorizer* auth)
     : meta_(meta),
       compactor_(compactor),
+      auth_(auth),
       data_address_(std::move(data_address)),
       server_id_(std::move(server_id)),
       retention_(retention) {}
 
-grpc::Status ControlService::Hello(grpc::ServerContext*,
+Result<const Grant*> ControlService::Caller(grpc::ServerContext* ctx) const {
+  if (auth_ == nullptr) return nullptr;
+  const auto& md = ctx->client_metadata();
+  auto it = md.find(kTokenMetadataKey);
+  std::string_view token;
+  if (it != md.end())
+    token = std::string_view(it->second.data(), it->second.size());
+  return auth_->Check(token);
+}
+
+Status ControlService::Authorize(grpc::ServerContext* ctx,
+                                 const std::string& job) const {
+  STAGGER_ASSIGN_OR_RETURN(const Grant* grant, Caller(ctx));
+  if (grant == nullptr) return absl::OkStatus();
+  return Authorizer::CheckJob(*grant, job);
+}
+
+grpc::Status ControlService::Hello(grpc::ServerContext* ctx,
                                    const pb::HelloRequest*,
                                    pb::HelloReply* reply) {
+  auto grant = Caller(ctx);
+  if (!grant.ok()) return ToGrpc(grant.status());
+  if (*grant != nullptr) reply->set_data_key(auth_->MintDataKey(*grant));
   reply->set_data_address(data_address_);
   reply->set_format_version(format::kFormatVersion);
   reply->set_server_id(server_id_);
   return grpc::Status::OK;
 }
 
-grpc::Status ControlService::CommitShard(grpc::ServerContext*,
+grpc::Status ControlService::CommitShard(grpc::ServerContext* ctx,
                                          const pb::CommitShardRequest* req,
                                          pb::CommitShardReply* reply) {
+  if (Status a = Authorize(ctx, req->manifest().job()); !a.ok()) {
+    return ToGrpc(a);
+  }
   auto info = meta_->CommitShard(req->manifest(), req->chunks_elsewhere());
   if (!info.ok()) {
     ++counters_.failed_commits;
@@ -82,10 +106,11 @@ grpc::Status ControlService::CommitShard(grpc::ServerContext*,
   return grpc::Status::OK;
 }
 
-grpc::Status ControlService::GetStep(grpc::ServerContext*,
+grpc::Status ControlService::GetStep(grpc::ServerContext* ctx,
                                      const pb::GetStepRequest* req,
                                      pb::GetStepReply* reply) {
   Status valid = format::ValidateName("job", req->job());
+  if (valid.ok()) valid = Authorize(ctx, req->job());
   if (!valid.ok()) return ToGrpc(valid);
   auto info = req->latest() ? meta_->LatestComplete(req->job())
                             : meta_->GetStep(req->job(), req->step());
@@ -110,10 +135,11 @@ grpc::Status ControlService::GetStep(grpc::ServerContext*,
   return grpc::Status::OK;
 }
 
-grpc::Status ControlService::ListSteps(grpc::ServerContext*,
+grpc::Status ControlService::ListSteps(grpc::ServerContext* ctx,
                                        const pb::ListStepsRequest* req,
                                        pb::ListStepsReply* reply) {
   Status valid = format::ValidateName("job", req->job());
+  if (valid.ok()) valid = Authorize(ctx, req->job());
   if (!valid.ok()) return ToGrpc(valid);
   auto steps = meta_->ListSteps(req->job(), req->include_partial());
   if (!steps.ok()) return ToGrpc(steps.status());
@@ -123,6 +149,7 @@ grpc::Status ControlService::ListSteps(grpc::ServerContext*,
 
 grpc::Status ControlService::Gc(grpc::ServerContext* ctx,
                                 const pb::GcRequest* req, pb::GcReply* reply) {
+  if (Status a = Authorize(ctx, req->job()); !a.ok()) return ToGrpc(a);
   if (req->grace_ms() < 0) {
     return ToGrpc(absl::InvalidArgumentError("grace must be >= 0"));
   }
@@ -161,9 +188,10 @@ void ControlService::Compact(grpc::ServerContext* ctx, const std::string& job,
 }
 
 grpc::Status ControlService::LiveChunks(
-    grpc::ServerContext*, const pb::LiveChunksRequest* req,
+    grpc::ServerContext* ctx, const pb::LiveChunksRequest* req,
     grpc::ServerWriter<pb::LiveChunksReply>* writer) {
   Status valid = format::ValidateName("job", req->job());
+  if (valid.ok()) valid = Authorize(ctx, req->job());
   if (!valid.ok()) return ToGrpc(valid);
   auto live = meta_->LiveChunks(req->job());
   if (!live.ok()) return ToGrpc(live.status());
@@ -201,6 +229,7 @@ grpc::Status ControlService::Sweep(grpc::ServerContext* ctx,
     if (last) return bad("follows the last message");
     if (messages == 1) {
       Status valid = format::ValidateName("job", msg.job());
+      if (valid.ok()) valid = Authorize(ctx, msg.job());
       if (!valid.ok()) return ToGrpc(valid);
       if (msg.grace_ms() < 0) return bad("grace_ms must be >= 0");
       job = msg.job();

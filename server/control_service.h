@@ -11,6 +11,7 @@
 #include <string>
 
 #include "proto/stagger.grpc.pb.h"
+#include "server/auth.h"
 #include "server/compactor.h"
 #include "server/meta_store.h"
 
@@ -44,9 +45,12 @@ class ControlService final : public pb::Stagger::Service {
   // job's old steps (before replying; a failed collection is logged and
   // does not fail the commit). Every Gc and Sweep schedules a compaction
   // pass over its job.
+  // With an `auth` (not owned), every call must carry a token whose grant
+  // allows its job (server/auth.h); Hello then also returns a data-plane
+  // key bound to that grant.
   ControlService(MetaStore* meta, std::string data_address,
                  std::string server_id, RetentionPolicy retention = {},
-                 Compactor* compactor = nullptr);
+                 Compactor* compactor = nullptr, Authorizer* auth = nullptr);
 
   grpc::Status Hello(grpc::ServerContext*, const pb::HelloRequest*,
                      pb::HelloReply*) override;
@@ -73,9 +77,15 @@ class ControlService final : public pb::Stagger::Service {
   // deadline allows.
   void Compact(grpc::ServerContext* ctx, const std::string& job,
                pb::CompactionReport* report);
+  // The grant of the call's token (nullptr when the server is open);
+  // UNAUTHENTICATED without a known token.
+  Result<const Grant*> Caller(grpc::ServerContext* ctx) const;
+  // OK when the server is open or the call's token may touch `job`.
+  Status Authorize(grpc::ServerContext* ctx, const std::string& job) const;
 
   MetaStore* meta_;
   Compactor* compactor_;
+  Authorizer* auth_;
   std::string data_address_;
   std::string server_id_;
   RetentionPolicy retention_;

@@ -120,6 +120,9 @@ void DataService::OnRequest(transport::Message request,
     case DataOp::kGetChunk:
       HandleGet(std::move(request), std::move(reply));
       return;
+    case DataOp::kAuth:
+      HandleAuth(std::move(request), std::move(reply));
+      return;
     default:
       ++counters_.bad_requests;
       // Answer with the op the sender would expect least to misread.
@@ -129,12 +132,51 @@ void DataService::OnRequest(transport::Message request,
   }
 }
 
+void DataService::HandleAuth(transport::Message request,
+                             std::unique_ptr<transport::ReplyChannel> reply) {
+  Status s;
+  if (auth_ == nullptr) {
+    s = absl::OkStatus();  // an open server: nothing to bind
+  } else if (request.header.size() > format::kMaxDataKeyBytes) {
+    ++counters_.bad_requests;
+    s = absl::InvalidArgumentError("data-plane key too long");
+  } else {
+    auto grant = auth_->CheckDataKey(request.header);
+    s = grant.status();
+    if (grant.ok()) {
+      absl::MutexLock l(&peers_mu_);
+      peers_[request.peer] = *grant;
+      while (peers_.size() > Authorizer::kMaxKeys) peers_.erase(peers_.begin());
+    }
+  }
+  ReplyStatus(reply.get(), DataOp::kAuthReply, s);
+}
+
+Status DataService::Allowed(uint64_t peer, const std::string& job) {
+  if (auth_ == nullptr) return absl::OkStatus();
+  const Grant* grant = nullptr;
+  {
+    absl::MutexLock l(&peers_mu_);
+    auto it = peers_.find(peer);
+    if (it != peers_.end()) grant = it->second;
+  }
+  if (grant == nullptr) {
+    return absl::UnauthenticatedError(
+        "this connection has not presented the data-plane key from Hello");
+  }
+  return Authorizer::CheckJob(*grant, job);
+}
+
 void DataService::HandlePut(transport::Message request,
                             std::unique_ptr<transport::ReplyChannel> reply) {
   auto req = format::DecodePutChunk(request.header);
   if (!req.ok()) {
     ++counters_.bad_requests;
     ReplyStatus(reply.get(), DataOp::kPutChunkReply, req.status());
+    return;
+  }
+  if (Status a = Allowed(request.peer, req->job); !a.ok()) {
+    ReplyStatus(reply.get(), DataOp::kPutChunkReply, a);
     return;
   }
   counters_.bytes_received += request.payload.size();
@@ -214,6 +256,10 @@ void DataService::HandleGet(transport::Message request,
   if (!req.ok()) {
     ++counters_.bad_requests;
     ReplyStatus(reply.get(), DataOp::kGetChunkReply, req.status());
+    return;
+  }
+  if (Status a = Allowed(request.peer, req->job); !a.ok()) {
+    ReplyStatus(reply.get(), DataOp::kGetChunkReply, a);
     return;
   }
   std::shared_ptr<transport::ReplyChannel> shared(std::move(reply));

@@ -22,10 +22,12 @@
 
 #include <atomic>
 #include <cstdint>
+#include <map>
 
 #include "absl/synchronization/mutex.h"
 #include "format/data_plane.h"
 #include "qos/executor.h"
+#include "server/auth.h"
 #include "server/ingest_admission.h"
 #include "server/meta_store.h"
 #include "server/storage/segment_store.h"
@@ -60,6 +62,10 @@ class DataService : public transport::RequestHandler {
   // Names this server in errors a client sees (a full disk: which server,
   // how much space is left under `data_dir`). Call before serving.
   void SetIdentity(std::string server_id, std::string data_dir);
+  // With an authorizer (not owned; call before serving), a connection must
+  // present a data-session key from Hello (DataOp::kAuth) before its puts
+  // and gets, and each is checked against the key's grant.
+  void SetAuthorizer(Authorizer* auth) { auth_ = auth; }
   // The admission's books (queue depth, credit in use, per-client bytes);
   // all zero without an admission.
   AdmissionStats admission_stats() const;
@@ -75,6 +81,10 @@ class DataService : public transport::RequestHandler {
                  std::unique_ptr<transport::ReplyChannel> reply);
   void HandleGet(transport::Message request,
                  std::unique_ptr<transport::ReplyChannel> reply);
+  void HandleAuth(transport::Message request,
+                  std::unique_ptr<transport::ReplyChannel> reply);
+  // OK when the server is open or connection `peer`'s grant allows `job`.
+  Status Allowed(uint64_t peer, const std::string& job);
   // Reads the record the index entry `meta` places and sends it.
   void ReadAndReply(transport::ReplyChannel* reply,
                     const format::GetChunkRequest& r, const ChunkMeta& meta);
@@ -90,7 +100,12 @@ class DataService : public transport::RequestHandler {
   qos::Executor* ingest_;
   qos::Executor* readers_;
   IngestAdmission* admission_;
+  Authorizer* auth_ = nullptr;
   DataServiceCounters counters_;
+  // The grant each authenticated connection presented (bounded: the
+  // oldest connections are forgotten past Authorizer::kMaxKeys).
+  absl::Mutex peers_mu_;
+  std::map<uint64_t, const Grant*> peers_ ABSL_GUARDED_BY(peers_mu_);
 
   class CountedReply;
   absl::Mutex mu_;

@@ -78,6 +78,14 @@ int main(int argc, char** argv) {
                  "PEM certificate chain: serve gRPC over TLS (with --tls-key)");
   app.add_option("--tls-key", options.tls_key_file,
                  "PEM private key of --tls-cert");
+  app.add_option("--auth-tokens", options.auth_tokens_file,
+                 "file of 'TOKEN JOB[,JOB...]' lines ('*': every job): every "
+                 "call must carry a token allowed its job (default: no "
+                 "tokens, and then only loopback addresses unless --insecure)");
+  app.add_flag("--insecure", options.insecure,
+               "without --auth-tokens, listen on addresses other machines "
+               "can reach anyway: anyone who reaches them can read, write "
+               "and delete every job");
   std::string log_level = "info";
   app.add_option("--log-level", log_level,
                  "debug, info, warning or error: events below it are not "

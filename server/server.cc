@@ -7,6 +7,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "format/record.h"
 #include "metrics/http_exporter.h"
@@ -33,6 +34,7 @@ class Server::Impl {
   std::unique_ptr<qos::Executor> readers;
   // Outlives every payload Buffer it charged: reset after the stores.
   std::unique_ptr<IngestAdmission> admission;
+  std::unique_ptr<Authorizer> auth;  // read by the services below
   std::unique_ptr<DataService> data;
   std::unique_ptr<transport::Listener> listener;
   std::unique_ptr<ControlService> control;
@@ -129,6 +131,27 @@ Result<std::unique_ptr<Server>> Server::Start(const ServerOptions& options) {
   std::string data_listen = options.data_listen.empty()
                                 ? absl::StrCat(grpc_hp.first, ":0")
                                 : options.data_listen;
+  std::unique_ptr<Authorizer> auth;
+  if (!options.auth_tokens_file.empty()) {
+    STAGGER_ASSIGN_OR_RETURN(auth,
+                             Authorizer::FromFile(options.auth_tokens_file));
+  } else if (!options.insecure) {
+    std::vector<std::string> hosts = {grpc_hp.first};
+    // An in-process data plane ("inproc:NAME") reaches no network.
+    if (!absl::StartsWith(data_listen, "inproc:")) {
+      STAGGER_ASSIGN_OR_RETURN(auto data_hp,
+                               transport::SplitHostPort(data_listen));
+      hosts.push_back(data_hp.first);
+    }
+    for (const std::string& host : hosts) {
+      if (IsLoopbackHost(host)) continue;
+      return absl::InvalidArgumentError(absl::StrCat(
+          "listening on ", host,
+          " without --auth-tokens would let anyone who reaches it read, "
+          "write and delete every job; give --auth-tokens FILE, listen on "
+          "127.0.0.1, or pass --insecure"));
+    }
+  }
   std::error_code ec;
   std::filesystem::create_directories(options.data_dir, ec);
   if (ec) {
@@ -164,6 +187,8 @@ Result<std::unique_ptr<Server>> Server::Start(const ServerOptions& options) {
   impl->data = std::make_unique<DataService>(
       impl->segments.get(), impl->meta.get(), impl->ingest.get(),
       impl->readers.get(), impl->admission.get());
+  impl->auth = std::move(auth);
+  impl->data->SetAuthorizer(impl->auth.get());
 
   transport::Transport* transport = options.transport;
   if (transport == nullptr) {
@@ -188,7 +213,7 @@ Result<std::unique_ptr<Server>> Server::Start(const ServerOptions& options) {
       impl->meta.get(), impl->listener->address(),
       absl::StrCat(host, "/", impl->listener->address()),
       RetentionPolicy{options.keep_last, options.gc_grace_ms},
-      impl->compactor.get());
+      impl->compactor.get(), impl->auth.get());
   grpc::ServerBuilder builder;
   int bound_port = 0;
   builder.AddListeningPort(options.listen, creds, &bound_port);

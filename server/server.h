@@ -53,6 +53,10 @@ struct ServerOptions {
   uint64_t ingest_budget_bytes = 256ull << 20;
   // PEM certificate chain and private key: gRPC over TLS. Both or neither.
   std::string tls_cert_file, tls_key_file;
+  // Per-job tokens (server/auth.h). Without them the server refuses to
+  // listen on anything but loopback addresses, unless `insecure`.
+  std::string auth_tokens_file;
+  bool insecure = false;
   // HOST:PORT for the Prometheus metrics page (GET /metrics); empty: none.
   std::string metrics_listen;
   // The segments' file system; nullptr = io_uring (POSIX where refused).

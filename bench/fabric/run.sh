@@ -288,7 +288,8 @@ start_server() {  # MODE
   local mode="$1"
   mkdir -p "$work/data-$mode"
   ip netns exec "$ns_s0" "${ns_env[@]}" "$server_bin" \
-    --data "$work/data-$mode" --listen "$s0_ip:7700" "${server_args[@]}" \
+    --data "$work/data-$mode" --listen "$s0_ip:7700" --insecure \
+    "${server_args[@]}" \
     > "$work/server-$mode.out" 2> "$work/server-$mode.log" &
   server_pid=$!
   for _ in $(seq 1 300); do

@@ -32,6 +32,7 @@ void SaveRank(const DemoArgs& a, const std::string& servers,
   CheckpointerOptions o;
   o.servers = servers;
   o.tls_ca_file = TlsCaFile();
+  o.token = Token();
   o.job = job;
   o.rank = rank;
   o.world_size = a.ranks;

@@ -40,6 +40,12 @@ std::string& TlsCa() {
 
 void SetTlsCaFile(std::string path) { TlsCa() = std::move(path); }
 const std::string& TlsCaFile() { return TlsCa(); }
+std::string& TokenValue() {
+  static std::string* t = new std::string();
+  return *t;
+}
+void SetToken(std::string token) { TokenValue() = std::move(token); }
+const std::string& Token() { return TokenValue(); }
 
 Result<Session> OpenSession(const std::string& servers) {
   Session s;
@@ -51,7 +57,7 @@ Result<Session> OpenSession(const std::string& servers) {
       std::vector<std::string>(absl::StrSplit(servers, ',')).size();
   STAGGER_ASSIGN_OR_RETURN(
       s.servers, ServerSet::Connect(servers, s.transport.get(), 60, TlsCaFile(),
-                                    listed - 1));
+                                    listed - 1, Token()));
   s.executor = std::make_unique<qos::Executor>(2);
   return s;
 }

@@ -8,6 +8,7 @@
 //   stagger demo [--servers HOST:PORT[,...]]
 #include <CLI/CLI.hpp>
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 
 #include "client/cli/commands.h"
@@ -94,6 +95,10 @@ int main(int argc, char** argv) {
   std::string tls_ca;
   app.add_option("--tls-ca", tls_ca,
                  "PEM CA of the servers' certificates: gRPC over TLS");
+  std::string token;
+  app.add_option("--token", token,
+                 "access token for servers run with --auth-tokens (default: "
+                 "$STAGGER_TOKEN)");
   std::string log_level = "warning";
   app.add_option("--log-level", log_level,
                  "debug, info, warning or error (events on stderr)")
@@ -107,6 +112,10 @@ int main(int argc, char** argv) {
   }
   stagger::log::SetLevel(*level);
   stagger::client::SetTlsCaFile(tls_ca);
+  if (token.empty() && std::getenv("STAGGER_TOKEN") != nullptr) {
+    token = std::getenv("STAGGER_TOKEN");
+  }
+  stagger::client::SetToken(token);
   ls.server = restore.server = verify.server = gc.server = show.server = server;
   if (*show_cmd) return RunShow(show);
   if (*ls_cmd) return RunLs(ls);

@@ -31,6 +31,9 @@ Result<pb::GetStepReply> CompleteStep(Session& session, const std::string& job,
 // it opens.
 void SetTlsCaFile(std::string path);
 const std::string& TlsCaFile();
+// The CLI's --token (or $STAGGER_TOKEN), likewise.
+void SetToken(std::string token);
+const std::string& Token();
 
 }  // namespace stagger::client
 

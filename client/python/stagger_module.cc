@@ -124,7 +124,8 @@ PYBIND11_MODULE(_stagger, m) {
                        double rate_limit_Bps, double node_rate_limit_Bps,
                        const std::string& node_rate_limit_file,
                        const std::string& metrics_listen,
-                       const std::string& tls_ca_file, uint32_t replicas) {
+                       const std::string& tls_ca_file, uint32_t replicas,
+                       const std::string& token) {
              CheckpointerOptions o;
              o.servers = servers;
              o.job = job;
@@ -149,6 +150,7 @@ PYBIND11_MODULE(_stagger, m) {
              o.metrics_listen = metrics_listen;
              o.tls_ca_file = tls_ca_file;
              o.replicas = replicas;
+             o.token = token;
              Result<std::unique_ptr<Checkpointer>> ck;
              {
                py::gil_scoped_release release;
@@ -170,6 +172,7 @@ PYBIND11_MODULE(_stagger, m) {
            py::arg("node_rate_limit_Bps") = 0.0,
            py::arg("node_rate_limit_file") = "", py::arg("metrics_listen") = "",
            py::arg("tls_ca_file") = "", py::arg("replicas") = 1,
+           py::arg("token") = "",
            "Options as in stagger/options.h (CheckpointerOptions).")
       .def(
           "metrics_address",

@@ -52,6 +52,9 @@ struct CheckpointerOptions {
   // plane (gRPC) then runs over TLS (stagger-server --tls-cert/--tls-key).
   // Empty: plaintext. The data plane (UCX) is not encrypted either way.
   std::string tls_ca_file;
+  // Access token for servers run with --auth-tokens: every call carries
+  // it, and it must be granted this job. Empty: $STAGGER_TOKEN if set.
+  std::string token;
   // HOST:PORT to serve this client's counters at http://HOST:PORT/metrics
   // (Prometheus text format, stagger_client_*; port 0 picks a free one).
   // Empty: no endpoint (Checkpointer::Metrics() still counts).

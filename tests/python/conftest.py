@@ -10,11 +10,11 @@ def bin_dir():
         os.path.join(os.path.dirname(__file__), "..", "..", "build", "bin"))
 
 
-def start_server(data_dir):
+def start_server(data_dir, *extra):
     """Starts stagger-server on an ephemeral port: (process, grpc address)."""
     proc = subprocess.Popen(
         [os.path.join(bin_dir(), "stagger-server"), "--data", str(data_dir),
-         "--listen", "127.0.0.1:0"],
+         "--listen", "127.0.0.1:0", *extra],
         stdout=subprocess.PIPE, text=True)
     line = proc.stdout.readline()
     assert line.startswith("stagger-server ready grpc="), line

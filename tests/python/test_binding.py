@@ -1,10 +1,12 @@
+import os
+import subprocess
 import time
 
 import numpy as np
 import pytest
 
 import stagger
-from conftest import start_server
+from conftest import bin_dir, start_server
 
 
 def state(seed, n=300_000):
@@ -90,6 +92,36 @@ def test_replicas_survive_a_killed_server(tmp_path):
         for p, _ in procs:
             p.kill()
             p.wait()
+
+
+def test_tokens_from_python_and_the_cli(tmp_path):
+    tokens = tmp_path / "tokens"
+    tokens.write_text("alpha-token-0123456789 ja\n")
+    proc, grpc = start_server(tmp_path / "data", "--auth-tokens", str(tokens))
+    try:
+        with pytest.raises(stagger.Error) as e:
+            stagger.Checkpointer(servers=grpc, job="ja")
+        assert e.value.code == "UNAUTHENTICATED"
+        ck = stagger.Checkpointer(servers=grpc, job="ja",
+                                  token="alpha-token-0123456789")
+        ck.save(state(5), step=4).wait()
+        cli = [os.path.join(bin_dir(), "stagger"), "--server", grpc]
+        ls = subprocess.run(cli + ["ls", "--job", "ja"], capture_output=True,
+                            text=True)
+        assert ls.returncode != 0 and "UNAUTHENTICATED" in ls.stderr
+        env = dict(os.environ, STAGGER_TOKEN="alpha-token-0123456789")
+        ls = subprocess.run(cli + ["ls", "--job", "ja"], capture_output=True,
+                            text=True, env=env)
+        assert ls.returncode == 0, ls.stderr
+        rows = [line.split() for line in ls.stdout.splitlines()[1:]]
+        assert [r[:2] for r in rows] == [["4", "complete"]], ls.stdout
+        other = subprocess.run(cli + ["--token", "alpha-token-0123456789",
+                                      "ls", "--job", "jb"],
+                               capture_output=True, text=True)
+        assert other.returncode != 0 and "PERMISSION_DENIED" in other.stderr
+    finally:
+        proc.kill()
+        proc.wait()
 
 
 def test_errors_carry_status_codes(tmp_path):
