@@ -28,10 +28,12 @@ constexpr std::chrono::seconds kReplyMargin(1);
 
 ControlService::ControlService(MetaStore* meta, std::string data_address,
                                std::string server_id, RetentionPolicy retention,
-                               Compactor* compactor, Authorizer* auth)
+                               Compactor* compactor, Authorizer* auth,
+                               ManifestLog* log)
     : meta_(meta),
       compactor_(compactor),
       auth_(auth),
+      log_(log),
       data_address_(std::move(data_address)),
       server_id_(std::move(server_id)),
       retention_(retention) {}
@@ -81,6 +83,17 @@ grpc::Status ControlService::CommitShard(grpc::ServerContext* ctx,
   }
   *reply->mutable_step() = *info;
   ++counters_.shard_commits;
+  if (log_ != nullptr) {
+    // The commit stands in RocksDB either way; without its log entry only a
+    // rebuild of the index would miss it.
+    Status logged = log_->Append(req->manifest());
+    if (!logged.ok()) {
+      ++counters_.manifest_log_failures;
+      log::Error("stagger-server",
+                 absl::StrCat("manifest log of job '", req->manifest().job(),
+                              "': ", logged.message()));
+    }
+  }
   log::Debug("stagger-server",
              absl::StrCat("job '", req->manifest().job(), "' step ",
                           req->manifest().step(), ": rank ",
@@ -99,11 +112,36 @@ grpc::Status ControlService::CommitShard(grpc::ServerContext* ctx,
       log::Error("stagger-server",
                  absl::StrCat("retention gc of job '", req->manifest().job(),
                               "': ", gc.status().message()));
-    } else if (compactor_ != nullptr) {
-      compactor_->Schedule(req->manifest().job());
+    } else {
+      RewriteLog(req->manifest().job());
+      if (compactor_ != nullptr) compactor_->Schedule(req->manifest().job());
     }
   }
   return grpc::Status::OK;
+}
+
+void ControlService::RewriteLog(const std::string& job) {
+  if (log_ == nullptr) return;
+  std::vector<pb::ShardManifest> kept;
+  Status s;
+  auto steps = meta_->ListSteps(job, /*include_partial=*/true);
+  s = steps.status();
+  for (size_t i = 0; s.ok() && i < steps->size(); ++i) {
+    for (uint32_t rank : (*steps)[i].committed_ranks()) {
+      auto m = meta_->GetShard(job, (*steps)[i].step(), rank);
+      if (!m.ok()) {
+        s = m.status();
+        break;
+      }
+      kept.push_back(std::move(*m));
+    }
+  }
+  if (s.ok()) s = log_->Rewrite(job, kept);
+  if (!s.ok()) {
+    ++counters_.manifest_log_failures;
+    log::Error("stagger-server", absl::StrCat("manifest log of job '", job,
+                                              "' after gc: ", s.message()));
+  }
 }
 
 grpc::Status ControlService::GetStep(grpc::ServerContext* ctx,
@@ -155,6 +193,7 @@ grpc::Status ControlService::Gc(grpc::ServerContext* ctx,
   }
   auto r = meta_->Gc(req->job(), req->keep(), req->grace_ms());
   if (!r.ok()) return ToGrpc(r.status());
+  if (!r->steps_deleted.empty()) RewriteLog(req->job());
   for (int64_t s : r->steps_deleted) reply->add_steps_deleted(s);
   reply->set_steps_kept(r->steps_kept);
   reply->set_chunks_deleted(r->chunks_deleted);

@@ -13,6 +13,7 @@
 #include "proto/stagger.grpc.pb.h"
 #include "server/auth.h"
 #include "server/compactor.h"
+#include "server/manifest_log.h"
 #include "server/meta_store.h"
 
 namespace stagger::server {
@@ -35,6 +36,9 @@ struct ControlCounters {
   std::atomic<uint64_t> shard_commits{0};    // accepted CommitShard calls
   std::atomic<uint64_t> steps_completed{0};  // commits that completed a step
   std::atomic<uint64_t> failed_commits{0};
+  // Commits or gcs whose manifest log could not be written (the commit
+  // stands; only a rebuild of the index would miss it).
+  std::atomic<uint64_t> manifest_log_failures{0};
 };
 
 class ControlService final : public pb::Stagger::Service {
@@ -45,12 +49,15 @@ class ControlService final : public pb::Stagger::Service {
   // job's old steps (before replying; a failed collection is logged and
   // does not fail the commit). Every Gc and Sweep schedules a compaction
   // pass over its job.
+  // With a `log` (not owned), every manifest committed is also appended to
+  // it, and a job's log is rewritten after each gc that deleted steps.
   // With an `auth` (not owned), every call must carry a token whose grant
   // allows its job (server/auth.h); Hello then also returns a data-plane
   // key bound to that grant.
   ControlService(MetaStore* meta, std::string data_address,
                  std::string server_id, RetentionPolicy retention = {},
-                 Compactor* compactor = nullptr, Authorizer* auth = nullptr);
+                 Compactor* compactor = nullptr, Authorizer* auth = nullptr,
+                 ManifestLog* log = nullptr);
 
   grpc::Status Hello(grpc::ServerContext*, const pb::HelloRequest*,
                      pb::HelloReply*) override;
@@ -82,10 +89,13 @@ class ControlService final : public pb::Stagger::Service {
   Result<const Grant*> Caller(grpc::ServerContext* ctx) const;
   // OK when the server is open or the call's token may touch `job`.
   Status Authorize(grpc::ServerContext* ctx, const std::string& job) const;
+  // Rewrites `job`'s manifest log from the manifests still held.
+  void RewriteLog(const std::string& job);
 
   MetaStore* meta_;
   Compactor* compactor_;
   Authorizer* auth_;
+  ManifestLog* log_;
   std::string data_address_;
   std::string server_id_;
   RetentionPolicy retention_;

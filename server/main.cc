@@ -16,6 +16,7 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "server/rebuild.h"
 #include "server/server.h"
 #include "util/log.h"
 
@@ -82,6 +83,10 @@ int main(int argc, char** argv) {
                  "file of 'TOKEN JOB[,JOB...]' lines ('*': every job): every "
                  "call must carry a token allowed its job (default: no "
                  "tokens, and then only loopback addresses unless --insecure)");
+  bool rebuild = false;
+  app.add_flag("--rebuild-index", rebuild,
+               "rebuild the metadata (DIR/meta) from the segments and "
+               "manifest logs, report, and exit (the old one is kept aside)");
   app.add_flag("--insecure", options.insecure,
                "without --auth-tokens, listen on addresses other machines "
                "can reach anyway: anyone who reaches them can read, write "
@@ -104,6 +109,33 @@ int main(int argc, char** argv) {
   options.segment_bytes = segment_mib << 20;
   options.compact_bytes_per_s =
       static_cast<uint64_t>(compact_mib_per_s * (1 << 20));
+
+  if (rebuild) {
+    auto r = stagger::server::RebuildIndex(options.data_dir);
+    if (!r.ok()) {
+      fprintf(stderr, "stagger-server --rebuild-index: %s\n",
+              r.status().ToString().c_str());
+      return 1;
+    }
+    for (const std::string& p : r->problems) {
+      fprintf(stderr, "stagger-server --rebuild-index: %s\n", p.c_str());
+    }
+    printf(
+        "rebuilt %s: %llu jobs, %llu chunks from %llu records, %llu "
+        "manifests (%llu refused), %llu complete steps, %llu chunks "
+        "referenced but held elsewhere or lost, %llu torn segment tails%s%s\n",
+        options.data_dir.c_str(), static_cast<unsigned long long>(r->jobs),
+        static_cast<unsigned long long>(r->chunks),
+        static_cast<unsigned long long>(r->segments_records),
+        static_cast<unsigned long long>(r->manifests),
+        static_cast<unsigned long long>(r->manifests_refused),
+        static_cast<unsigned long long>(r->steps_complete),
+        static_cast<unsigned long long>(r->chunks_elsewhere),
+        static_cast<unsigned long long>(r->torn),
+        r->old_meta.empty() ? "" : "; previous metadata kept in ",
+        r->old_meta.c_str());
+    return 0;
+  }
 
   // Block the stop signals in every thread; the main thread waits for them.
   sigset_t stop;

@@ -35,6 +35,7 @@ class Server::Impl {
   // Outlives every payload Buffer it charged: reset after the stores.
   std::unique_ptr<IngestAdmission> admission;
   std::unique_ptr<Authorizer> auth;  // read by the services below
+  std::unique_ptr<ManifestLog> manifest_log;
   std::unique_ptr<DataService> data;
   std::unique_ptr<transport::Listener> listener;
   std::unique_ptr<ControlService> control;
@@ -188,6 +189,8 @@ Result<std::unique_ptr<Server>> Server::Start(const ServerOptions& options) {
       impl->segments.get(), impl->meta.get(), impl->ingest.get(),
       impl->readers.get(), impl->admission.get());
   impl->auth = std::move(auth);
+  impl->manifest_log =
+      std::make_unique<ManifestLog>(options.data_dir + "/manifests");
   impl->data->SetAuthorizer(impl->auth.get());
 
   transport::Transport* transport = options.transport;
@@ -213,7 +216,7 @@ Result<std::unique_ptr<Server>> Server::Start(const ServerOptions& options) {
       impl->meta.get(), impl->listener->address(),
       absl::StrCat(host, "/", impl->listener->address()),
       RetentionPolicy{options.keep_last, options.gc_grace_ms},
-      impl->compactor.get(), impl->auth.get());
+      impl->compactor.get(), impl->auth.get(), impl->manifest_log.get());
   grpc::ServerBuilder builder;
   int bound_port = 0;
   builder.AddListeningPort(options.listen, creds, &bound_port);
