@@ -9,6 +9,7 @@
 #include "client/internal/window.h"
 #include "format/crc32c.h"
 #include "format/data_plane.h"
+#include "util/log.h"
 
 namespace stagger::client {
 namespace {
@@ -262,12 +263,41 @@ void ChunkIo::SendCopy(std::shared_ptr<PutState> st, ServerConn* server) {
   sender_.Enqueue(std::move(p));
 }
 
+void ChunkIo::RepairCopies(const format::ChunkId& id, const char* bytes,
+                           size_t len, std::vector<ServerConn*> servers) {
+  struct Repair {
+    std::string bytes;
+    pb::ChunkRef ref;
+    PutStats stats;
+  };
+  auto r = std::make_shared<Repair>();
+  r->bytes.assign(bytes, len);
+  std::string where;
+  for (ServerConn* s : servers) {
+    absl::StrAppend(&where, where.empty() ? "" : ", ", s->address);
+  }
+  PutAsync(
+      servers, servers.size(), r->bytes.data(), len, id, 0, nullptr, &r->ref,
+      &r->stats, [](bool) {},
+      [r, id, where](const Status& st) {
+        if (st.ok()) {
+          log::Info("stagger",
+                    absl::StrCat("repaired chunk ", id.ToHex(), " on ", where));
+        } else {
+          log::Warning("stagger",
+                       absl::StrCat("repair of chunk ", id.ToHex(), " on ",
+                                    where, " failed: ", st.message()));
+        }
+      });
+}
+
 // One item's fetch: the servers it tries in turn and what each said.
 struct ChunkIo::FetchAttempt {
   const FetchItem* item;
   format::ChunkId id;
   size_t next = 0;  // index into item->servers
   std::vector<std::string> errors;
+  std::vector<ServerConn*> bad;  // answered with bytes that failed checks
   // The kind of the final error: bad bytes above all, then any failure
   // other than "not here" or a dead server, then a dead server.
   absl::StatusCode code = absl::StatusCode::kNotFound;
@@ -346,6 +376,7 @@ void ChunkIo::FetchFrom(std::shared_ptr<FetchAttempt> a) {
           a->errors.push_back(
               absl::StrCat("server ", server->address, ": ", s.message()));
           a->Note(s);
+          if (absl::IsDataLoss(s)) a->bad.push_back(server);
           FetchFrom(a);
         };
         if (!reply.ok()) {
@@ -369,6 +400,9 @@ void ChunkIo::FetchFrom(std::shared_ptr<FetchAttempt> a) {
             s = Scatter(scratch, *item.scatter, item.dest);
           }
           if (s.ok()) {
+            // Read repair: the copies found bad get these good bytes (the
+            // servers marked them on the read, so the puts rewrite them).
+            if (!a->bad.empty()) RepairCopies(a->id, dest, raw, a->bad);
             a->finish(s);
           } else {
             failed(s);

@@ -5,7 +5,9 @@
 //
 // Every fetched chunk is verified end to end: the record checksum, the
 // decoded length, and the xxh3 fingerprint of the decoded bytes against the
-// chunk id. A mismatch is DATA_LOSS naming the chunk and the server.
+// chunk id. A mismatch is DATA_LOSS naming the chunk and the server. When
+// another server then returns good bytes, they are put back to the servers
+// that returned bad ones (read repair).
 //
 // Thread-safety: ChunkIo is thread-safe; each call blocks its caller.
 #ifndef STAGGER_CLIENT_CHUNK_IO_H_
@@ -105,6 +107,10 @@ class ChunkIo {
   struct PutState;
   // Asks the next server of the attempt for its chunk.
   void FetchFrom(std::shared_ptr<FetchAttempt> a);
+  // Puts `len` good bytes of chunk `id` to `servers`, which returned bad
+  // copies of it (asynchronously; logs the outcome).
+  void RepairCopies(const format::ChunkId& id, const char* bytes, size_t len,
+                    std::vector<ServerConn*> servers);
   // Sends one copy of a put to `server`.
   void SendCopy(std::shared_ptr<PutState> st, ServerConn* server);
   // Fetches chunk `id` synchronously from `server` (resolving delta bases,
