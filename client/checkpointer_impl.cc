@@ -159,8 +159,14 @@ class CheckpointerImpl : public Checkpointer {
     }
     // Deltas need the previous version of every chunk kept in memory.
     uint64_t state_bytes = 0;
+    // Staging the whole state takes a slab per chunk: each tensor's last,
+    // partial chunk holds a whole slab.
+    uint64_t staging_needed = 0;
     for (const auto& [name, reg] : tensors_) {
-      if (Stores(reg)) state_bytes += reg.bytes;
+      if (!Stores(reg)) continue;
+      state_bytes += reg.bytes;
+      staging_needed += (reg.bytes + options_.chunk_size - 1) /
+                        options_.chunk_size * options_.chunk_size;
     }
     uint64_t budget = options_.delta_memory_bytes ? options_.delta_memory_bytes
                                                   : StagingPool::DefaultBytes();
@@ -247,8 +253,7 @@ class CheckpointerImpl : public Checkpointer {
       // Default staging: sized to the state at the first save (capped), so
       // a small job does not pin a large pool.
       uint64_t slab = options_.chunk_size;
-      uint64_t want = std::min(StagingPool::DefaultBytes(),
-                               (state_bytes + slab - 1) / slab * slab);
+      uint64_t want = std::min(StagingPool::DefaultBytes(), staging_needed);
       auto pool = StagingPool::Create(want, slab);
       if (!pool.ok()) {
         absl::MutexLock lock(&save_mu_);

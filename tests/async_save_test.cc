@@ -93,6 +93,31 @@ TEST_F(AsyncSaveTest, StateFourTimesThePoolSavesWithinThePool) {
   EXPECT_EQ(LoadBack(*ck, 3, t.size()), before);
 }
 
+// The default pool holds the whole state even when every tensor ends in a
+// partial chunk (a slab each): the snapshot never waits for the drain.
+TEST_F(AsyncSaveTest, DefaultPoolHoldsEveryTensorsLastPartialChunk) {
+  CheckpointerOptions o;
+  o.chunk_size = 256 << 10;
+  auto ck = Open(o);
+  std::vector<std::vector<char>> ts;
+  for (int i = 0; i < 5; ++i) ts.emplace_back((1 << 20) + 4096 * (i + 1));
+  for (int i = 0; i < 5; ++i) {
+    FillPattern(ts[i], 10 + i);
+    ASSERT_TRUE(ck->Register({"t" + std::to_string(i),
+                              "U8",
+                              {int64_t(ts[i].size())},
+                              ts[i].data()})
+                    .ok());
+  }
+  auto h = ck->Save(4);
+  ASSERT_TRUE(h.ok());
+  ASSERT_TRUE(h->Wait().ok());
+  SaveStats s = h->stats();
+  EXPECT_EQ(s.chunks, 25u);  // 5 x (4 whole + 1 partial)
+  EXPECT_FALSE(s.staging_limited);
+  EXPECT_EQ(s.staging_bytes, 25u * o.chunk_size);
+}
+
 TEST_F(AsyncSaveTest, BusyCheckpointerFailsFastWhenAsked) {
   CheckpointerOptions o;
   o.fail_when_busy = true;
