@@ -13,7 +13,6 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
 #include "client/chunk_io.h"
 #include "client/client_metrics.h"
@@ -626,26 +625,26 @@ Result<std::unique_ptr<Checkpointer>> NewCheckpointer(
   if (!transport) {
     STAGGER_ASSIGN_OR_RETURN(transport, SharedUcxTransport());
   }
-  const size_t listed =
-      std::vector<std::string>(absl::StrSplit(servers, ',')).size();
-  if (options.replicas > listed) {
+  STAGGER_ASSIGN_OR_RETURN(std::vector<std::string> listed,
+                           ServerSet::ParseList(servers));
+  if (options.replicas > listed.size()) {
     return absl::InvalidArgumentError(
-        absl::StrCat("replicas ", options.replicas, " exceeds the ", listed,
-                     " server(s) listed in '", servers, "'"));
+        absl::StrCat("replicas ", options.replicas, " exceeds the ",
+                     listed.size(), " server(s) listed in '", servers, "'"));
   }
-  // With one copy, a server down at Open holds the only copy of its
-  // chunks: refuse. With more, go on while one server answers: loads read
-  // any copy, and a save checks that `replicas` servers are up.
-  const size_t may_be_down = options.replicas > 1 ? listed - 1 : 0;
   std::string token = options.token;
   if (token.empty()) {
     const char* env = std::getenv("STAGGER_TOKEN");
     if (env != nullptr) token = env;
   }
+  // With one copy, a server down at Open holds the only copy of its
+  // chunks: refuse. With more, go on while one server answers: loads read
+  // any copy, and a save checks that `replicas` servers are up.
   STAGGER_ASSIGN_OR_RETURN(
       auto set,
       ServerSet::Connect(servers, transport.get(), options.rpc_timeout_s,
-                         options.tls_ca_file, may_be_down, token));
+                         options.tls_ca_file,
+                         /*tolerate_down=*/options.replicas > 1, token));
   STAGGER_ASSIGN_OR_RETURN(std::unique_ptr<Shaping> shaping,
                            Shaping::Make(options));
   std::unique_ptr<StagingPool> pool;

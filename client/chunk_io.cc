@@ -263,32 +263,20 @@ void ChunkIo::SendCopy(std::shared_ptr<PutState> st, ServerConn* server) {
   sender_.Enqueue(std::move(p));
 }
 
-void ChunkIo::RepairCopies(const format::ChunkId& id, const char* bytes,
-                           size_t len, std::vector<ServerConn*> servers) {
-  struct Repair {
+void ChunkIo::PutCopies(const format::ChunkId& id, const char* bytes,
+                        size_t len, std::vector<ServerConn*> servers,
+                        std::function<void(const Status&)> done) {
+  struct Copy {
     std::string bytes;
     pb::ChunkRef ref;
     PutStats stats;
   };
-  auto r = std::make_shared<Repair>();
-  r->bytes.assign(bytes, len);
-  std::string where;
-  for (ServerConn* s : servers) {
-    absl::StrAppend(&where, where.empty() ? "" : ", ", s->address);
-  }
+  auto c = std::make_shared<Copy>();
+  c->bytes.assign(bytes, len);
+  const size_t n = servers.size();
   PutAsync(
-      servers, servers.size(), r->bytes.data(), len, id, 0, nullptr, &r->ref,
-      &r->stats, [](bool) {},
-      [r, id, where](const Status& st) {
-        if (st.ok()) {
-          log::Info("stagger",
-                    absl::StrCat("repaired chunk ", id.ToHex(), " on ", where));
-        } else {
-          log::Warning("stagger",
-                       absl::StrCat("repair of chunk ", id.ToHex(), " on ",
-                                    where, " failed: ", st.message()));
-        }
-      });
+      servers, n, c->bytes.data(), len, id, 0, nullptr, &c->ref, &c->stats,
+      [](bool) {}, [c, done = std::move(done)](const Status& s) { done(s); });
 }
 
 // One item's fetch: the servers it tries in turn and what each said.
@@ -402,7 +390,26 @@ void ChunkIo::FetchFrom(std::shared_ptr<FetchAttempt> a) {
           if (s.ok()) {
             // Read repair: the copies found bad get these good bytes (the
             // servers marked them on the read, so the puts rewrite them).
-            if (!a->bad.empty()) RepairCopies(a->id, dest, raw, a->bad);
+            if (!a->bad.empty()) {
+              std::string where;
+              for (ServerConn* b : a->bad) {
+                absl::StrAppend(&where, where.empty() ? "" : ", ", b->address);
+              }
+              PutCopies(
+                  a->id, dest, raw, a->bad,
+                  [id = a->id, where](const Status& st) {
+                    if (st.ok()) {
+                      log::Info("stagger",
+                                absl::StrCat("repaired chunk ", id.ToHex(),
+                                             " on ", where));
+                    } else {
+                      log::Warning(
+                          "stagger",
+                          absl::StrCat("repair of chunk ", id.ToHex(), " on ",
+                                       where, " failed: ", st.message()));
+                    }
+                  });
+            }
             a->finish(s);
           } else {
             failed(s);

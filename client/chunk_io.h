@@ -92,6 +92,13 @@ class ChunkIo {
                 PutStats* stats, const std::function<void(bool)>& encoded,
                 std::function<void(const Status&)> done);
 
+  // Puts a copy of chunk `id` (`len` decoded bytes, copied here first) on
+  // every server of `servers`, as PutAsync does; `done` runs once with the
+  // outcome. Repairs use it: a server that marked its copy bad rewrites it.
+  void PutCopies(const format::ChunkId& id, const char* bytes, size_t len,
+                 std::vector<ServerConn*> servers,
+                 std::function<void(const Status&)> done);
+
   // Fetches, verifies and decodes every item. `on_result` (optional) is
   // called once per item with its outcome, from executor threads. Returns the
   // first error (all items are attempted when `on_result` is given;
@@ -107,10 +114,6 @@ class ChunkIo {
   struct PutState;
   // Asks the next server of the attempt for its chunk.
   void FetchFrom(std::shared_ptr<FetchAttempt> a);
-  // Puts `len` good bytes of chunk `id` to `servers`, which returned bad
-  // copies of it (asynchronously; logs the outcome).
-  void RepairCopies(const format::ChunkId& id, const char* bytes, size_t len,
-                    std::vector<ServerConn*> servers);
   // Sends one copy of a put to `server`.
   void SendCopy(std::shared_ptr<PutState> st, ServerConn* server);
   // Fetches chunk `id` synchronously from `server` (resolving delta bases,

@@ -12,11 +12,6 @@
 namespace stagger::client {
 namespace {
 
-void SetDeadline(const ServerConn& to, grpc::ClientContext* ctx,
-                 double timeout_s) {
-  PrepareCall(to, ctx, timeout_s);
-}
-
 // Live ids per Sweep message; the server takes at most 65536.
 constexpr size_t kSweepIdsPerMessage = 1 << 15;
 
@@ -24,7 +19,7 @@ Result<std::vector<std::string>> FetchLiveChunks(ServerConn& coord,
                                                  const std::string& job,
                                                  double timeout_s) {
   grpc::ClientContext ctx;
-  SetDeadline(coord, &ctx, timeout_s);
+  PrepareCall(coord, &ctx, timeout_s);
   pb::LiveChunksRequest req;
   req.set_job(job);
   auto reader = coord.stub->LiveChunks(&ctx, req);
@@ -51,7 +46,7 @@ Result<pb::SweepReply> Sweep(ServerConn& server, const std::string& job,
                              const std::vector<std::string>& live,
                              int64_t grace_ms, double timeout_s) {
   grpc::ClientContext ctx;
-  SetDeadline(server, &ctx, timeout_s);
+  PrepareCall(server, &ctx, timeout_s);
   pb::SweepReply reply;
   auto writer = server.stub->Sweep(&ctx, &reply);
   pb::SweepRequest msg;
@@ -147,7 +142,7 @@ Result<pb::GetStepReply> GetStep(ServerSet& servers, const std::string& job,
   bool have = false;
   STAGGER_RETURN_IF_ERROR(OnEveryServer(servers, job, [&](ServerConn& coord) {
     grpc::ClientContext ctx;
-    SetDeadline(coord, &ctx, servers.timeout_s());
+    PrepareCall(coord, &ctx, servers.timeout_s());
     pb::GetStepReply r;
     Status s = FromGrpc(coord.stub->GetStep(&ctx, req, &r),
                         absl::StrCat("server ", coord.address));
@@ -180,7 +175,7 @@ Result<pb::StepInfo> CommitShard(ServerSet& servers, size_t replicas,
     if (committed == replicas) break;
     if (coord->down) continue;
     grpc::ClientContext ctx;
-    SetDeadline(*coord, &ctx, servers.timeout_s());
+    PrepareCall(*coord, &ctx, servers.timeout_s());
     pb::CommitShardReply reply;
     Status s = FromGrpc(coord->stub->CommitShard(&ctx, req, &reply),
                         absl::StrCat("server ", coord->address));
@@ -211,7 +206,7 @@ Result<std::vector<pb::StepInfo>> ListSteps(ServerSet& servers,
   std::map<int64_t, pb::StepInfo> merged;
   STAGGER_RETURN_IF_ERROR(OnEveryServer(servers, job, [&](ServerConn& coord) {
     grpc::ClientContext ctx;
-    SetDeadline(coord, &ctx, servers.timeout_s());
+    PrepareCall(coord, &ctx, servers.timeout_s());
     pb::ListStepsReply reply;
     Status s = FromGrpc(coord.stub->ListSteps(&ctx, req, &reply),
                         absl::StrCat("server ", coord.address));
@@ -251,7 +246,7 @@ Result<pb::GcReply> Gc(ServerSet& servers, const std::string& job,
   ServerConn& coord = *servers.Coordinators(job).front();
   {
     grpc::ClientContext ctx;
-    SetDeadline(coord, &ctx, servers.timeout_s());
+    PrepareCall(coord, &ctx, servers.timeout_s());
     STAGGER_RETURN_IF_ERROR(FromGrpc(coord.stub->Gc(&ctx, req, &reply),
                                      absl::StrCat("server ", coord.address)));
   }

@@ -23,7 +23,7 @@ Status FromGrpc(const grpc::Status& s, std::string_view what) {
 
 Result<std::shared_ptr<ServerSet>> ServerSet::Connect(
     const std::string& servers, transport::Transport* transport,
-    double timeout_s, const std::string& tls_ca_file, size_t may_be_down,
+    double timeout_s, const std::string& tls_ca_file, bool tolerate_down,
     const std::string& token) {
   std::shared_ptr<grpc::ChannelCredentials> creds =
       grpc::InsecureChannelCredentials();
@@ -39,23 +39,9 @@ Result<std::shared_ptr<ServerSet>> ServerSet::Connect(
     o.pem_root_certs = pem.str();
     creds = grpc::SslCredentials(o);
   }
+  STAGGER_ASSIGN_OR_RETURN(std::vector<std::string> addrs, ParseList(servers));
   auto set = std::shared_ptr<ServerSet>(new ServerSet());
   set->timeout_s_ = timeout_s;
-  std::vector<std::string> addrs = absl::StrSplit(servers, ',');
-  if (servers.empty()) {
-    return absl::InvalidArgumentError("no servers given");
-  }
-  std::vector<std::string> seen;
-  for (const std::string& addr : addrs) {
-    auto hp = transport::SplitHostPort(addr);
-    if (!hp.ok()) return WithContext(hp.status(), "servers");
-    if (std::find(seen.begin(), seen.end(), addr) != seen.end()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("servers: ", addr, " is listed twice"));
-    }
-    seen.push_back(addr);
-  }
-  std::vector<Status> dead;
   for (const std::string& addr : addrs) {
     auto conn = std::make_unique<ServerConn>();
     conn->address = addr;
@@ -99,10 +85,9 @@ Result<std::shared_ptr<ServerSet>> ServerSet::Connect(
                                      reply.data_address()));
       }
     }
-    if (!s.ok() && IsServerGone(s) && dead.size() < may_be_down) {
+    if (!s.ok() && IsServerGone(s) && tolerate_down) {
       // Placement ranks it still (the others' order must not change); it is
       // skipped as down.
-      dead.push_back(s);
       MarkDown(conn.get(), s);
       set->servers_.push_back(std::move(conn));
       continue;
@@ -117,15 +102,19 @@ Result<std::shared_ptr<ServerSet>> ServerSet::Connect(
                                         ": does the server's certificate "
                                         "chain to it and name this host?)"));
       }
-      if (!dead.empty()) {
-        s = WithContext(
-            s, absl::StrCat("(", dead.size(), " other server(s) down too: ",
-                            set->DownList(), ")"));
+      if (set->up() < set->size()) {
+        s = WithContext(s, absl::StrCat("(", set->size() - set->up(),
+                                        " other server(s) down too: ",
+                                        set->DownList(), ")"));
       }
       return s;
     }
     conn->data = std::move(data);
     set->servers_.push_back(std::move(conn));
+  }
+  if (set->up() == 0) {
+    return absl::UnavailableError(
+        absl::StrCat("no server answers: ", set->DownList()));
   }
   return set;
 }
@@ -136,6 +125,22 @@ void PrepareCall(const ServerConn& to, grpc::ClientContext* ctx,
       std::chrono::system_clock::now() +
       std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000)));
   if (!to.token.empty()) ctx->AddMetadata("x-stagger-token", to.token);
+}
+
+Result<std::vector<std::string>> ServerSet::ParseList(
+    const std::string& servers) {
+  if (servers.empty()) return absl::InvalidArgumentError("no servers given");
+  std::vector<std::string> addrs = absl::StrSplit(servers, ',');
+  for (size_t i = 0; i < addrs.size(); ++i) {
+    auto hp = transport::SplitHostPort(addrs[i]);
+    if (!hp.ok()) return WithContext(hp.status(), "servers");
+    if (std::find(addrs.begin(), addrs.begin() + i, addrs[i]) !=
+        addrs.begin() + i) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("servers: ", addrs[i], " is listed twice"));
+    }
+  }
+  return addrs;
 }
 
 bool IsServerGone(const Status& s) {
@@ -168,13 +173,6 @@ std::vector<ServerConn*> ServerSet::ForSlot(uint32_t rank,
 
 std::vector<ServerConn*> ServerSet::Coordinators(const std::string& job) const {
   return Rank("job:" + job);
-}
-
-ServerConn* ServerSet::FirstUp(const std::vector<ServerConn*>& ranked) {
-  for (ServerConn* s : ranked) {
-    if (!s->down) return s;
-  }
-  return ranked.front();
 }
 
 void ServerSet::MarkDown(ServerConn* s, const Status& why) {

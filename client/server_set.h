@@ -49,20 +49,23 @@ bool IsServerGone(const Status& s);
 
 class ServerSet {
  public:
-  // Parses "host:port[,host:port...]", says Hello to each server and opens
-  // its data-plane connection over `transport` (not owned; must outlive the
+  // Says Hello to each server of `servers` (ParseList) and opens its
+  // data-plane connection over `transport` (not owned; must outlive the
   // set). INVALID_ARGUMENT for a malformed list, UNAVAILABLE naming the
   // server that does not answer.
   // With `tls_ca_file` (PEM), the control plane is gRPC over TLS and the
-  // servers' certificates must chain to it. Up to `may_be_down` servers
+  // servers' certificates must chain to it. With `tolerate_down`, servers
   // that do not answer are marked down instead (a warning is logged for
-  // each); one more is UNAVAILABLE naming them all. `token` (servers with
-  // --auth-tokens) goes with every call, and the data-plane key Hello
-  // returns is presented on each data connection.
+  // each), as long as one answers. `token` (servers with --auth-tokens)
+  // goes with every call, and the data-plane key Hello returns is presented
+  // on each data connection.
   static Result<std::shared_ptr<ServerSet>> Connect(
       const std::string& servers, transport::Transport* transport,
       double timeout_s, const std::string& tls_ca_file = "",
-      size_t may_be_down = 0, const std::string& token = "");
+      bool tolerate_down = false, const std::string& token = "");
+  // "host:port[,host:port...]": each address parses, none twice.
+  // INVALID_ARGUMENT naming what is wrong.
+  static Result<std::vector<std::string>> ParseList(const std::string& servers);
 
   size_t size() const { return servers_.size(); }
   ServerConn& server(size_t i) { return *servers_[i]; }
@@ -74,8 +77,6 @@ class ServerSet {
   // Every server, ranked for `job`'s manifests: the first R that are up
   // are its coordinators.
   std::vector<ServerConn*> Coordinators(const std::string& job) const;
-  // The first of `ranked` that is up, else the first.
-  static ServerConn* FirstUp(const std::vector<ServerConn*>& ranked);
   // Marks `s` down because of `why` (once; later calls are ignored) and
   // logs it.
   static void MarkDown(ServerConn* s, const Status& why);

@@ -50,6 +50,10 @@ std::string RenderServerMetrics(const MetricsSources& s) {
     w.Counter("stagger_server_commit_failures_total",
               "CommitShard calls refused (missing chunks, bad manifest).",
               c.failed_commits.load());
+    w.Counter("stagger_server_manifest_log_failures_total",
+              "Commits or gcs whose manifest log (--rebuild-index) could not "
+              "be written; the commit stands.",
+              c.manifest_log_failures.load());
   }
   if (s.segments != nullptr) {
     const SegmentStoreStats st = s.segments->Stats();

@@ -5,6 +5,7 @@
 #include <map>
 #include <set>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "format/codec.h"
 #include "format/names.h"
@@ -19,7 +20,21 @@ Result<RebuildReport> RebuildIndex(const std::string& data_dir) {
   RebuildReport report;
   std::error_code ec;
   const std::string meta_dir = data_dir + "/meta";
+  if (!fs::is_directory(data_dir + "/segments", ec)) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        data_dir, " has no segments/ directory: nothing to rebuild from"));
+  }
   if (fs::exists(meta_dir, ec)) {
+    // RocksDB's lock: a server still running on this directory holds it.
+    auto in_use = MetaStore::Open(meta_dir);
+    if (!in_use.ok() &&
+        absl::AsciiStrToLower(in_use.status().message()).find("lock") !=
+            std::string::npos) {
+      return absl::FailedPreconditionError(
+          absl::StrCat(meta_dir, " is in use (", in_use.status().message(),
+                       "): stop the server first"));
+    }
+    in_use = nullptr;  // closed before it is moved
     const auto now = std::chrono::duration_cast<std::chrono::seconds>(
                          std::chrono::system_clock::now().time_since_epoch())
                          .count();

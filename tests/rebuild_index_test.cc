@@ -45,6 +45,20 @@ TEST(RebuildIndexTest, TheSegmentsAndManifestLogsGiveEveryStepBack) {
       saved[step] = w;
     }
   }
+  // Not while a server runs on the directory, nor on one without segments.
+  const std::string server_bin = testutil::BinDir() + "/stagger-server";
+  testutil::RunResult busy =
+      testutil::RunProcess({server_bin, "--data", data, "--rebuild-index"});
+  EXPECT_EQ(busy.exit_code, 1) << busy.out;
+  EXPECT_NE(busy.out.find("stop the server first"), std::string::npos)
+      << busy.out;
+  testutil::RunResult empty = testutil::RunProcess(
+      {server_bin, "--data", dir.path() + "/none", "--rebuild-index"});
+  EXPECT_EQ(empty.exit_code, 1) << empty.out;
+  EXPECT_NE(empty.out.find("nothing to rebuild from"), std::string::npos)
+      << empty.out;
+  EXPECT_FALSE(std::filesystem::exists(dir.path() + "/none"));
+
   const std::string cli = testutil::BinDir() + "/stagger";
   testutil::RunResult gc = testutil::RunProcess(
       {cli, "--server", addr, "gc", "--job", "rb", "--keep", "3"});

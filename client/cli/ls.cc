@@ -3,7 +3,6 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "absl/strings/str_split.h"
 #include "client/checkpointer_impl.h"
 #include "client/cli/commands.h"
 #include "client/cli/progress.h"
@@ -53,11 +52,9 @@ Result<Session> OpenSession(const std::string& servers) {
   // Goes on while one server answers (the others are marked down, with a
   // warning): a restore reads whichever copy is up, and what cannot be
   // read is named then.
-  const size_t listed =
-      std::vector<std::string>(absl::StrSplit(servers, ',')).size();
   STAGGER_ASSIGN_OR_RETURN(
       s.servers, ServerSet::Connect(servers, s.transport.get(), 60, TlsCaFile(),
-                                    listed - 1, Token()));
+                                    /*tolerate_down=*/true, Token()));
   s.executor = std::make_unique<qos::Executor>(2);
   return s;
 }

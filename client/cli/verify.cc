@@ -33,8 +33,7 @@ struct ChunkCopies {
 // servers with a bad copy (a read marked it for repair there), then onto
 // the next servers of its ranking that lack one, until it has `replicas`.
 // Returns the servers written.
-Result<std::vector<ServerConn*>> Repair(ChunkIo& io, const std::string& job,
-                                        ChunkCopies& c) {
+Result<std::vector<ServerConn*>> Repair(ChunkIo& io, const ChunkCopies& c) {
   std::vector<ServerConn*> targets;
   for (ServerConn* s : c.bad) {
     if (!s->down) targets.push_back(s);
@@ -53,17 +52,12 @@ Result<std::vector<ServerConn*>> Repair(ChunkIo& io, const std::string& job,
   STAGGER_RETURN_IF_ERROR(io.Fetch({item}, nullptr));
   auto id = format::ChunkId::FromBytes(c.ref->id());
   STAGGER_RETURN_IF_ERROR(id.status());
-  pb::ChunkRef scratch;
-  PutStats stats;
   absl::Notification done;
   Status put;
-  io.PutAsync(
-      targets, targets.size(), bytes.data(), bytes.size(), *id, 0, nullptr,
-      &scratch, &stats, [](bool) {},
-      [&](const Status& s) {
-        put = s;
-        done.Notify();
-      });
+  io.PutCopies(*id, bytes.data(), bytes.size(), targets, [&](const Status& s) {
+    put = s;
+    done.Notify();
+  });
   done.WaitForNotification();
   STAGGER_RETURN_IF_ERROR(put);
   return targets;
@@ -113,35 +107,38 @@ int RunVerify(const VerifyArgs& a) {
   }
   std::mutex mu;
   Progress progress("verify", copy_bytes);
-  Status first = io.Fetch(
-      items,
-      [&](size_t k, const Status& s) {
-        std::lock_guard<std::mutex> lock(mu);
-        auto [i, server] = owner[k];
-        ChunkCopies& c = chunks[i];
-        if (s.ok()) {
-          c.good.push_back(server);
-        } else if (absl::IsNotFound(s)) {
-          // Not placed there: the normal case for most servers.
-        } else if (IsServerGone(s)) {
-          c.unreachable.push_back(
-              absl::StrCat(server->address, ": ", std::string(s.message())));
-        } else {
-          c.bad.push_back(server);
-          printf("BAD %s on server %s: %s: %s\n", c.label.c_str(),
-                 server->address.c_str(),
-                 absl::StatusCodeToString(s.code()).c_str(),
-                 std::string(s.message()).c_str());
-        }
-      },
-      [&progress](uint64_t n) { progress.Add(n); });
+  // Every outcome, NOT_FOUND included, comes to the callback.
+  io.Fetch(
+        items,
+        [&](size_t k, const Status& s) {
+          std::lock_guard<std::mutex> lock(mu);
+          auto [i, server] = owner[k];
+          ChunkCopies& c = chunks[i];
+          if (s.ok()) {
+            c.good.push_back(server);
+          } else if (absl::IsNotFound(s)) {
+            // Not placed there: the normal case for most servers.
+          } else if (IsServerGone(s)) {
+            c.unreachable.push_back(
+                absl::StrCat(server->address, ": ", std::string(s.message())));
+          } else {
+            c.bad.push_back(server);
+            printf("BAD %s on server %s: %s: %s\n", c.label.c_str(),
+                   server->address.c_str(),
+                   absl::StatusCodeToString(s.code()).c_str(),
+                   std::string(s.message()).c_str());
+          }
+        },
+        [&progress](uint64_t n) { progress.Add(n); })
+      .IgnoreError();
   progress.Finish();
   size_t bad = 0, degraded = 0, repaired_chunks = 0, repaired_copies = 0;
-  bool repair_failed = false;
+  bool repair_failed = false, lost = false;
   for (ChunkCopies& c : chunks) {
     const bool corrupt = !c.bad.empty();
     if (c.good.empty()) {
       ++bad;
+      lost = true;
       std::string why = c.unreachable.empty()
                             ? std::string("no server holds it")
                             : absl::StrJoin(c.unreachable, "; ");
@@ -158,7 +155,7 @@ int RunVerify(const VerifyArgs& a) {
       continue;
     }
     if (!corrupt && c.good.size() >= c.replicas) continue;
-    auto written = Repair(io, a.job, c);
+    auto written = Repair(io, c);
     if (!written.ok()) {
       repair_failed = true;
       printf("REPAIR FAILED %s: %s: %s\n", c.label.c_str(),
@@ -173,15 +170,14 @@ int RunVerify(const VerifyArgs& a) {
              written->size(), written->size() == 1 ? "y" : "ies",
              Addresses(*written).c_str());
     }
-    // Still short of copies: too few servers up to hold them.
-    size_t now = c.good.size() + written->size();
+    // A bad copy on a server that is down stays bad.
     for (ServerConn* s : c.bad) {
-      // Bad copies were rewritten in place: counted in `written`.
       if (std::find(written->begin(), written->end(), s) == written->end()) {
         repair_failed = true;
       }
     }
-    if (now < c.replicas) ++degraded;
+    // Still short: too few servers up to hold the copies.
+    if (c.good.size() + written->size() < c.replicas) ++degraded;
   }
   long long step = static_cast<long long>(reply->step().step());
   std::string tail;
@@ -195,10 +191,6 @@ int RunVerify(const VerifyArgs& a) {
                     a.repair ? " (too few servers up)"
                              : " (stagger verify --repair adds them)");
   }
-  const bool lost =
-      std::any_of(chunks.begin(), chunks.end(),
-                  [](const ChunkCopies& c) { return c.good.empty(); });
-  (void)first;  // every outcome, NOT_FOUND included, came to the callback
   if (bad > 0) {
     printf("verify job '%s' step %lld: %zu of %zu chunks bad%s\n",
            a.job.c_str(), step, bad, chunks.size(), tail.c_str());
