@@ -14,6 +14,7 @@ default ``--redirects``; there ``torchrun -r 1 -t 1`` works too.
 """
 import argparse
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -21,7 +22,34 @@ import sys
 import time
 
 
+def ephemeral_low():
+    """The first port the kernel hands out for bind(0) and connect()."""
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            return int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
 def free_port():
+    """A port free now, below the kernel's ephemeral range when there is room.
+
+    A port from bind(0) is released before rank 0's store binds it, and any
+    outgoing connection (a gloo peer, a checkpoint server's client) may take
+    it in between. Ports below the ephemeral range are never handed out that
+    way, so only another explicit bind can collide.
+    """
+    low = ephemeral_low()
+    rng = random.SystemRandom()
+    if low > 11000:
+        for _ in range(64):
+            port = rng.randrange(10000, low)
+            with socket.socket() as s:
+                try:
+                    s.bind(("127.0.0.1", port))
+                except OSError:
+                    continue
+                return port
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
