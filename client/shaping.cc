@@ -12,6 +12,8 @@ namespace stagger::client {
 namespace {
 
 constexpr int64_t kSecond = 1'000'000'000;
+// Share of a rank's slot kept after its paced sending ends (StartSave).
+constexpr double kTailShare = 0.1;
 
 Status CheckRate(const char* field, double v) {
   if (std::isfinite(v) && v >= 0) return absl::OkStatus();
@@ -126,9 +128,15 @@ void Shaping::StartSave(uint64_t raw_bytes, double deadline_s) {
                  options_.qos_max_Bps);
     return;
   }
+  // The pacer's last byte leaves kTailShare of the slot before its end:
+  // the bytes still queued on the way, the server's write and the commit
+  // come after it, and a save paced to leave at the deadline is durable
+  // after it.
   const double window_ns = deadline_s * kSecond;
+  const double send_end =
+      slot_end_ - kTailShare * (slot_end_ - slot_start_);
   pacer_.Start(now + static_cast<int64_t>(slot_start_ * window_ns), raw_bytes,
-               now + static_cast<int64_t>(slot_end_ * window_ns),
+               now + static_cast<int64_t>(send_end * window_ns),
                options_.qos_floor_Bps, options_.qos_max_Bps);
 }
 

@@ -50,7 +50,9 @@ class Shaping {
   // are refused before anything starts.
   static Status Validate(const CheckpointerOptions& o);
 
-  // A save of `raw_bytes` starts now, with `deadline_s` (<= 0: none).
+  // A save of `raw_bytes` starts now, with `deadline_s` (<= 0: none). The
+  // pacer sends over this rank's stagger slot of the deadline, ending 10%
+  // of the slot early so the last writes and the commit fit before it.
   void StartSave(uint64_t raw_bytes, double deadline_s);
   // Blocks until `raw_bytes` of the save may go (pacing and stagger).
   Status Pace(uint64_t raw_bytes);

@@ -53,13 +53,15 @@ TEST(ShapingTest, DeadlineSpreadsTheSaveOverItsWindow) {
   qos::SimulatedClock clock;
   auto s = Shaping::Make(Base(), &clock);
   ASSERT_TRUE(s.ok());
-  // 40 MB over 10 s: 4 MB/s; the last 4 MB chunk starts at 9 s.
+  // 40 MB by a 10 s deadline, sending done by 9 s (the last 10% is kept
+  // for the bytes in flight and the commit): 4.44 MB/s, a 4 MB chunk every
+  // 0.9 s, the last one starting at 8.1 s.
   (*s)->StartSave(40'000'000, 10);
   for (int i = 0; i < 10; ++i) {
     ASSERT_TRUE((*s)->Pace(4'000'000).ok());
-    EXPECT_EQ(clock.NowNs(), i * kSec) << i;
+    EXPECT_EQ(clock.NowNs(), i * 900 * kMs) << i;
   }
-  EXPECT_NEAR((*s)->Since({}).paced_rate_Bps, 4e6, 1);
+  EXPECT_NEAR((*s)->Since({}).paced_rate_Bps, 40e6 / 9, 1);
 }
 
 TEST(ShapingTest, UnchangedChunksTakeTheirShareOfTheSchedule) {
@@ -69,9 +71,9 @@ TEST(ShapingTest, UnchangedChunksTakeTheirShareOfTheSchedule) {
   (*s)->StartSave(40'000'000, 10);
   (*s)->Skip(20'000'000);  // half the state did not change
   ASSERT_TRUE((*s)->Pace(4'000'000).ok());
-  // The schedule moved past the skipped half: no burst at the start, and
-  // the rest still ends by the deadline.
-  EXPECT_EQ(clock.NowNs(), 5 * kSec);
+  // The schedule moved past the skipped half (4.5 of the 9 s of sending):
+  // no burst at the start, and the rest still ends on time.
+  EXPECT_EQ(clock.NowNs(), 4500 * kMs);
 }
 
 TEST(ShapingTest, RanksStartAtTheirStaggerSlots) {
