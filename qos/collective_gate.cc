@@ -78,7 +78,6 @@ void CollectiveGate::ResetLocked() {
   if (learned_) ++stats_.models_dropped;
   learned_ = false;
   released_ = false;
-  early_ns_ = 0;
   mismatches_ = 0;
   marks_mode_ = false;
   marks_.clear();
@@ -90,7 +89,6 @@ void CollectiveGate::DropModelLocked() {
   ++stats_.models_dropped;
   learned_ = false;
   released_ = false;
-  early_ns_ = 0;
   matched_busy_ = false;
   mismatches_ = 0;
   // Relearn from what follows: the current iteration with marks, the span
@@ -121,7 +119,6 @@ void CollectiveGate::AdoptLocked(const GateModel& model, int64_t origin_ns) {
   max_idle_ns_ = max_idle;
   mismatches_ = 0;
   released_ = false;
-  early_ns_ = 0;
   matched_busy_ = false;
   iteration_bad_ = false;
   ++stats_.models_learned;
@@ -280,8 +277,6 @@ void CollectiveGate::MatchBeginLocked(int64_t begin_ns) {
 void CollectiveGate::MatchEndLocked(int64_t end_ns) {
   if (!matched_busy_) return;
   matched_busy_ = false;
-  early_ns_ = std::max<int64_t>(matched_end_ns_ - end_ns, 0);
-  early_after_ns_ = end_ns;
   if (end_ns > matched_end_ns_ + tol_ns_) {
     // With marks, a collective that runs long kept the gate closed while
     // it ran: no harm done (the iteration's length is judged at its end).
@@ -300,14 +295,13 @@ std::vector<qos_internal::Span> CollectiveGate::ClosedLocked(
   const int64_t m0 = FloorDiv(now_ns - origin_ns_, period);
   for (int64_t m = m0 - 1; m <= m0 + 2; ++m) {
     for (const Span& p : model_.phases) {
-      Span w{origin_ns_ + m * period + p.begin_ns - guard_ns_,
+      const Span w{origin_ns_ + m * period + p.begin_ns - guard_ns_,
                    origin_ns_ + m * period + p.end_ns};
       // Re-anchoring may have moved the released window by up to tol_ns_.
       if (released_ && w.begin_ns <= released_from_ns_ &&
           std::llabs(w.end_ns - released_until_ns_) <= tol_ns_) {
         continue;
       }
-      if (w.begin_ns > early_after_ns_) w.begin_ns -= early_ns_;
       closed.push_back(w);
     }
   }

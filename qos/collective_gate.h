@@ -14,8 +14,7 @@
 //      floor_Bps; the gate only reports it).
 //   3. A learned model: closed from (predicted collective start - guard) to
 //      the predicted end, or to the actual CollectiveEnd of the collective
-//      that matched the prediction, whichever is first. A matched collective
-//      that ended early moves the predicted starts after it as much earlier.
+//      that matched the prediction, whichever is first.
 //   4. Otherwise open.
 //
 // Learning. With IterationBegin marks, an iteration runs from one mark to the
@@ -189,12 +188,6 @@ class CollectiveGate {
   bool released_ ABSL_GUARDED_BY(mu_) = false;
   int64_t released_from_ns_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t released_until_ns_ ABSL_GUARDED_BY(mu_) = 0;
-  // The last matched collective ended early_ns_ before its predicted end,
-  // at early_after_ns_: the windows predicted after it close that much
-  // earlier (the time from a collective's end to the next one's begin is
-  // taken as fixed; a short collective brings the next one forward).
-  int64_t early_ns_ ABSL_GUARDED_BY(mu_) = 0;
-  int64_t early_after_ns_ ABSL_GUARDED_BY(mu_) = 0;
 
   // Accounting.
   CollectiveGateStats stats_ ABSL_GUARDED_BY(mu_);
