@@ -89,6 +89,9 @@ def summary(d, json_out):
         row = {"n": len(t), "p50": float(np.percentile(t, 50)),
                "p99": float(np.percentile(t, 99)),
                "s0_rx_MiB": meta.get("s0_rx_bytes", 0) / MiB,
+               "retrans": sum(r.get("ring_retrans", 0)
+                              for it, recs in iters.items() if it >= warmup
+                              for r in recs),
                "deadline_s": meta.get("deadline_s")}
         if ckpts:
             row["ckpts"] = len(ckpts)
@@ -138,7 +141,7 @@ def summary(d, json_out):
         print(f"idle fraction (compute / baseline p50) {idle:.3f}")
     head = ("mode", "iters", "p50_ms", "p99_ms", "p50_x", "p99_x", "ckpts",
             "MiB/ckpt", "deadline_s", "durable_s", "max_s", "bound_s",
-            "x_bound", "stall_ms", "yield_s", "s0_rx_MiB")
+            "x_bound", "stall_ms", "yield_s", "s0_rx_MiB", "retrans")
     print(("{:<9}" + " {:>10}" * (len(head) - 1)).format(*head))
     for mode in MODES:
         row = rows.get(mode)
@@ -156,7 +159,7 @@ def summary(d, json_out):
                 fmt(row.get("bound_s"), ".2f"), fmt(row.get("x_bound"), ".2f"),
                 fmt(row.get("stall_ms"), ".1f"),
                 fmt(row.get("yield_s"), ".2f"),
-                fmt(row.get("s0_rx_MiB"), ".0f"))
+                fmt(row.get("s0_rx_MiB"), ".0f"), row.get("retrans", "-"))
         print(("{:<9}" + " {:>10}" * len(vals)).format(mode, *vals))
     if json_out:
         with open(json_out, "w", encoding="utf-8") as f:

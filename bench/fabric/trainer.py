@@ -27,6 +27,7 @@ import json
 import queue
 import re
 import socket
+import struct
 import sys
 import threading
 import time
@@ -135,6 +136,15 @@ class Ring:
             si, ri = (r - s + 1) % n, (r - s) % n
             self.exchange(chunks[si], chunks[ri])
 
+    def retransmits(self):
+        """Segments the kernel has retransmitted on the link to the right
+        (tcp_info.tcpi_total_retrans; 0 where TCP_INFO is missing)."""
+        try:
+            info = self.tx.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 104)
+        except (AttributeError, OSError):
+            return 0
+        return struct.unpack_from("I", info, 100)[0] if len(info) >= 104 else 0
+
     def close(self):
         self.tx.close()
         self.rx.close()
@@ -232,6 +242,7 @@ def run(a):
             rec.update(type="ckpt", step=h.step)
             emit(rec)
 
+    retrans_before = ring.retransmits()
     compute_s = a.compute_ms / 1000.0
     lazy = a.save_mode == "lazy"
     lazy_pending = False
@@ -261,9 +272,12 @@ def run(a):
                 lazy_pending = lazy
             drain(block=False)
         t2 = time.perf_counter()
+        retrans = ring.retransmits()
         emit({"type": "iter", "iter": it, "t_s": t2 - t0,
               "allreduce_s": t1 - t0, "save_call_s": save_s,
-              "before_update_s": before_s})
+              "before_update_s": before_s,
+              "ring_retrans": retrans - retrans_before})
+        retrans_before = retrans
     if ck is not None:
         if lazy_pending:
             ck.before_update()
