@@ -24,6 +24,7 @@
 #include "client/loader.h"
 #include "client/save_job.h"
 #include "client/server_set.h"
+#include "client/shaping.h"
 #include "client/staging_pool.h"
 #include "format/names.h"
 #include "metrics/http_exporter.h"
@@ -316,6 +317,11 @@ class CheckpointerImpl : public Checkpointer {
     absl::MutexLock lock(&metrics_mu_);
     ClientMetrics m = metrics_;
     m.servers_down = servers_->size() - servers_->up();
+    const qos::CollectiveGateStats g = shaping_->GateStats();
+    m.gate_learned = g.learned;
+    m.gate_period_s = static_cast<double>(g.period_ns) * 1e-9;
+    m.gate_models_learned = g.models_learned;
+    m.gate_models_dropped = g.models_dropped;
     return m;
   }
 

@@ -54,6 +54,18 @@ std::string RenderClientMetrics(const ClientMetrics& m, const std::string& job,
           "Servers of the set marked down (their copies went to the next "
           "server of each ranking).",
           m.servers_down, l);
+  w.Gauge("stagger_client_gate_learned",
+          "QoS: 1 while the collective gate holds a model of the iteration.",
+          m.gate_learned ? 1 : 0, l);
+  w.Gauge("stagger_client_gate_period_seconds",
+          "QoS: the learned iteration period (0 without a model).",
+          m.gate_period_s, l);
+  w.Counter("stagger_client_gate_models_learned_total",
+            "QoS: iteration models the collective gate adopted.",
+            m.gate_models_learned, l);
+  w.Counter("stagger_client_gate_models_dropped_total",
+            "QoS: models dropped because the iterations stopped matching.",
+            m.gate_models_dropped, l);
   return w.text();
 }
 

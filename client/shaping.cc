@@ -191,6 +191,10 @@ ShapingStats Shaping::Since(const Mark& start) const {
   return s;
 }
 
+qos::CollectiveGateStats Shaping::GateStats() const {
+  return gate_ ? gate_->stats() : qos::CollectiveGateStats{};
+}
+
 void Shaping::Cancel() {
   pace_->Cancel();
   wire_->Cancel();

@@ -79,6 +79,9 @@ class Shaping {
   Mark Now() const;
   ShapingStats Since(const Mark& start) const;
 
+  // The collective gate's state (all zero with qos_yield "off").
+  qos::CollectiveGateStats GateStats() const;
+
   // Makes waiting calls return CANCELLED (shutdown).
   void Cancel();
 

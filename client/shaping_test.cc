@@ -131,5 +131,36 @@ TEST(ShapingTest, OffIgnoresCollectives) {
   EXPECT_EQ(clock.NowNs(), 0);
 }
 
+TEST(ShapingTest, GateStatsShowTheLearnedIteration) {
+  qos::SimulatedClock clock;
+  CheckpointerOptions o = Base();
+  o.qos_yield = "learn";
+  auto s = Shaping::Make(o, &clock);
+  ASSERT_TRUE(s.ok());
+  EXPECT_FALSE((*s)->GateStats().learned);
+  // Iterations of 100 ms, a collective in the first 40 ms of each.
+  for (int i = 0; i < 4; ++i) {
+    clock.AdvanceTo(i * 100 * kMs);
+    (*s)->IterationBegin();
+    (*s)->CollectiveBegin();
+    clock.AdvanceTo((i * 100 + 40) * kMs);
+    (*s)->CollectiveEnd();
+  }
+  clock.AdvanceTo(400 * kMs);
+  (*s)->IterationBegin();
+  qos::CollectiveGateStats g = (*s)->GateStats();
+  EXPECT_TRUE(g.learned);
+  EXPECT_EQ(g.period_ns, 100 * kMs);
+  EXPECT_EQ(g.models_learned, 1u);
+  EXPECT_EQ(g.models_dropped, 0u);
+
+  o.qos_yield = "off";  // no gate: nothing to report
+  auto off = Shaping::Make(o, &clock);
+  ASSERT_TRUE(off.ok());
+  (*off)->IterationBegin();
+  EXPECT_FALSE((*off)->GateStats().learned);
+  EXPECT_EQ((*off)->GateStats().models_learned, 0u);
+}
+
 }  // namespace
 }  // namespace stagger::client

@@ -201,6 +201,10 @@ PYBIND11_MODULE(_stagger, m) {
             d["loads_failed"] = m.loads_failed;
             d["bytes_loaded"] = m.bytes_loaded;
             d["servers_down"] = m.servers_down;
+            d["gate_learned"] = m.gate_learned;
+            d["gate_period_s"] = m.gate_period_s;
+            d["gate_models_learned"] = m.gate_models_learned;
+            d["gate_models_dropped"] = m.gate_models_dropped;
             return d;
           },
           "Counters since this Checkpointer opened: saves, stall, snapshot "

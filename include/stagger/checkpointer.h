@@ -85,6 +85,14 @@ struct ClientMetrics {
   // Servers of the set marked down (did not answer at Open, or died): their
   // copies went to the next server of each ranking (replicas).
   uint64_t servers_down = 0;
+  // QoS collective gate (qos_yield "learn"): whether it holds a model of
+  // the iteration, that model's period, and how often one was learned and
+  // dropped (a pattern that keeps changing is dropped and relearned; until
+  // then the sender yields only during marked collectives).
+  bool gate_learned = false;
+  double gate_period_s = 0;
+  uint64_t gate_models_learned = 0;
+  uint64_t gate_models_dropped = 0;
 };
 
 class SaveHandle {

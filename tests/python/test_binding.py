@@ -437,6 +437,11 @@ def test_client_metrics_count_saves_and_loads(server):
     assert (f"stagger_client_raw_bytes_total{labels} {m['bytes_raw']}\n"
             in page)
     assert f"stagger_client_loads_total{labels} 1\n" in page
+    # No iteration marks: the collective gate has learned nothing.
+    assert m["gate_learned"] is False and m["gate_period_s"] == 0
+    assert m["gate_models_learned"] == 0 and m["gate_models_dropped"] == 0
+    assert f"stagger_client_gate_learned{labels} 0\n" in page
+    assert f"stagger_client_gate_models_dropped_total{labels} 0\n" in page
     plain = stagger.Checkpointer(servers=server, job="unserved")
     assert plain.metrics_address() == ""
     with pytest.raises(stagger.Error) as e:
