@@ -24,7 +24,7 @@ MiB = 1 << 20
 
 
 def load_mode(d, mode):
-    iters, ckpts = {}, []
+    iters, ckpts, ends = {}, [], []
     files = sorted(glob.glob(os.path.join(d, f"{mode}.r*.jsonl")))
     for path in files:
         with open(path, encoding="utf-8") as f:
@@ -34,7 +34,9 @@ def load_mode(d, mode):
                     iters.setdefault(rec["iter"], []).append(rec)
                 elif rec["type"] == "ckpt":
                     ckpts.append(rec)
-    return files, iters, ckpts
+                elif rec["type"] == "end":
+                    ends.append(rec)
+    return files, iters, ckpts, ends
 
 
 def job_iteration_times(iters, nodes, warmup):
@@ -54,7 +56,7 @@ def read_json(path, default=None):
 
 def deadline(d, every):
     cfg = read_json(os.path.join(d, "config.json"))
-    _, iters, _ = load_mode(d, "baseline")
+    _, iters, _, _ = load_mode(d, "baseline")
     t = job_iteration_times(iters, cfg["nodes"], cfg["warmup"])
     if len(t) == 0:
         sys.exit("report.py: no baseline iterations to size the deadline")
@@ -81,7 +83,7 @@ def summary(d, json_out):
             with open(skipped, encoding="utf-8") as f:
                 rows[mode] = {"skipped": f.read().strip()}
             continue
-        files, iters, ckpts = load_mode(d, mode)
+        files, iters, ckpts, ends = load_mode(d, mode)
         if not files:
             continue
         t = job_iteration_times(iters, nodes, warmup)
@@ -93,6 +95,9 @@ def summary(d, json_out):
                               for it, recs in iters.items() if it >= warmup
                               for r in recs),
                "deadline_s": meta.get("deadline_s")}
+        if any("gate_models_dropped" in e for e in ends):
+            row["gate_drops"] = sum(e.get("gate_models_dropped", 0)
+                                    for e in ends)
         if ckpts:
             row["ckpts"] = len(ckpts)
             row["MiB"] = np.mean([c["bytes_shipped"] for c in ckpts]) / MiB
@@ -141,7 +146,8 @@ def summary(d, json_out):
         print(f"idle fraction (compute / baseline p50) {idle:.3f}")
     head = ("mode", "iters", "p50_ms", "p99_ms", "p50_x", "p99_x", "ckpts",
             "MiB/ckpt", "deadline_s", "durable_s", "max_s", "bound_s",
-            "x_bound", "stall_ms", "yield_s", "s0_rx_MiB", "retrans")
+            "x_bound", "stall_ms", "yield_s", "s0_rx_MiB", "retrans",
+            "gate_drops")
     print(("{:<9}" + " {:>10}" * (len(head) - 1)).format(*head))
     for mode in MODES:
         row = rows.get(mode)
@@ -159,7 +165,8 @@ def summary(d, json_out):
                 fmt(row.get("bound_s"), ".2f"), fmt(row.get("x_bound"), ".2f"),
                 fmt(row.get("stall_ms"), ".1f"),
                 fmt(row.get("yield_s"), ".2f"),
-                fmt(row.get("s0_rx_MiB"), ".0f"), row.get("retrans", "-"))
+                fmt(row.get("s0_rx_MiB"), ".0f"), row.get("retrans", "-"),
+                row.get("gate_drops", "-"))
         print(("{:<9}" + " {:>10}" * len(vals)).format(mode, *vals))
     if json_out:
         with open(json_out, "w", encoding="utf-8") as f:

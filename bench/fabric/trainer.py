@@ -282,6 +282,10 @@ def run(a):
         if lazy_pending:
             ck.before_update()
         drain(block=True)
+        # The client's counters, the collective gate's state among them.
+        m = ck.metrics() if hasattr(ck, "metrics") else {}
+        emit({"type": "end", **{k: v for k, v in m.items()
+                                if isinstance(v, (int, float, bool))}})
     ring.close()
     out.close()
     return 0
