@@ -150,6 +150,20 @@ class Ring:
         self.rx.close()
 
 
+def eth0_tx_bytes():
+    """Bytes this node's namespace has sent on eth0 (/proc/net/dev is per
+    network namespace); 0 where it cannot be read."""
+    try:
+        with open("/proc/net/dev", encoding="ascii") as f:
+            for line in f:
+                name, _, counters = line.partition(":")
+                if name.strip() == "eth0":
+                    return int(counters.split()[8])
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0
+
+
 def make_state(nbytes, seed):
     """Model weights and Adam moments, float32, nbytes in all."""
     rng = np.random.default_rng(seed)
@@ -247,6 +261,7 @@ def run(a):
     lazy = a.save_mode == "lazy"
     lazy_pending = False
     for it in range(a.iters):
+        tx0 = eth0_tx_bytes()
         t0 = time.perf_counter()
         if marking:
             ck.iteration_begin()
@@ -254,6 +269,9 @@ def run(a):
         with ck.collective() if marking else contextlib.nullcontext():
             ring.allreduce(buf, tmp)
         t1 = time.perf_counter()
+        # Everything the node sent while the all-reduce ran: its own bytes,
+        # and any checkpoint bytes the gate let through.
+        tx_ar = eth0_tx_bytes() - tx0
         time.sleep(compute_s)
         save_s = before_s = 0.0
         if state is not None:
@@ -276,7 +294,8 @@ def run(a):
         emit({"type": "iter", "iter": it, "t_s": t2 - t0,
               "allreduce_s": t1 - t0, "save_call_s": save_s,
               "before_update_s": before_s,
-              "ring_retrans": retrans - retrans_before})
+              "ring_retrans": retrans - retrans_before,
+              "allreduce_tx_bytes": tx_ar})
         retrans_before = retrans
     if ck is not None:
         if lazy_pending:
