@@ -133,8 +133,7 @@ void Shaping::StartSave(uint64_t raw_bytes, double deadline_s) {
   // come after it, and a save paced to leave at the deadline is durable
   // after it.
   const double window_ns = deadline_s * kSecond;
-  const double send_end =
-      slot_end_ - kTailShare * (slot_end_ - slot_start_);
+  const double send_end = slot_end_ - kTailShare * (slot_end_ - slot_start_);
   pacer_.Start(now + static_cast<int64_t>(slot_start_ * window_ns), raw_bytes,
                now + static_cast<int64_t>(send_end * window_ns),
                options_.qos_floor_Bps, options_.qos_max_Bps);
