@@ -2,6 +2,10 @@
 
 #include <gtest/gtest.h>
 
+#include <memory>
+#include <string>
+#include <utility>
+
 #include "qos/clock.h"
 
 namespace stagger::client {
@@ -14,6 +18,17 @@ CheckpointerOptions Base() {
   CheckpointerOptions o;
   o.qos_floor_Bps = 0;
   return o;
+}
+
+// A Shaping with qos_yield `mode` on `clock`; null (and a test failure) if
+// it could not be made.
+std::unique_ptr<Shaping> WithYield(const std::string& mode,
+                                   qos::SimulatedClock* clock) {
+  CheckpointerOptions o = Base();
+  o.qos_yield = mode;
+  auto s = Shaping::Make(o, clock);
+  EXPECT_TRUE(s.ok()) << s.status();
+  return s.ok() ? std::move(*s) : nullptr;
 }
 
 TEST(ShapingTest, RejectsBadOptionsNamingThem) {
@@ -108,58 +123,48 @@ TEST(ShapingTest, ClientCapHoldsTheRate) {
 
 TEST(ShapingTest, CollectiveHoldsSendingUntilItEnds) {
   qos::SimulatedClock clock;
-  CheckpointerOptions o = Base();
-  o.qos_yield = "pause";
-  auto s = Shaping::Make(o, &clock);
-  ASSERT_TRUE(s.ok());
-  Shaping::Mark start = (*s)->Now();
-  (*s)->CollectiveBegin();
-  clock.ScheduleAt(30 * kMs, [&] { (*s)->CollectiveEnd(); });
-  ASSERT_TRUE((*s)->Admit(1 << 20).ok());
+  auto s = WithYield("pause", &clock);
+  ASSERT_NE(s, nullptr);
+  Shaping::Mark start = s->Now();
+  s->CollectiveBegin();
+  clock.ScheduleAt(30 * kMs, [&] { s->CollectiveEnd(); });
+  ASSERT_TRUE(s->Admit(1 << 20).ok());
   EXPECT_EQ(clock.NowNs(), 30 * kMs);
-  EXPECT_NEAR((*s)->Since(start).yield_s, 0.030, 1e-9);
+  EXPECT_NEAR(s->Since(start).yield_s, 0.030, 1e-9);
 }
 
 TEST(ShapingTest, OffIgnoresCollectives) {
   qos::SimulatedClock clock;
-  CheckpointerOptions o = Base();
-  o.qos_yield = "off";
-  auto s = Shaping::Make(o, &clock);
-  ASSERT_TRUE(s.ok());
-  (*s)->CollectiveBegin();
-  ASSERT_TRUE((*s)->Admit(1 << 20).ok());
+  auto s = WithYield("off", &clock);
+  ASSERT_NE(s, nullptr);
+  s->CollectiveBegin();
+  ASSERT_TRUE(s->Admit(1 << 20).ok());
   EXPECT_EQ(clock.NowNs(), 0);
+  s->IterationBegin();  // no gate: nothing to report
+  EXPECT_FALSE(s->GateStats().learned);
+  EXPECT_EQ(s->GateStats().models_learned, 0u);
 }
 
 TEST(ShapingTest, GateStatsShowTheLearnedIteration) {
   qos::SimulatedClock clock;
-  CheckpointerOptions o = Base();
-  o.qos_yield = "learn";
-  auto s = Shaping::Make(o, &clock);
-  ASSERT_TRUE(s.ok());
-  EXPECT_FALSE((*s)->GateStats().learned);
+  auto s = WithYield("learn", &clock);
+  ASSERT_NE(s, nullptr);
+  EXPECT_FALSE(s->GateStats().learned);
   // Iterations of 100 ms, a collective in the first 40 ms of each.
   for (int i = 0; i < 4; ++i) {
     clock.AdvanceTo(i * 100 * kMs);
-    (*s)->IterationBegin();
-    (*s)->CollectiveBegin();
+    s->IterationBegin();
+    s->CollectiveBegin();
     clock.AdvanceTo((i * 100 + 40) * kMs);
-    (*s)->CollectiveEnd();
+    s->CollectiveEnd();
   }
   clock.AdvanceTo(400 * kMs);
-  (*s)->IterationBegin();
-  qos::CollectiveGateStats g = (*s)->GateStats();
+  s->IterationBegin();
+  qos::CollectiveGateStats g = s->GateStats();
   EXPECT_TRUE(g.learned);
   EXPECT_EQ(g.period_ns, 100 * kMs);
   EXPECT_EQ(g.models_learned, 1u);
   EXPECT_EQ(g.models_dropped, 0u);
-
-  o.qos_yield = "off";  // no gate: nothing to report
-  auto off = Shaping::Make(o, &clock);
-  ASSERT_TRUE(off.ok());
-  (*off)->IterationBegin();
-  EXPECT_FALSE((*off)->GateStats().learned);
-  EXPECT_EQ((*off)->GateStats().models_learned, 0u);
 }
 
 }  // namespace
