@@ -15,6 +15,7 @@
 #include "server/server.h"
 #include "server/storage/fault_injection_file_system.h"
 #include "stagger/checkpointer.h"
+#include "testutil/faulty_disk.h"
 #include "testutil/pattern.h"
 #include "testutil/process.h"
 
@@ -29,13 +30,10 @@ TEST(CrashPointsTest, NoCompleteStepEverLosesAByte) {
   for (int point = 0; point < 100; ++point) {
     SCOPED_TRACE(testing::Message() << "crash point " << point);
     testutil::TempDir dir;
-    auto base = server::NewDefaultFileSystem(8);
-    ASSERT_TRUE(base.ok()) << base.status();
-    server::FaultInjectionFileSystem fs(base->get());
-    server::ServerOptions so;
-    so.data_dir = dir.path() + "/data";
-    so.listen = "127.0.0.1:0";
-    so.file_system = &fs;
+    auto disk = testutil::FaultyDisk::Make(dir.path());
+    ASSERT_TRUE(disk.ok()) << disk.status();
+    server::FaultInjectionFileSystem& fs = (*disk)->fs();
+    const server::ServerOptions& so = (*disk)->options();
     std::vector<char> w(512 << 10);
     CheckpointerOptions o;
     o.job = "crash";

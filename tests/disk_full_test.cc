@@ -9,6 +9,7 @@
 #include "server/server.h"
 #include "server/storage/fault_injection_file_system.h"
 #include "stagger/checkpointer.h"
+#include "testutil/faulty_disk.h"
 #include "testutil/pattern.h"
 #include "testutil/process.h"
 
@@ -17,14 +18,10 @@ namespace {
 
 TEST(DiskFullTest, FullDiskFailsTheSaveAndLosesNothingAcknowledged) {
   testutil::TempDir dir;
-  auto base = server::NewDefaultFileSystem(8);
-  ASSERT_TRUE(base.ok()) << base.status();
-  server::FaultInjectionFileSystem fs(base->get());
-  server::ServerOptions so;
-  so.data_dir = dir.path() + "/data";
-  so.listen = "127.0.0.1:0";
-  so.file_system = &fs;
-  auto srv = server::Server::Start(so);
+  auto disk = testutil::FaultyDisk::Make(dir.path());
+  ASSERT_TRUE(disk.ok()) << disk.status();
+  server::FaultInjectionFileSystem& fs = (*disk)->fs();
+  auto srv = server::Server::Start((*disk)->options());
   ASSERT_TRUE(srv.ok()) << srv.status();
 
   constexpr size_t kBytes = 6 << 20;
