@@ -83,6 +83,15 @@ void AddCompaction(const pb::CompactionReport& from, const std::string& server,
   }
 }
 
+// One unary call to `to` with the set's deadline and token; an error
+// names the server. `rpc` issues the call on the context it is given.
+template <typename Rpc>
+Status Unary(const ServerSet& servers, const ServerConn& to, Rpc rpc) {
+  grpc::ClientContext ctx;
+  PrepareCall(to, &ctx, servers.timeout_s());
+  return FromGrpc(rpc(&ctx), absl::StrCat("server ", to.address));
+}
+
 // Runs `call` on every server up, in the job's ranking order (a gone one
 // is marked down and skipped). A coordinator that was down while steps
 // were committed holds fewer of them, and which servers coordinated a
@@ -141,11 +150,10 @@ Result<pb::GetStepReply> GetStep(ServerSet& servers, const std::string& job,
   std::string from;
   bool have = false;
   STAGGER_RETURN_IF_ERROR(OnEveryServer(servers, job, [&](ServerConn& coord) {
-    grpc::ClientContext ctx;
-    PrepareCall(coord, &ctx, servers.timeout_s());
     pb::GetStepReply r;
-    Status s = FromGrpc(coord.stub->GetStep(&ctx, req, &r),
-                        absl::StrCat("server ", coord.address));
+    Status s = Unary(servers, coord, [&](grpc::ClientContext* ctx) {
+      return coord.stub->GetStep(ctx, req, &r);
+    });
     if (s.ok() && (!have || Better(r, reply))) {
       reply = std::move(r);
       from = coord.address;
@@ -174,11 +182,10 @@ Result<pb::StepInfo> CommitShard(ServerSet& servers, size_t replicas,
   for (ServerConn* coord : servers.Coordinators(manifest.job())) {
     if (committed == replicas) break;
     if (coord->down) continue;
-    grpc::ClientContext ctx;
-    PrepareCall(*coord, &ctx, servers.timeout_s());
     pb::CommitShardReply reply;
-    Status s = FromGrpc(coord->stub->CommitShard(&ctx, req, &reply),
-                        absl::StrCat("server ", coord->address));
+    Status s = Unary(servers, *coord, [&](grpc::ClientContext* ctx) {
+      return coord->stub->CommitShard(ctx, req, &reply);
+    });
     if (IsServerGone(s)) {
       ServerSet::MarkDown(coord, s);
       continue;
@@ -205,11 +212,10 @@ Result<std::vector<pb::StepInfo>> ListSteps(ServerSet& servers,
   // Per step, what the best-informed server says of it.
   std::map<int64_t, pb::StepInfo> merged;
   STAGGER_RETURN_IF_ERROR(OnEveryServer(servers, job, [&](ServerConn& coord) {
-    grpc::ClientContext ctx;
-    PrepareCall(coord, &ctx, servers.timeout_s());
     pb::ListStepsReply reply;
-    Status s = FromGrpc(coord.stub->ListSteps(&ctx, req, &reply),
-                        absl::StrCat("server ", coord.address));
+    Status s = Unary(servers, coord, [&](grpc::ClientContext* ctx) {
+      return coord.stub->ListSteps(ctx, req, &reply);
+    });
     for (const pb::StepInfo& info : reply.steps()) {
       auto [it, inserted] = merged.try_emplace(info.step(), info);
       if (inserted) continue;
@@ -244,12 +250,9 @@ Result<pb::GcReply> Gc(ServerSet& servers, const std::string& job,
                      servers.DownList(), "; nothing was collected"));
   }
   ServerConn& coord = *servers.Coordinators(job).front();
-  {
-    grpc::ClientContext ctx;
-    PrepareCall(coord, &ctx, servers.timeout_s());
-    STAGGER_RETURN_IF_ERROR(FromGrpc(coord.stub->Gc(&ctx, req, &reply),
-                                     absl::StrCat("server ", coord.address)));
-  }
+  STAGGER_RETURN_IF_ERROR(Unary(servers, coord, [&](grpc::ClientContext* ctx) {
+    return coord.stub->Gc(ctx, req, &reply);
+  }));
   if (on_server_done) on_server_done();
   if (servers.size() == 1) return reply;
   // The other servers hold chunks only: each drops the job's chunks outside
