@@ -8,7 +8,11 @@ model state. Every --every iterations the state (--ckpt-mib MiB of float32)
 is saved through stagger to --server: lazily by default (save(lazy=True)
 after the update, before_update() before the next update, so the snapshot
 copies overlap the next all-reduce and compute), or eagerly. Every
-iteration and every checkpoint is written as one JSON line to --out.
+iteration and every checkpoint is written as one JSON line to --out, at
+the end of the run, so the timed loop does no file I/O: a write inside it
+could wait on the disk (in naive and qos modes the storage node writes
+checkpoints to the same disk), and the neighbour waiting for this node
+would time that wait as a slow all-reduce.
 
 Modes:
   baseline  no checkpoint
@@ -26,6 +30,7 @@ import inspect
 import json
 import queue
 import re
+import signal
 import socket
 import struct
 import sys
@@ -200,12 +205,22 @@ def open_checkpointer(stagger, a, state_bytes):
 
 
 def run(a):
-    out = open(a.out, "w", encoding="utf-8")
+    # Kept in memory and written once the loop is over (see the docstring);
+    # also when the run fails, so its records up to the failure remain.
+    records = []
 
     def emit(rec):
         rec.update(mode=a.mode, rank=a.rank)
-        out.write(json.dumps(rec) + "\n")
+        records.append(json.dumps(rec))
 
+    try:
+        return run_loop(a, emit)
+    finally:
+        with open(a.out, "w", encoding="utf-8") as out:
+            out.write("".join(r + "\n" for r in records))
+
+
+def run_loop(a, emit):
     n_elems = a.allreduce_mib * MiB // 4
     grad = np.full(n_elems, a.rank + 1, dtype=np.float32)
     buf = np.empty_like(grad)
@@ -262,6 +277,7 @@ def run(a):
     lazy_pending = False
     for it in range(a.iters):
         tx0 = eth0_tx_bytes()
+        wall0 = time.time()
         t0 = time.perf_counter()
         if marking:
             ck.iteration_begin()
@@ -291,7 +307,7 @@ def run(a):
             drain(block=False)
         t2 = time.perf_counter()
         retrans = ring.retransmits()
-        emit({"type": "iter", "iter": it, "t_s": t2 - t0,
+        emit({"type": "iter", "iter": it, "wall_s": wall0, "t_s": t2 - t0,
               "allreduce_s": t1 - t0, "save_call_s": save_s,
               "before_update_s": before_s,
               "ring_retrans": retrans - retrans_before,
@@ -306,7 +322,6 @@ def run(a):
         emit({"type": "end", **{k: v for k, v in m.items()
                                 if isinstance(v, (int, float, bool))}})
     ring.close()
-    out.close()
     return 0
 
 
@@ -345,6 +360,9 @@ def main():
         p.error("need >= 2 addresses and 0 <= rank < their number")
     if a.mode != "baseline" and not a.server:
         p.error("--server is needed for checkpoint modes")
+    # run.sh's timeout sends SIGTERM: leave through run()'s finally, so the
+    # records so far are written.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(124))
     return run(a)
 
 
