@@ -311,10 +311,36 @@ std::vector<qos_internal::Span> CollectiveGate::ClosedLocked(
   return closed;
 }
 
+int64_t CollectiveGate::NextExpectedBeginLocked() const {
+  // The earliest predicted begin after the last collective's own (which
+  // matched a prediction within tol_ns_); with marks, in the current
+  // iteration or later (each iteration is anchored at its own mark, so a
+  // window before it was never expected).
+  int64_t after = busy_begin_ns_ + tol_ns_;
+  if (marks_mode_) after = std::max(after, origin_ns_ - 1);
+  const int64_t period = model_.period_ns;
+  const int64_t m0 = FloorDiv(after - origin_ns_, period);
+  int64_t next = kForever;
+  for (int64_t m = m0 - 1; m <= m0 + 1; ++m) {
+    for (const Span& p : model_.phases) {
+      const int64_t b = origin_ns_ + m * period + p.begin_ns;
+      if (b > after) next = std::min(next, b);
+    }
+  }
+  return next;
+}
+
+bool CollectiveGate::OverdueLocked(int64_t now_ns) const {
+  if (!learned_ || active_ > 0) return false;
+  const int64_t next = NextExpectedBeginLocked();
+  return next != kForever && now_ns >= next - guard_ns_;
+}
+
 bool CollectiveGate::MaySendLocked(int64_t now_ns) const {
   if (StaleLocked(now_ns)) return true;
   if (active_ > 0) return false;
   if (!learned_) return true;
+  if (OverdueLocked(now_ns)) return false;
   for (const Span& w : ClosedLocked(now_ns)) {
     if (w.begin_ns <= now_ns && now_ns < w.end_ns) return false;
   }
@@ -330,7 +356,9 @@ int64_t CollectiveGate::NextOpenNs(int64_t now_ns) const {
   absl::MutexLock lock(&mu_);
   if (MaySendLocked(now_ns)) return now_ns;
   const int64_t quiet_deadline = QuietDeadlineLocked();
-  if (!learned_) return quiet_deadline;
+  // Overdue: it opens once the expected collective has come and gone (or
+  // by the quiet rule); waiters re-check.
+  if (!learned_ || OverdueLocked(now_ns)) return quiet_deadline;
   int64_t t = now_ns;
   for (const Span& w : ClosedLocked(now_ns)) {  // Sorted by begin.
     if (w.begin_ns <= t && t < w.end_ns) t = w.end_ns;

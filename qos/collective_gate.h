@@ -14,7 +14,10 @@
 //      floor_Bps; the gate only reports it).
 //   3. A learned model: closed from (predicted collective start - guard) to
 //      the predicted end, or to the actual CollectiveEnd of the collective
-//      that matched the prediction, whichever is first.
+//      that matched the prediction, whichever is first. A predicted
+//      collective that has not begun by then is late, not skipped: the gate
+//      stays closed until a collective begins (or rule 1 opens it), so
+//      bytes never go out just before a late one.
 //   4. Otherwise open.
 //
 // Learning. With IterationBegin marks, an iteration runs from one mark to the
@@ -29,9 +32,11 @@
 // (with marks), the model is dropped and learned again from fresh marks;
 // meanwhile the gate closes only during actual collectives. With marks, a
 // collective that runs long or an iteration longer than the period is not a
-// mismatch (each iteration is anchored at its own mark, so predictions can
-// only come early, which is safe); 8 long iterations in a row are, so a
-// lasting change of timing is learned anew.
+// mismatch: each iteration is anchored at its own mark, so the next
+// iteration's windows are predicted early, and the late-collective part of
+// rule 3 keeps the gate closed from there until that iteration's collective
+// comes. 8 long iterations in a row are a mismatch, so a lasting change of
+// timing is learned anew.
 //
 // Thread-safety: thread-safe; marks and queries may come from any threads.
 // Times are passed in (see qos/clock.h); marks whose time is earlier than an
@@ -149,6 +154,12 @@ class CollectiveGate {
   // released early by its CollectiveEnd.
   std::vector<Span> ClosedLocked(int64_t now_ns) const
       ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  // The predicted begin of the next collective expected after the last one
+  // began; INT64_MAX when none is predicted.
+  int64_t NextExpectedBeginLocked() const ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  // Whether that collective is due (its guarded window has begun) but has
+  // not begun yet: the gate then stays closed until it does.
+  bool OverdueLocked(int64_t now_ns) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
   bool MaySendLocked(int64_t now_ns) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
   int64_t OpenUntilLocked(int64_t now_ns) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
 

@@ -84,14 +84,15 @@ TEST(CollectiveGateTest, LearnsFromIterationMarksAndYieldsBeforeCollectives) {
   EXPECT_TRUE(g.MaySend(358 * kMs - 1));
   EXPECT_FALSE(g.MaySend(358 * kMs));
   EXPECT_FALSE(g.MaySend(390 * kMs - 1));
-  EXPECT_TRUE(g.MaySend(390 * kMs));
   EXPECT_EQ(g.OpenUntilNs(310 * kMs), 358 * kMs);
-  EXPECT_EQ(g.NextOpenNs(358 * kMs), 390 * kMs);
   EXPECT_EQ(g.NextOpenNs(310 * kMs), 310 * kMs);
   // Idle from 90 ms to the next 58 ms.
   EXPECT_EQ(g.MaxIdleWindowNs(310 * kMs), 68 * kMs);
-  // Next iteration's window.
-  EXPECT_EQ(g.OpenUntilNs(395 * kMs), 458 * kMs);
+  // The collective predicted at 360 ms has not begun by its predicted end:
+  // it is late, not skipped, so the gate stays closed until it comes (by
+  // the quiet rule at the latest: 4 periods after the last mark).
+  EXPECT_FALSE(g.MaySend(390 * kMs));
+  EXPECT_EQ(g.NextOpenNs(358 * kMs), 700 * kMs);
 
   // The collective comes and ends early: the window ends with it.
   g.CollectiveBegin(360 * kMs);
@@ -99,6 +100,30 @@ TEST(CollectiveGateTest, LearnsFromIterationMarksAndYieldsBeforeCollectives) {
   g.CollectiveEnd(380 * kMs);
   EXPECT_TRUE(g.MaySend(380 * kMs));
   EXPECT_EQ(g.OpenUntilNs(380 * kMs), 458 * kMs);
+  // Next iteration's window.
+  EXPECT_EQ(g.OpenUntilNs(395 * kMs), 458 * kMs);
+}
+
+TEST(CollectiveGateTest,
+     ACollectiveRunningPastTheNextPredictedOneKeepsItClosed) {
+  CollectiveGate g;  // guard 2 ms
+  LearnSixtyToNinety(g);
+  // This iteration's collective runs until 480 ms, past the next
+  // iteration's predicted window [458, 490). That window's collective has
+  // not come (its iteration has not even begun): were the gate to open at
+  // 490, bytes sent then would meet the collective whenever the late
+  // iteration starts.
+  g.CollectiveBegin(360 * kMs);
+  g.CollectiveEnd(480 * kMs);
+  EXPECT_FALSE(g.MaySend(480 * kMs));
+  EXPECT_FALSE(g.MaySend(495 * kMs));
+  EXPECT_EQ(g.OpenUntilNs(495 * kMs), 495 * kMs);
+  // The late iteration begins at 510 ms: anchored there, its window is
+  // [568, 600) and the time before it is idle again.
+  g.IterationBegin(510 * kMs);
+  EXPECT_TRUE(g.MaySend(510 * kMs));
+  EXPECT_EQ(g.OpenUntilNs(510 * kMs), 568 * kMs);
+  EXPECT_TRUE(g.stats().learned);
 }
 
 TEST(CollectiveGateTest, SlowedIterationsKeepTheModel) {
@@ -182,11 +207,13 @@ TEST(CollectiveGateTest, LearnsFromCollectiveSpacingWithoutIterationMarks) {
   EXPECT_EQ(g.OpenUntilNs(340 * kMs), 358 * kMs);
   EXPECT_TRUE(g.MaySend(357 * kMs));
   EXPECT_FALSE(g.MaySend(358 * kMs));
-  EXPECT_EQ(g.NextOpenNs(358 * kMs), 390 * kMs);
-  EXPECT_EQ(g.OpenUntilNs(395 * kMs), 418 * kMs);
+  // Until the collective predicted at 360 ms comes, by the quiet rule at
+  // the latest (4 periods after the last mark, 330 ms).
+  EXPECT_EQ(g.NextOpenNs(358 * kMs), 730 * kMs);
   EXPECT_EQ(g.MaxIdleWindowNs(395 * kMs), 28 * kMs);
   // The pattern continues: still learned, and re-anchored on phase 0.
   Iteration(g, 300, {{60, 90}}, /*mark=*/false);
+  EXPECT_EQ(g.OpenUntilNs(395 * kMs), 418 * kMs);
   Iteration(g, 400, {{21, 30}}, /*mark=*/false);
   EXPECT_TRUE(g.stats().learned);
   EXPECT_EQ(g.OpenUntilNs(440 * kMs), 459 * kMs);
@@ -214,6 +241,8 @@ TEST(CollectiveGateTest, RelearnsWhenThePatternChanges) {
   EXPECT_EQ(s.models_learned, 2u);
   EXPECT_TRUE(g.MaySend(718 * kMs - 1));
   EXPECT_FALSE(g.MaySend(718 * kMs));
+  g.CollectiveBegin(720 * kMs);
+  g.CollectiveEnd(740 * kMs);
   EXPECT_TRUE(g.MaySend(760 * kMs));
 }
 
@@ -298,6 +327,8 @@ TEST(CollectiveGateTest, RecordSendCountsIdleWindows) {
   EXPECT_TRUE(g.RecordSend(310 * kMs));  // collectives happened since
   EXPECT_FALSE(g.RecordSend(340 * kMs));
   EXPECT_FALSE(g.RecordSend(365 * kMs));  // closed: not counted
+  g.CollectiveBegin(360 * kMs);
+  g.CollectiveEnd(390 * kMs);
   EXPECT_TRUE(g.RecordSend(395 * kMs));
   g.AddYieldNs(7);
   CollectiveGateStats s = g.stats();
