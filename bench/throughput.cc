@@ -57,10 +57,11 @@ struct CodecRun {
 // checkpoint, whatever the client keeps from earlier steps) and waits for
 // it to be durable.
 Status SaveOnce(const std::string& servers, const std::string& codec,
-                int iteration, int pipeline_threads,
+                int iteration, int pipeline_threads, size_t max_inflight,
                 client::SyntheticState& state, CodecRun* run) {
   CheckpointerOptions o;
   o.pipeline_threads = pipeline_threads;
+  o.max_inflight_chunks = max_inflight;
   o.servers = servers;
   o.job = "bench-throughput-" + codec + "-" + std::to_string(iteration);
   o.codec = codec;
@@ -98,6 +99,9 @@ int Main(int argc, char** argv) {
                  "this one, or $STAGGER_BIN_DIR)"}},
                {"pipeline-threads",
                 {"0", "CheckpointerOptions.pipeline_threads (0: auto)"}},
+               {"max-inflight",
+                {std::to_string(CheckpointerOptions().max_inflight_chunks),
+                 "CheckpointerOptions.max_inflight_chunks"}},
                {"codecs",
                 {"raw,zstd,auto",
                  "codecs to save with, in order (raw first: the others are "
@@ -116,6 +120,11 @@ int Main(int argc, char** argv) {
   if (!iterations.ok()) return Fail("throughput", iterations.status());
   if (!seed.ok()) return Fail("throughput", seed.status());
   const int pipeline_threads = atoi(flags.Get("pipeline-threads").c_str());
+  auto max_inflight_flag = flags.GetInt("max-inflight");
+  if (!max_inflight_flag.ok()) {
+    return Fail("throughput", max_inflight_flag.status());
+  }
+  const size_t max_inflight = static_cast<size_t>(*max_inflight_flag);
   std::string server_bin = flags.Get("server");
   if (server_bin.empty()) server_bin = BinDir() + "/stagger-server";
   std::vector<CodecRun> runs;
@@ -164,7 +173,7 @@ int Main(int argc, char** argv) {
     }
     for (CodecRun& run : runs) {
       s = SaveOnce((*server)->grpc_address(), run.codec, i, pipeline_threads,
-                   state, &run);
+                   max_inflight, state, &run);
       if (!s.ok()) return Fail("throughput", s);
     }
   }
