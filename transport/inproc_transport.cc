@@ -87,6 +87,12 @@ class ConnCore {
   // Runs the callbacks still queued, then ends the dispatcher thread.
   void Shutdown() { executor_.Stop(SerialExecutor::Pending::kRun); }
 
+  // Runs `task` on the dispatcher thread, in order with the replies.
+  void Post(std::function<void()> task) {
+    auto shared = std::make_shared<std::function<void()>>(std::move(task));
+    if (!executor_.Post([shared] { (*shared)(); })) (*shared)();
+  }
+
   void Dispatch(ReplyCallback done, Result<Message> outcome) {
     auto shared = std::make_shared<std::pair<ReplyCallback, Result<Message>>>(
         std::move(done), std::move(outcome));
@@ -363,8 +369,9 @@ class InProcConnection final : public Connection {
     core_->Shutdown();
   }
 
+  using Connection::Call;
   void Call(uint16_t op, std::string_view header, std::string_view payload,
-            ReplyCallback done) override {
+            ReplyCallback done, SentCallback sent) override {
     Status valid = CheckSizes("message", header.size(), payload.size());
     if (!valid.ok()) {
       core_->Dispatch(std::move(done), valid);
@@ -376,6 +383,8 @@ class InProcConnection final : public Connection {
     request.op = op;
     request.header = std::string(header);
     request.payload = Buffer::CopyOf(payload);
+    // Posted before the request is delivered, so it runs before any reply.
+    if (sent) core_->Post(std::move(sent));
     auto listener = listener_.lock();
     if (listener == nullptr ||
         !listener->Deliver(core_, core_->id(), id, std::move(request))) {

@@ -38,6 +38,13 @@ struct Message {
 // block for long; hand heavy work elsewhere.
 using ReplyCallback = std::function<void(Result<Message>)>;
 
+// Called at most once per Call(), before its ReplyCallback, once the
+// request's payload has left this side: UCX: the send completed (for a
+// rendezvous payload, once the peer has pulled it); in-process: once it was
+// copied, at the call. What a sender measures the wire with: a reply also
+// waits for the peer's work. Same thread rules as ReplyCallback.
+using SentCallback = std::function<void()>;
+
 // Client side of one connection. Thread-safe.
 class Connection {
  public:
@@ -46,8 +53,14 @@ class Connection {
   // Sends {op, header, payload} and calls `done` exactly once. `payload` is
   // borrowed: it must stay valid and unchanged until `done` runs.
   // INVALID_ARGUMENT (through `done`) when the header or payload is too big.
+  void Call(uint16_t op, std::string_view header, std::string_view payload,
+            ReplyCallback done) {
+    Call(op, header, payload, std::move(done), nullptr);
+  }
+  // As above; `sent` (may be empty) reports when the payload has left.
   virtual void Call(uint16_t op, std::string_view header,
-                    std::string_view payload, ReplyCallback done) = 0;
+                    std::string_view payload, ReplyCallback done,
+                    SentCallback sent) = 0;
 
   // Call() and wait for the reply.
   Result<Message> CallSync(uint16_t op, std::string_view header,

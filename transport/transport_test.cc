@@ -1,6 +1,7 @@
 // Behaviour every Transport shares, run over UCX and the in-process one.
 #include "transport/transport.h"
 
+#include <atomic>
 #include <cstring>
 #include <deque>
 #include <memory>
@@ -284,6 +285,44 @@ TEST_P(TransportTest, RepliesSentLaterFromAnotherThreadInAnyOrder) {
     want = std::string(want.rbegin(), want.rend()) + "-reply";
     EXPECT_EQ(results[i]->header, want);
     EXPECT_TRUE(results[i]->payload.view() == payloads[i]) << i;
+  }
+}
+
+TEST_P(TransportTest, SentRunsOnceThePayloadLeftBeforeTheReply) {
+  ParkingHandler handler;
+  auto listener = MustListen(&handler);
+  ASSERT_NE(listener, nullptr);
+  auto conn = MustConnect(*listener);
+  ASSERT_NE(conn, nullptr);
+  // Eager and rendezvous payloads.
+  const std::vector<std::string> payloads = {Pattern(1000, 1),
+                                             Pattern(4 << 20, 2)};
+  for (const std::string& payload : payloads) {
+    absl::Notification sent, replied;
+    std::atomic<int> sent_calls{0};
+    bool sent_before_reply = false;
+    conn->Call(
+        5, "h", payload,
+        [&](Result<Message> r) {
+          EXPECT_TRUE(r.ok()) << r.status();
+          sent_before_reply = sent.HasBeenNotified();
+          replied.Notify();
+        },
+        [&] {
+          ++sent_calls;
+          sent.Notify();
+        });
+    // The request is parked, unanswered: the payload has left all the
+    // same, and the sender hears so without waiting for the reply.
+    std::deque<ParkingHandler::Parked> parked = handler.Take(1);
+    ASSERT_EQ(parked.size(), 1u);
+    EXPECT_TRUE(sent.WaitForNotificationWithTimeout(absl::Seconds(10)))
+        << payload.size();
+    EXPECT_FALSE(replied.HasBeenNotified());
+    parked.front().reply->Send(6, "", Buffer());
+    ASSERT_TRUE(replied.WaitForNotificationWithTimeout(absl::Seconds(10)));
+    EXPECT_TRUE(sent_before_reply);
+    EXPECT_EQ(sent_calls.load(), 1);
   }
 }
 

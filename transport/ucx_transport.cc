@@ -35,9 +35,10 @@ class UcxConnection final : public Connection {
       : loop_(std::move(loop)) {}
   ~UcxConnection() override { loop_->Stop(); }
 
+  using Connection::Call;
   void Call(uint16_t op, std::string_view header, std::string_view payload,
-            ReplyCallback done) override {
-    loop_->Call(op, header, payload, std::move(done));
+            ReplyCallback done, SentCallback sent) override {
+    loop_->Call(op, header, payload, std::move(done), std::move(sent));
   }
   std::string peer() const override { return loop_->peer(); }
 

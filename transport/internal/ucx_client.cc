@@ -85,7 +85,8 @@ void UcxClientLoop::ReportConnect(const Status& status) {
 
 void UcxClientLoop::Call(uint16_t op, std::string_view header,
                          std::string_view payload,
-                         transport::ReplyCallback done) {
+                         transport::ReplyCallback done,
+                         transport::SentCallback sent) {
   Status valid = CheckSizes(header, payload);
   if (!valid.ok()) {
     // Report on the progress thread like every other outcome, unless the
@@ -95,10 +96,11 @@ void UcxClientLoop::Call(uint16_t op, std::string_view header,
     return;
   }
   auto shared = std::make_shared<transport::ReplyCallback>(std::move(done));
-  bool posted =
-      Post([this, op, header = std::string(header), payload, shared]() mutable {
-        StartCall(op, header, payload, std::move(*shared));
-      });
+  auto shared_sent = std::make_shared<transport::SentCallback>(std::move(sent));
+  bool posted = Post([this, op, header = std::string(header), payload, shared,
+                      shared_sent]() mutable {
+    StartCall(op, header, payload, std::move(*shared), std::move(*shared_sent));
+  });
   if (!posted) {
     (*shared)(absl::UnavailableError(
         absl::StrCat("connection to ", peer_, " is closed")));
@@ -107,7 +109,8 @@ void UcxClientLoop::Call(uint16_t op, std::string_view header,
 
 void UcxClientLoop::StartCall(uint16_t op, const std::string& header,
                               std::string_view payload,
-                              transport::ReplyCallback done) {
+                              transport::ReplyCallback done,
+                              transport::SentCallback sent) {
   if (!down_.ok() || stopping()) {
     done(down_.ok() ? absl::UnavailableError(
                           absl::StrCat("connection to ", peer_, " is closing"))
@@ -116,6 +119,7 @@ void UcxClientLoop::StartCall(uint16_t op, const std::string& header,
   }
   uint64_t id = next_request_id_++;
   pending_[id].done = std::move(done);
+  pending_[id].on_sent = std::move(sent);
   Send(ep_id_, FrameKind::kRequest, op, id, header, payload, Buffer(),
        [this, id](Status s) { OnSent(id, s); });
 }
@@ -127,6 +131,10 @@ void UcxClientLoop::OnSent(uint64_t request_id, const Status& status) {
   if (!status.ok() && !it->second.outcome.has_value()) {
     it->second.outcome =
         AsUnavailable(WithContext(status, absl::StrCat("request to ", peer_)));
+  }
+  if (status.ok() && it->second.on_sent) {
+    transport::SentCallback on_sent = std::move(it->second.on_sent);
+    on_sent();
   }
   MaybeFinish(request_id);
 }

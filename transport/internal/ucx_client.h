@@ -36,13 +36,14 @@ class UcxClientLoop final : public UcxWorkerLoop {
   // See transport::Connection::Call. `done` runs on the progress thread, or
   // on the caller's thread when the connection is already shut down.
   void Call(uint16_t op, std::string_view header, std::string_view payload,
-            transport::ReplyCallback done);
+            transport::ReplyCallback done, transport::SentCallback sent);
 
   const std::string& peer() const { return peer_; }
 
  private:
   struct PendingCall {
     transport::ReplyCallback done;
+    transport::SentCallback on_sent;  // may be empty
     bool sent = false;
     std::optional<Result<transport::Message>> outcome;
   };
@@ -53,7 +54,8 @@ class UcxClientLoop final : public UcxWorkerLoop {
         peer_(std::move(peer)) {}
 
   void StartCall(uint16_t op, const std::string& header,
-                 std::string_view payload, transport::ReplyCallback done);
+                 std::string_view payload, transport::ReplyCallback done,
+                 transport::SentCallback sent);
   void Settle(uint64_t request_id, Result<transport::Message> outcome);
   void OnSent(uint64_t request_id, const Status& status);
   void MaybeFinish(uint64_t request_id);
