@@ -14,19 +14,23 @@ int64_t NowNs() {
       .count();
 }
 
-// The wire's throughput is the ratio of decayed sums of bytes and busy
-// time over recent completions (each older one weighs kDecay times less):
-// acks that arrive together (one group commit) add bytes but hardly any
-// time, so a per-completion average would explode, while this ratio moves
-// only as far as the bytes justify.
+// The codec policy's estimate (Little's law below) weighs recent
+// completions by count, each older one kDecay times less: bytes and
+// latency come with every completion alike.
 constexpr double kDecay = 0.8;
+// The link rate (client/wire_rate.h) is measured from the transport's
+// sent callbacks, not from the replies: a reply also waits for the
+// server's write and fsync, and one group commit answers several chunks at
+// once. Time constant: a few iterations of a training loop's idle windows.
+constexpr double kWireRateTimeConstantS = 1.0;
 
 }  // namespace
 
 Sender::Sender(size_t max_inflight, CodecPolicy* policy, Shaping* shaping)
     : max_inflight_(max_inflight == 0 ? 1 : max_inflight),
       policy_(policy),
-      shaping_(shaping) {
+      shaping_(shaping),
+      wire_rate_(kWireRateTimeConstantS) {
   if (shaping_ != nullptr) thread_ = std::thread([this] { ShapedLoop(); });
 }
 
@@ -49,7 +53,7 @@ void Sender::Enqueue(SendItem item) {
       queue_.push_back(std::move(item));
       return;
     }
-    if (in_flight_++ == 0) wire_mark_ns_ = NowNs();
+    ++in_flight_;
   }
   Send(std::make_shared<SendItem>(std::move(item)));
 }
@@ -57,9 +61,17 @@ void Sender::Enqueue(SendItem item) {
 void Sender::Send(std::shared_ptr<SendItem> p) {
   const size_t wire_bytes = p->header.size() + p->payload.size();
   const int64_t sent_ns = NowNs();
+  {
+    absl::MutexLock lock(&mu_);
+    if (unsent_++ == 0) wire_mark_ns_ = sent_ns;
+  }
+  // Sent and reply callbacks run one after the other on the transport's
+  // thread; a call that fails before its payload left has no sent one.
+  auto left = std::make_shared<bool>(false);
   p->server->data->Call(
       static_cast<uint16_t>(format::DataOp::kPutChunk), p->header, p->payload,
-      [this, p, wire_bytes, sent_ns](Result<transport::Message> reply) {
+      [this, p, wire_bytes, sent_ns, left](Result<transport::Message> reply) {
+        if (!*left) OnWireLeft(0);
         Status s = reply.status();
         if (s.ok()) {
           auto r = format::DecodeReply(reply->header);
@@ -67,23 +79,33 @@ void Sender::Send(std::shared_ptr<SendItem> p) {
         }
         p->done(WithContext(s, p->what));
         OnSendDone(wire_bytes, NowNs() - sent_ns);
+      },
+      [this, wire_bytes, left] {
+        *left = true;
+        OnWireLeft(wire_bytes);
       });
+}
+
+void Sender::OnWireLeft(size_t wire_bytes) {
+  absl::MutexLock lock(&mu_);
+  // The wire was busy from the mark to now and carried these bytes.
+  const int64_t now = NowNs();
+  if (wire_bytes > 0) {
+    wire_rate_.Add(now, wire_bytes, now - wire_mark_ns_);
+    if (wire_rate_.Bps() > 0) {
+      wire_Bps_ = wire_rate_.Bps();
+      if (shaping_ != nullptr) shaping_->SetLinkRateHint(wire_Bps_);
+    }
+  }
+  wire_mark_ns_ = now;
+  --unsent_;
 }
 
 void Sender::OnSendDone(size_t wire_bytes, int64_t latency_ns) {
   std::shared_ptr<SendItem> next;
   {
     absl::MutexLock lock(&mu_);
-    // The wire was busy from the mark to now and completed these bytes.
-    const int64_t now = NowNs();
-    const double busy_s = (now - wire_mark_ns_) * 1e-9;
-    wire_mark_ns_ = now;
     wire_bytes_sum_ = wire_bytes_sum_ * kDecay + wire_bytes;
-    wire_time_sum_ = wire_time_sum_ * kDecay + std::max(busy_s, 0.0);
-    if (wire_time_sum_ > 0) {
-      wire_Bps_ = wire_bytes_sum_ / wire_time_sum_;
-      if (shaping_ != nullptr) shaping_->SetLinkRateHint(wire_Bps_);
-    }
     // What the wire could carry with the whole window in flight (Little's
     // law over recent chunks): with the window full this is the measured
     // throughput; with the wire starved (encoders too slow to keep more
@@ -146,7 +168,7 @@ void Sender::ShapedLoop() {
     {
       absl::MutexLock lock(&mu_);
       const int64_t now = NowNs();
-      if (in_flight_++ == 0) wire_mark_ns_ = now;
+      ++in_flight_;
       if (wire_Bps_ > 0) {
         wire_free_ns_ = std::max(wire_free_ns_, now) +
                         static_cast<int64_t>(wire_bytes * 1e9 / wire_Bps_);

@@ -10,8 +10,9 @@
 // chunk can leave before the window closes, so that queued bytes do not
 // delay the collective.
 //
-// It measures the wire: bytes completed over the time it was busy, fed to
-// the codec policy and to the shaping as the link rate.
+// It measures the wire: bytes that left over the time they took (from the
+// transport's sent callbacks), fed to the shaping as the link rate; and
+// bytes acknowledged against their latency, fed to the codec policy.
 //
 // Thread-safety: thread-safe. The destructor sends every queued chunk
 // (their callbacks run) and then stops the thread.
@@ -29,6 +30,7 @@
 #include "client/codec_policy.h"
 #include "client/server_set.h"
 #include "client/shaping.h"
+#include "client/wire_rate.h"
 
 namespace stagger::client {
 
@@ -55,6 +57,8 @@ class Sender {
  private:
   void Send(std::shared_ptr<SendItem> item);
   void OnSendDone(size_t wire_bytes, int64_t latency_ns);
+  // A sent chunk's payload left (wire_bytes), or its call failed first (0).
+  void OnWireLeft(size_t wire_bytes);
   void ShapedLoop();
   bool Ready() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
@@ -65,12 +69,14 @@ class Sender {
   mutable absl::Mutex mu_;
   std::deque<SendItem> queue_ ABSL_GUARDED_BY(mu_);
   size_t in_flight_ ABSL_GUARDED_BY(mu_) = 0;
-  // Since when the wire has been busy without a break, or its last
-  // completion within that stretch.
+  // Chunks handed to the transport whose payload has not left yet; since
+  // when the wire has been busy with them without a break, or when the
+  // last one left within that stretch.
+  size_t unsent_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t wire_mark_ns_ ABSL_GUARDED_BY(mu_) = 0;
-  double wire_bytes_sum_ ABSL_GUARDED_BY(mu_) = 0;  // decayed, see .cc
-  double wire_time_sum_ ABSL_GUARDED_BY(mu_) = 0;
+  WireRate wire_rate_ ABSL_GUARDED_BY(mu_);
   double wire_Bps_ ABSL_GUARDED_BY(mu_) = 0;
+  double wire_bytes_sum_ ABSL_GUARDED_BY(mu_) = 0;  // decayed, see .cc
   // Decayed sum of chunk latencies (send to ack, ns), over the same
   // completions as wire_bytes_sum_.
   double latency_sum_ ABSL_GUARDED_BY(mu_) = 0;
