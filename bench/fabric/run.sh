@@ -24,6 +24,7 @@
 # --iters K             iterations per mode (quick 100, full 240)
 # --every J             checkpoint interval in iterations (quick 12, full 27)
 # --ckpt-mib S          checkpoint size per node (quick 128, full 400)
+# --chunk-kib K         chunk size of the checkpoints, naive and qos (1024)
 # --save-mode lazy|eager  save(lazy=True) + before_update(), or eager (lazy)
 # --warmup W            leading iterations left out of the figures (5 / 10)
 # --modes LIST          comma-separated subset of baseline,naive,qos
@@ -63,6 +64,7 @@ compute_ms=150
 iters=""
 every=""
 ckpt_mib=""
+chunk_kib=1024
 warmup=""
 modes="baseline,naive,qos"
 qos_yield="learn"
@@ -92,6 +94,7 @@ while [[ $# -gt 0 ]]; do
     --iters) need "$@"; iters="$2"; shift ;;
     --every) need "$@"; every="$2"; shift ;;
     --ckpt-mib) need "$@"; ckpt_mib="$2"; shift ;;
+    --chunk-kib) need "$@"; chunk_kib="$2"; shift ;;
     --warmup) need "$@"; warmup="$2"; shift ;;
     --modes) need "$@"; modes="$2"; shift ;;
     --qos-yield) need "$@"; qos_yield="$2"; shift ;;
@@ -115,12 +118,16 @@ else
 fi
 : "${storage_rate_mbit:=$((nodes * rate_mbit))}"
 for v in nodes rate_mbit storage_rate_mbit queue_ms allreduce_mib \
-         compute_ms iters every ckpt_mib warmup; do
+         compute_ms iters every ckpt_mib chunk_kib warmup; do
   if [[ ! "${!v}" =~ ^[0-9]+$ ]]; then
     echo "run.sh: --${v//_/-} wants a whole number, got '${!v}'" >&2
     exit 2
   fi
 done
+if (( chunk_kib < 64 )); then
+  echo "run.sh: --chunk-kib must be at least 64" >&2
+  exit 2
+fi
 if (( nodes < 2 || nodes > 64 )); then
   echo "run.sh: --nodes must be 2..64" >&2
   exit 2
@@ -267,11 +274,11 @@ ns_env=(env "PYTHONPATH=$py_path" UCX_TLS=tcp UCX_NET_DEVICES=eth0
 
 printf '{"nodes": %d, "rate_mbit": %d, "storage_rate_mbit": %d,
  "queue_ms": %d, "allreduce_mib": %d, "compute_ms": %d, "iters": %d,
- "every": %d, "ckpt_mib": %d, "warmup": %d, "qos_yield": "%s",
- "save_mode": "%s"}\n' \
+ "every": %d, "ckpt_mib": %d, "chunk_kib": %d, "warmup": %d,
+ "qos_yield": "%s", "save_mode": "%s"}\n' \
   "$nodes" "$rate_mbit" "$storage_rate_mbit" "$queue_ms" "$allreduce_mib" \
-  "$compute_ms" "$iters" "$every" "$ckpt_mib" "$warmup" "$qos_yield" \
-  "$save_mode" \
+  "$compute_ms" "$iters" "$every" "$ckpt_mib" "$chunk_kib" "$warmup" \
+  "$qos_yield" "$save_mode" \
   > "$work/config.json"
 
 # --- the ceiling: TCP goodput n0 -> s0 through the caps.
@@ -333,7 +340,7 @@ run_mode() {  # MODE [trainer args...]
       --server "$s0_ip:7700" --job "fabric-$mode-$$" \
       --allreduce-mib "$allreduce_mib" --compute-ms "$compute_ms" \
       --iters "$iters" --every "$every" --ckpt-mib "$ckpt_mib" \
-      --save-mode "$save_mode" \
+      --chunk-kib "$chunk_kib" --save-mode "$save_mode" \
       --out "$work/$mode.r$r.jsonl" "$@" > "$work/$mode.r$r.log" 2>&1 &
     pids+=("$!")
   done
