@@ -1,7 +1,8 @@
 // A stagger-server data directory on a fault-injecting file system: the
 // default file system wrapped in a FaultInjectionFileSystem, and the
 // ServerOptions of an in-process server that writes through it. For tests
-// that crash the disk or fill it (server/storage/fault_injection_file_system.h).
+// that crash the disk or fill it
+// (server/storage/fault_injection_file_system.h).
 #ifndef STAGGER_TESTS_TESTUTIL_FAULTY_DISK_H_
 #define STAGGER_TESTS_TESTUTIL_FAULTY_DISK_H_
 
