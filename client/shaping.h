@@ -19,6 +19,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <limits>
 #include <memory>
 
 #include "qos/clock.h"
@@ -58,13 +59,15 @@ class Shaping {
   Status Pace(uint64_t raw_bytes);
   // Books chunks that will not be sent (unchanged), without waiting.
   void Skip(uint64_t raw_bytes);
-  // Blocks until `wire_bytes` may go (caps and the collective gate).
+  // Blocks until `wire_bytes` may go (caps and the collective gate). Past
+  // the save's deadline only an open collective holds the bytes back
+  // (qos::Shaper::SetPastDeadline).
   Status Admit(uint64_t wire_bytes);
   // The link's throughput, so chunks are fitted into idle windows.
   void SetLinkRateHint(double Bps);
   // Whether `bytes` put on the wire now would drain before the collective
   // gate's current idle window closes (true without a gate, a prediction
-  // or a link rate).
+  // or a link rate, and past the save's deadline).
   bool FitsWindow(uint64_t bytes) const;
 
   void CollectiveBegin();
@@ -99,6 +102,9 @@ class Shaping {
   std::unique_ptr<qos::Shaper> wire_;
   std::atomic<double> link_Bps_{0};
   std::atomic<double> deadline_s_{0};
+  // When the last save's deadline passes; INT64_MAX without one.
+  std::atomic<int64_t> deadline_at_ns_{std::numeric_limits<int64_t>::max()};
+  bool PastDeadline() const;
 };
 
 }  // namespace stagger::client

@@ -145,6 +145,58 @@ TEST(ShapingTest, OffIgnoresCollectives) {
   EXPECT_EQ(s->GateStats().models_learned, 0u);
 }
 
+// Learns iterations of 100 ms with a collective in their first 40 ms
+// (marks at 0..400 ms), then runs iteration 5 at 500 ms; the clock ends at
+// 590 ms, 5 ms before the gate closes for iteration 6 (guard: 5% of the
+// period), with iteration 6's collective scheduled at [600, 640) ms.
+void LearnAndReachTheNextGuard(Shaping& s, qos::SimulatedClock& clock) {
+  for (int i = 0; i <= 5; ++i) {
+    clock.AdvanceTo(i * 100 * kMs);
+    s.IterationBegin();
+    s.CollectiveBegin();
+    clock.AdvanceTo((i * 100 + 40) * kMs);
+    s.CollectiveEnd();
+  }
+  clock.AdvanceTo(590 * kMs);
+  clock.ScheduleAt(600 * kMs, [&] {
+    s.IterationBegin();
+    s.CollectiveBegin();
+  });
+  clock.ScheduleAt(640 * kMs, [&] { s.CollectiveEnd(); });
+  s.SetLinkRateHint(100e6);  // 4 MB take 40 ms: no fit before 595 ms
+}
+
+TEST(ShapingTest, PastTheDeadlineOnlyOpenCollectivesHoldBytes) {
+  {
+    // Within its deadline a 4 MB chunk waits out the window it does not
+    // fit and the collective after it.
+    qos::SimulatedClock clock;
+    auto s = WithYield("learn", &clock);
+    ASSERT_NE(s, nullptr);
+    s->StartSave(40'000'000, /*deadline_s=*/100);
+    LearnAndReachTheNextGuard(*s, clock);
+    EXPECT_FALSE(s->FitsWindow(4'000'000));
+    ASSERT_TRUE(s->Admit(4'000'000).ok());
+    EXPECT_EQ(clock.NowNs(), 640 * kMs);
+  }
+  {
+    // Past it, the chunk goes at once, though it will meet the collective
+    // predicted at 600 ms...
+    qos::SimulatedClock clock;
+    auto s = WithYield("learn", &clock);
+    ASSERT_NE(s, nullptr);
+    s->StartSave(40'000'000, /*deadline_s=*/0.1);  // due at 100 ms
+    LearnAndReachTheNextGuard(*s, clock);
+    EXPECT_TRUE(s->FitsWindow(4'000'000));
+    ASSERT_TRUE(s->Admit(4'000'000).ok());
+    EXPECT_EQ(clock.NowNs(), 590 * kMs);
+    // ...but never into a collective that is open.
+    clock.AdvanceTo(610 * kMs);
+    ASSERT_TRUE(s->Admit(4'000'000).ok());
+    EXPECT_EQ(clock.NowNs(), 640 * kMs);
+  }
+}
+
 TEST(ShapingTest, GateStatsShowTheLearnedIteration) {
   qos::SimulatedClock clock;
   auto s = WithYield("learn", &clock);

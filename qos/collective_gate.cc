@@ -347,6 +347,11 @@ bool CollectiveGate::MaySendLocked(int64_t now_ns) const {
   return true;
 }
 
+bool CollectiveGate::CollectiveOpen(int64_t now_ns) const {
+  absl::MutexLock lock(&mu_);
+  return !StaleLocked(now_ns) && active_ > 0;
+}
+
 bool CollectiveGate::MaySend(int64_t now_ns) const {
   absl::MutexLock lock(&mu_);
   return MaySendLocked(now_ns);

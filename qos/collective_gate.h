@@ -112,6 +112,9 @@ class CollectiveGate {
 
   // Whether bytes may start now.
   bool MaySend(int64_t now_ns) const;
+  // Whether a marked collective is open now (false once the marks went
+  // quiet, rule 1): the part of MaySend that predicts nothing.
+  bool CollectiveOpen(int64_t now_ns) const;
   // When MaySend is next expected to be true: now_ns if it is; else the
   // predicted end of the current busy window; for a collective running with
   // no predicted end, the time the gate would open by the quiet rule. A
