@@ -123,9 +123,9 @@ Result<std::unique_ptr<Shaping>> Shaping::Make(const CheckpointerOptions& o,
 void Shaping::StartSave(uint64_t raw_bytes, double deadline_s) {
   const int64_t now = clock_->NowNs();
   deadline_s_ = deadline_s > 0 ? deadline_s : 0;
-  deadline_at_ns_ = deadline_s > 0 ? now + static_cast<int64_t>(
-                                               deadline_s * kSecond)
-                                   : std::numeric_limits<int64_t>::max();
+  deadline_at_ns_ = deadline_s > 0
+                        ? now + static_cast<int64_t>(deadline_s * kSecond)
+                        : std::numeric_limits<int64_t>::max();
   if (deadline_s <= 0) {
     pacer_.Start(now, raw_bytes, 0, options_.qos_floor_Bps,
                  options_.qos_max_Bps);
