@@ -105,7 +105,8 @@ while [[ $# -gt 0 ]]; do
     --data) need "$@"; data="$2"; shift ;;
     --server-arg) need "$@"; server_args+=("$2"); shift ;;
     --server-arg=*) server_args+=("${1#--server-arg=}") ;;
-    -h|--help) sed -n '2,40p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next }
+                    NR > 1 { exit }' "$0"; exit 0 ;;
     *) echo "run.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
   shift
