@@ -80,10 +80,11 @@ Status Shaper::Acquire(uint64_t bytes) {
 bool Shaper::GateAllows(int64_t now_ns, uint64_t bytes, int* skips,
                         int64_t* skipped_until_ns, int64_t* wake_ns) {
   CollectiveGate* gate = options_.gate;
-  if (past_deadline_.load(std::memory_order_relaxed)) {
-    if (!gate->CollectiveOpen(now_ns)) return true;
-    *wake_ns = gate->NextOpenNs(now_ns);
-    return false;
+  // Late: only an open collective holds bytes back, through the closed
+  // path below (so a floor rate still applies).
+  if (past_deadline_.load(std::memory_order_relaxed) &&
+      !gate->CollectiveOpen(now_ns)) {
+    return true;
   }
   if (!gate->MaySend(now_ns)) {
     const int64_t open_at = gate->NextOpenNs(now_ns);

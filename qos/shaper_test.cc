@@ -185,5 +185,24 @@ TEST_F(ShaperGateTest, FloorRateKeepsATrickleDuringCollectives) {
   EXPECT_EQ(shaper.stats().windows, 0u);
 }
 
+TEST_F(ShaperGateTest, PastTheDeadlineTheFloorRateStillApplies) {
+  CollectiveGateOptions go = GateOptions();
+  go.floor_Bps = 1e6;  // 1000 bytes per ms
+  CollectiveGate gate(go);
+  ShaperOptions o;
+  o.clock = &clock_;
+  o.gate = &gate;
+  Shaper shaper(o);
+  shaper.SetPastDeadline(true);
+  gate.CollectiveBegin(0);
+  ASSERT_TRUE(shaper.Acquire(1000).ok());
+  EXPECT_EQ(clock_.NowNs(), 0);
+  ASSERT_TRUE(shaper.Acquire(1000).ok());
+  EXPECT_EQ(clock_.NowNs(), kMs);
+  gate.CollectiveEnd(kMs);
+  ASSERT_TRUE(shaper.Acquire(1000).ok());  // nothing open: at once
+  EXPECT_EQ(clock_.NowNs(), kMs);
+}
+
 }  // namespace
 }  // namespace stagger::qos
