@@ -92,9 +92,8 @@ void Sender::OnWireLeft(size_t wire_bytes) {
   const int64_t now = NowNs();
   if (wire_bytes > 0) {
     wire_rate_.Add(now, wire_bytes, now - wire_mark_ns_);
-    if (wire_rate_.Bps() > 0) {
-      wire_Bps_ = wire_rate_.Bps();
-      if (shaping_ != nullptr) shaping_->SetLinkRateHint(wire_Bps_);
+    if (shaping_ != nullptr && wire_rate_.Bps() > 0) {
+      shaping_->SetLinkRateHint(wire_rate_.Bps());
     }
   }
   wire_mark_ns_ = now;
@@ -151,9 +150,9 @@ void Sender::ShapedLoop() {
         {
           absl::MutexLock lock(&mu_);
           const int64_t now = NowNs();
-          if (wire_free_ns_ > now && wire_Bps_ > 0) {
-            queued =
-                static_cast<uint64_t>((wire_free_ns_ - now) * 1e-9 * wire_Bps_);
+          const double Bps = wire_rate_.Bps();
+          if (wire_free_ns_ > now && Bps > 0) {
+            queued = static_cast<uint64_t>((wire_free_ns_ - now) * 1e-9 * Bps);
           }
         }
         if (queued == 0 || shaping_->FitsWindow(queued + wire_bytes)) break;
@@ -169,9 +168,10 @@ void Sender::ShapedLoop() {
       absl::MutexLock lock(&mu_);
       const int64_t now = NowNs();
       ++in_flight_;
-      if (wire_Bps_ > 0) {
+      const double Bps = wire_rate_.Bps();
+      if (Bps > 0) {
         wire_free_ns_ = std::max(wire_free_ns_, now) +
-                        static_cast<int64_t>(wire_bytes * 1e9 / wire_Bps_);
+                        static_cast<int64_t>(wire_bytes * 1e9 / Bps);
       }
     }
     Send(std::make_shared<SendItem>(std::move(item)));

@@ -75,12 +75,11 @@ class Sender {
   size_t unsent_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t wire_mark_ns_ ABSL_GUARDED_BY(mu_) = 0;
   WireRate wire_rate_ ABSL_GUARDED_BY(mu_);
-  double wire_Bps_ ABSL_GUARDED_BY(mu_) = 0;
   double wire_bytes_sum_ ABSL_GUARDED_BY(mu_) = 0;  // decayed, see .cc
   // Decayed sum of chunk latencies (send to ack, ns), over the same
   // completions as wire_bytes_sum_.
   double latency_sum_ ABSL_GUARDED_BY(mu_) = 0;
-  // When the link would have carried everything sent so far, at wire_Bps_
+  // When the link would have carried everything sent so far, at wire_rate_
   // (shaped sends only).
   int64_t wire_free_ns_ ABSL_GUARDED_BY(mu_) = 0;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
