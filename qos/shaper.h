@@ -16,8 +16,9 @@
 //      have been skipped for this call, in which case the bytes go as soon
 //      as the gate is open. While the gate is closed and it has a floor
 //      rate, bytes may go at that rate instead.
-// SetPastDeadline(true) relaxes step 2 to the collectives actually open:
-// no predicted window, no fitting (see the setter).
+// SetPastDeadline(true) relaxes step 2 to the collectives actually open
+// (the floor rate still applies while one is): no predicted window, no
+// fitting (see the setter).
 // Every wait is a SleepUntilNs of at most max_sleep_ns, after which the
 // state is checked again, so marks and Cancel() take effect within a step.
 // With a SimulatedClock an Acquire returns at once in real time.
