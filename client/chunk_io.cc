@@ -87,8 +87,9 @@ struct ChunkIo::PutState {
 
 void ChunkIo::PutAsync(const std::vector<ServerConn*>& ranked, size_t replicas,
                        const char* data, size_t len, const format::ChunkId& id,
-                       int element_size, const DeltaBase* delta,
-                       pb::ChunkRef* ref, PutStats* stats,
+                       uint32_t crc32c, int element_size,
+                       const DeltaBase* delta, pb::ChunkRef* ref,
+                       PutStats* stats,
                        const std::function<void(bool)>& encoded,
                        std::function<void(const Status&)> done) {
   auto st = std::make_shared<PutState>();
@@ -171,11 +172,14 @@ void ChunkIo::PutAsync(const std::vector<ServerConn*>& ranked, size_t replicas,
     st->raw_req = req;
     st->raw_req.record.codec = format::Codec::kRaw;
     st->raw_req.record.encoded_length = len;
-    st->raw_req.record.payload_crc32c = 0;  // computed if ever needed
+    st->raw_req.record.payload_crc32c = crc32c;
   }
   req.record.encoded_length = st->payload.size();
+  // Raw, the payload is `data`, whose checksum came with its fingerprint.
   req.record.payload_crc32c =
-      format::Crc32c(st->payload.data(), st->payload.size());
+      st->owned == nullptr
+          ? crc32c
+          : format::Crc32c(st->payload.data(), st->payload.size());
   ref->set_id(req.record.chunk_id.ToBytes());
   ref->set_raw_length(len);
   ref->set_codec(static_cast<uint32_t>(req.record.codec));
@@ -203,9 +207,7 @@ void ChunkIo::SendCopy(std::shared_ptr<PutState> st, ServerConn* server) {
                               server) != st->ranked.begin() + st->home;
   if (st->delta && !home) {
     // Outside the home servers the base is missing: send the bytes whole.
-    format::PutChunkRequest req = st->raw_req;
-    req.record.payload_crc32c = format::Crc32c(st->data, st->len);
-    p.header = format::EncodePutChunk(req);
+    p.header = format::EncodePutChunk(st->raw_req);
     p.payload = std::string_view(st->data, st->len);
   } else {
     p.header = st->header;
@@ -275,8 +277,9 @@ void ChunkIo::PutCopies(const format::ChunkId& id, const char* bytes,
   c->bytes.assign(bytes, len);
   const size_t n = servers.size();
   PutAsync(
-      servers, n, c->bytes.data(), len, id, 0, nullptr, &c->ref, &c->stats,
-      [](bool) {}, [c, done = std::move(done)](const Status& s) { done(s); });
+      servers, n, c->bytes.data(), len, id, format::Crc32c(bytes, len), 0,
+      nullptr, &c->ref, &c->stats, [](bool) {},
+      [c, done = std::move(done)](const Status& s) { done(s); });
 }
 
 // One item's fetch: the servers it tries in turn and what each said.

@@ -81,15 +81,17 @@ class ChunkIo {
   // acknowledged durable (UNAVAILABLE naming the servers down when fewer
   // than `replicas` servers are left), on a transport thread. `data` must
   // stay valid until `done` when in use.
-  // `id` is the chunk's fingerprint (ChunkId::Of(data, len));
+  // `id` is the chunk's fingerprint and `crc32c` the CRC32C of `data`
+  // (both from ChunkId::Of(data, len, &crc32c));
   // `element_size` is the tensor's element width when it holds floating
   // point numbers (byte grouping pays), else 0.
   // With `delta`, the chunk is sent as an XOR delta against it when that
   // is smaller (ref->base_id is then set).
   void PutAsync(const std::vector<ServerConn*>& ranked, size_t replicas,
                 const char* data, size_t len, const format::ChunkId& id,
-                int element_size, const DeltaBase* delta, pb::ChunkRef* ref,
-                PutStats* stats, const std::function<void(bool)>& encoded,
+                uint32_t crc32c, int element_size, const DeltaBase* delta,
+                pb::ChunkRef* ref, PutStats* stats,
+                const std::function<void(bool)>& encoded,
                 std::function<void(const Status&)> done);
 
   // Puts a copy of chunk `id` (`len` decoded bytes, copied here first) on

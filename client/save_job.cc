@@ -256,7 +256,10 @@ void SaveJob::Ship(size_t i, char* slab) {
   auto self = shared_from_this();
   deps_.pipeline->Submit([self, i, slab] {
     const SaveChunk& c = self->chunks_[i];
-    format::ChunkId id = format::ChunkId::Of(slab, c.len);
+    // The checksum comes almost free with the fingerprint (the bytes are
+    // read once); it is the payload's when the chunk goes raw.
+    uint32_t crc32c = 0;
+    format::ChunkId id = format::ChunkId::Of(slab, c.len, &crc32c);
     if (c.previous && *c.previous == id && self->HomeUp(c)) {
       // Same bytes as last time: the servers have them; reference, not
       // ship. (With one of them down, the chunk is shipped again so that
@@ -282,8 +285,8 @@ void SaveJob::Ship(size_t i, char* slab) {
     }
     auto released = std::make_shared<bool>(false);
     self->deps_.io->PutAsync(
-        c.servers, self->deps_.replicas, slab, c.len, id, c.element_size,
-        delta ? &*delta : nullptr, c.ref, &self->put_stats_,
+        c.servers, self->deps_.replicas, slab, c.len, id, crc32c,
+        c.element_size, delta ? &*delta : nullptr, c.ref, &self->put_stats_,
         [self, slab, released](bool still_in_use) {
           // Encoded into its own buffer: the slab can take the next chunk.
           if (!still_in_use) {

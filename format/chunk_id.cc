@@ -1,8 +1,12 @@
 #include "format/chunk_id.h"
 
+#define XXH_STATIC_LINKING_ONLY  // XXH3_state_t on the stack
 #include <xxhash.h>
 
+#include <algorithm>
+
 #include "absl/strings/str_format.h"
+#include "format/crc32c.h"
 
 namespace stagger::format {
 namespace {
@@ -18,6 +22,25 @@ int HexVal(char c) {
 
 ChunkId ChunkId::Of(const void* data, size_t len) {
   XXH128_hash_t h = XXH3_128bits(data, len);
+  return ChunkId{h.high64, h.low64};
+}
+
+ChunkId ChunkId::Of(const void* data, size_t len, uint32_t* crc32c) {
+  // Small enough to stay in a core's cache between the two passes.
+  constexpr size_t kBlock = 64 << 10;
+  XXH3_state_t state;
+  XXH3_INITSTATE(&state);
+  XXH3_128bits_reset(&state);
+  const char* p = static_cast<const char*>(data);
+  uint32_t crc = 0;
+  for (size_t done = 0; done < len;) {
+    const size_t n = std::min(kBlock, len - done);
+    XXH3_128bits_update(&state, p + done, n);
+    crc = Crc32cExtend(crc, p + done, n);
+    done += n;
+  }
+  *crc32c = crc;
+  XXH128_hash_t h = XXH3_128bits_digest(&state);
   return ChunkId{h.high64, h.low64};
 }
 

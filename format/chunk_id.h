@@ -18,6 +18,10 @@ struct ChunkId {
 
   // The fingerprint (XXH3-128) of `data`.
   static ChunkId Of(const void* data, size_t len);
+  // The same fingerprint, and the CRC32C of the same bytes in `*crc32c`,
+  // taken in one pass: each block is checksummed while the hash has just
+  // brought it into the cache, so the bytes are read from memory once.
+  static ChunkId Of(const void* data, size_t len, uint32_t* crc32c);
   // Parses 32 lowercase/uppercase hex digits; INVALID_ARGUMENT otherwise.
   static Result<ChunkId> FromHex(std::string_view hex);
   // Parses the 16-byte big-endian form; INVALID_ARGUMENT on a wrong length.

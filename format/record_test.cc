@@ -73,6 +73,17 @@ TEST(ChunkIdTest, HexAndBytesRoundTrip) {
   EXPECT_NE(ChunkId::Of(data.data(), data.size()), id);
 }
 
+TEST(ChunkIdTest, OnePassGivesTheHashAndTheCrcOfTheSameBytes) {
+  // Lengths around the one-pass block (64 KiB), and a 4 MiB chunk.
+  std::string data = RandomBytes(4 << 20, 7);
+  for (size_t n : {0ul, 1ul, 65535ul, 65536ul, 65537ul, 200000ul, 4ul << 20}) {
+    uint32_t crc = 0xdeadbeef;
+    ChunkId id = ChunkId::Of(data.data(), n, &crc);
+    EXPECT_EQ(id, ChunkId::Of(data.data(), n)) << "len " << n;
+    EXPECT_EQ(crc, Crc32c(data.data(), n)) << "len " << n;
+  }
+}
+
 TEST(RecordTest, RoundTripAndAlignment) {
   for (size_t n : {0ul, 1ul, 4031ul, 4032ul, 4033ul, 100000ul}) {
     std::string payload = RandomBytes(n, static_cast<uint32_t>(n));
