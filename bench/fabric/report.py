@@ -72,7 +72,20 @@ def deadline(d, every):
         sys.exit("report.py: no baseline iterations to size the deadline")
     # 0.8 of the interval: a save must be durable before the next one
     # starts, with room for the snapshot and the commit.
-    print(f"{0.8 * every * float(np.median(t)):.4f}")
+    p50 = float(np.median(t))
+    dl = 0.8 * every * p50
+    probe = read_json(os.path.join(d, "probe.json"), {})
+    link_Bps = probe.get("goodput_Bps") or cfg["rate_mbit"] * 1e6 / 8
+    bound = cfg["ckpt_mib"] * MiB / (link_Bps * cfg["compute_ms"] / 1e3 / p50)
+    # The qos sender ends near its deadline, so the deadline decides where
+    # durable time lands against the bound.
+    if not bound <= dl <= 1.3 * bound:
+        print(f"report.py: the deadline {dl:.2f} s is {dl / bound:.2f}x the "
+              f"idle-bandwidth bound {bound:.2f} s, outside 1-1.3x: "
+              + ("no schedule can meet it, saves will be late"
+                 if dl < bound else "qos saves will take longer than 1.3x")
+              + "; re-size --every (README: Parameters)", file=sys.stderr)
+    print(f"{dl:.4f}")
 
 
 def fmt(v, spec):

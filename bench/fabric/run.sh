@@ -22,7 +22,7 @@
 # --allreduce-mib M     all-reduce size per iteration (16)
 # --compute-ms C        compute phase per iteration, a sleep (150)
 # --iters K             iterations per mode (quick 100, full 240)
-# --every J             checkpoint interval in iterations (quick 12, full 27)
+# --every J             checkpoint interval in iterations (quick 12, full 34)
 # --ckpt-mib S          checkpoint size per node (quick 128, full 400)
 # --chunk-kib K         chunk size of the checkpoints, naive and qos (1024)
 # --save-mode lazy|eager  save(lazy=True) + before_update(), or eager (lazy)
@@ -115,7 +115,7 @@ done
 if [[ $quick -eq 1 ]]; then
   : "${iters:=100}" "${every:=12}" "${ckpt_mib:=128}" "${warmup:=5}"
 else
-  : "${iters:=240}" "${every:=27}" "${ckpt_mib:=400}" "${warmup:=10}"
+  : "${iters:=240}" "${every:=34}" "${ckpt_mib:=400}" "${warmup:=10}"
 fi
 : "${storage_rate_mbit:=$((nodes * rate_mbit))}"
 for v in nodes rate_mbit storage_rate_mbit queue_ms allreduce_mib \
