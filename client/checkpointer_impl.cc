@@ -70,8 +70,7 @@ class CheckpointerImpl : public Checkpointer {
         shaping_(std::move(shaping)),
         executor_(PipelineThreads(options)),
         driver_(options.max_outstanding_saves),
-        host_source_(NewHostSnapshotSource(
-            std::clamp<int>(std::thread::hardware_concurrency(), 1, 4))),
+        host_source_(NewHostSnapshotSource(HostCopyThreads())),
         // Encoders get the cores the data path leaves: one core moves bytes
         // to the wire (copies, completions) however many encode.
         policy_(std::min<int>(
@@ -88,6 +87,25 @@ class CheckpointerImpl : public Checkpointer {
     if (pool_pinned_) {
       cuda_sources_.begin()->second->UnregisterStaging(pool_->base());
     }
+  }
+
+  static int HostCopyThreads() {
+    return std::clamp<int>(std::thread::hardware_concurrency(), 1, 4);
+  }
+
+  // snapshot_overlap for a save whose chunks come from `chunks`' sources.
+  bool ShipWhileSnapshotting(const std::vector<SaveChunk>& chunks) const {
+    if (options_.snapshot_overlap != "auto") {
+      return options_.snapshot_overlap == "on";
+    }
+    for (const SaveChunk& c : chunks) {
+      if (c.source == host_source_.get()) {
+        // Host copies take cores: overlap only where as many are left over.
+        return static_cast<int>(std::thread::hardware_concurrency()) >=
+               2 * HostCopyThreads();
+      }
+    }
+    return true;  // all on CUDA devices: the copy engines move the bytes
   }
 
   static int PipelineThreads(const CheckpointerOptions& o) {
@@ -266,9 +284,10 @@ class CheckpointerImpl : public Checkpointer {
     shaping_->StartSave(state_bytes, so.deadline_s >= 0
                                          ? so.deadline_s
                                          : options_.qos_deadline_s);
+    const bool overlap = ShipWhileSnapshotting(chunks);
     auto job = std::make_shared<SaveJob>(
         SaveJobDeps{servers_.get(), &io_, pool_.get(), &executor_,
-                    shaping_.get(), options_.replicas},
+                    shaping_.get(), options_.replicas, overlap},
         std::move(*job_manifest), std::move(chunks), start, keep_bytes);
     {
       absl::MutexLock lock(&save_mu_);
@@ -603,6 +622,11 @@ Status ValidateOptions(const CheckpointerOptions& o) {
   }
   if (o.pipeline_threads < 0 || o.pipeline_threads > 64) {
     return absl::InvalidArgumentError("pipeline_threads must be in [0, 64]");
+  }
+  if (o.snapshot_overlap != "auto" && o.snapshot_overlap != "on" &&
+      o.snapshot_overlap != "off") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "snapshot_overlap '", o.snapshot_overlap, "' unknown (auto, on, off)"));
   }
   if (!(o.rpc_timeout_s > 0)) {
     return absl::InvalidArgumentError("rpc_timeout_s must be positive");

@@ -29,6 +29,7 @@ SaveJob::SaveJob(SaveJobDeps deps, pb::ShardManifest manifest,
       uncaptured_(chunks_.size()),
       unfinished_(chunks_.size()) {
   snapshot_done_ = chunks_.empty();
+  draining_ = deps_.ship_while_snapshotting;
 }
 
 bool SaveJob::HomeUp(const SaveChunk& c) const {
@@ -157,6 +158,7 @@ void SaveJob::Run() {
     absl::MutexLock lock(&mu_);
     stats.snapshot_s = snapshot_s_;
     stats.staging_limited = staging_limited_;
+    stats.bytes_overlapped = overlapped_;
     stats.staging_bytes = peak_held_ * deps_.pool->slab_bytes();
   }
   if (s.ok()) {
@@ -253,6 +255,10 @@ void SaveJob::ChunkInStaging(size_t i, char* slab, const Status& s) {
 }
 
 void SaveJob::Ship(size_t i, char* slab) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (!snapshot_done_) overlapped_ += chunks_[i].len;
+  }
   auto self = shared_from_this();
   deps_.pipeline->Submit([self, i, slab] {
     const SaveChunk& c = self->chunks_[i];

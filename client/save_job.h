@@ -72,6 +72,9 @@ struct SaveJobDeps {
   qos::Executor* pipeline;
   Shaping* shaping;  // QoS of the sender (the save's stats read it)
   size_t replicas = 1;
+  // Ship each chunk as soon as it is captured, instead of holding the
+  // captured ones back until the whole snapshot is taken.
+  bool ship_while_snapshotting = false;
 };
 
 class SaveJob : public std::enable_shared_from_this<SaveJob> {
@@ -143,6 +146,7 @@ class SaveJob : public std::enable_shared_from_this<SaveJob> {
   double snapshot_s_ ABSL_GUARDED_BY(mu_) = 0;
   bool staging_limited_ ABSL_GUARDED_BY(mu_) = false;
   bool draining_ ABSL_GUARDED_BY(mu_) = false;
+  uint64_t overlapped_ ABSL_GUARDED_BY(mu_) = 0;  // SaveStats::bytes_overlapped
   std::vector<std::pair<size_t, char*>> deferred_ ABSL_GUARDED_BY(mu_);
   uint64_t held_ ABSL_GUARDED_BY(mu_) = 0;       // slabs held now
   uint64_t peak_held_ ABSL_GUARDED_BY(mu_) = 0;  // most slabs held at once

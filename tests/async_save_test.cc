@@ -75,7 +75,8 @@ TEST_F(AsyncSaveTest, LazyModeCapturesBeforeBeforeUpdateReturns) {
 TEST_F(AsyncSaveTest, StateFourTimesThePoolSavesWithinThePool) {
   CheckpointerOptions o;
   o.chunk_size = 256 << 10;
-  o.staging_bytes = 1 << 20;  // 4 slabs
+  o.staging_bytes = 1 << 20;   // 4 slabs
+  o.snapshot_overlap = "off";  // the dry pool alone starts the drain
   auto ck = Open(o);
   std::vector<char> t(4 << 20);  // 4x the pool
   FillPattern(t, 3);
@@ -90,7 +91,54 @@ TEST_F(AsyncSaveTest, StateFourTimesThePoolSavesWithinThePool) {
   EXPECT_LE(s.staging_bytes, o.staging_bytes);
   EXPECT_GT(s.staging_bytes, 0u);
   EXPECT_EQ(s.chunks, 16u);
+  // At least the last 12 chunks were copied only as earlier ones drained.
+  EXPECT_GE(s.bytes_overlapped, 12u * o.chunk_size);
+  EXPECT_LT(s.bytes_overlapped, s.bytes_raw);
   EXPECT_EQ(LoadBack(*ck, 3, t.size()), before);
+}
+
+TEST_F(AsyncSaveTest, WithOverlapOffNothingShipsBeforeTheSnapshotIsTaken) {
+  CheckpointerOptions o;
+  o.chunk_size = 1 << 20;
+  o.snapshot_overlap = "off";
+  auto ck = Open(o);
+  std::vector<char> t(32 << 20);
+  FillPattern(t, 4);
+  const std::vector<char> before = t;
+  ASSERT_TRUE(ck->Register({"t", "U8", {int64_t(t.size())}, t.data()}).ok());
+  auto h = ck->Save(4);
+  ASSERT_TRUE(h.ok()) << h.status();
+  std::memset(t.data(), 0x5a, t.size());
+  ASSERT_TRUE(h->Wait().ok());
+  SaveStats s = h->stats();
+  EXPECT_FALSE(s.staging_limited);
+  EXPECT_EQ(s.bytes_overlapped, 0u);
+  EXPECT_EQ(s.bytes_raw, t.size());
+  EXPECT_EQ(LoadBack(*ck, 4, t.size()), before);
+}
+
+// Chunks ship as they are captured, and what is restored is still the state
+// at Save(), also when the tensor changes while later chunks still ship.
+TEST_F(AsyncSaveTest, WithOverlapOnChunksShipWhileTheSnapshotIsTaken) {
+  CheckpointerOptions o;
+  o.chunk_size = 1 << 20;
+  o.snapshot_overlap = "on";
+  auto ck = Open(o);
+  std::vector<char> t(32 << 20);
+  FillPattern(t, 5);
+  const std::vector<char> before = t;
+  ASSERT_TRUE(ck->Register({"t", "U8", {int64_t(t.size())}, t.data()}).ok());
+  auto h = ck->Save(5);
+  ASSERT_TRUE(h.ok()) << h.status();
+  std::memset(t.data(), 0x5a, t.size());
+  ASSERT_TRUE(h->Wait().ok());
+  SaveStats s = h->stats();
+  EXPECT_FALSE(s.staging_limited);
+  // The last chunk captured ends the snapshot; every chunk before it may
+  // already have been handed to the encoders.
+  EXPECT_GT(s.bytes_overlapped, 0u);
+  EXPECT_LT(s.bytes_overlapped, s.bytes_raw);
+  EXPECT_EQ(LoadBack(*ck, 5, t.size()), before);
 }
 
 // The default pool holds the whole state even when every tensor ends in a
@@ -171,6 +219,13 @@ TEST_F(AsyncSaveTest, BadOptionsAreRejected) {
   o.max_outstanding_saves = 0;
   EXPECT_EQ(Checkpointer::Open(o).status().code(),
             absl::StatusCode::kInvalidArgument);
+  o.max_outstanding_saves = 1;
+  o.snapshot_overlap = "sometimes";
+  Status bad = Checkpointer::Open(o).status();
+  EXPECT_EQ(bad.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(bad.message().find("snapshot_overlap 'sometimes'"),
+            std::string::npos)
+      << bad;
 }
 
 }  // namespace

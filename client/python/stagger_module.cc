@@ -99,6 +99,7 @@ PYBIND11_MODULE(_stagger, m) {
         d["snapshot_s"] = s.snapshot_s;
         d["staging_bytes"] = s.staging_bytes;
         d["staging_limited"] = s.staging_limited;
+        d["bytes_overlapped"] = s.bytes_overlapped;
         d["chunks_unchanged"] = s.chunks_unchanged;
         d["chunks_delta"] = s.chunks_delta;
         d["bytes_snapshotted"] = s.bytes_snapshotted;
@@ -125,7 +126,8 @@ PYBIND11_MODULE(_stagger, m) {
                        const std::string& node_rate_limit_file,
                        const std::string& metrics_listen,
                        const std::string& tls_ca_file, uint32_t replicas,
-                       const std::string& token) {
+                       const std::string& token,
+                       const std::string& snapshot_overlap) {
              CheckpointerOptions o;
              o.servers = servers;
              o.job = job;
@@ -151,6 +153,7 @@ PYBIND11_MODULE(_stagger, m) {
              o.tls_ca_file = tls_ca_file;
              o.replicas = replicas;
              o.token = token;
+             o.snapshot_overlap = snapshot_overlap;
              Result<std::unique_ptr<Checkpointer>> ck;
              {
                py::gil_scoped_release release;
@@ -172,7 +175,7 @@ PYBIND11_MODULE(_stagger, m) {
            py::arg("node_rate_limit_Bps") = 0.0,
            py::arg("node_rate_limit_file") = "", py::arg("metrics_listen") = "",
            py::arg("tls_ca_file") = "", py::arg("replicas") = 1,
-           py::arg("token") = "",
+           py::arg("token") = "", py::arg("snapshot_overlap") = "auto",
            "Options as in stagger/options.h (CheckpointerOptions).")
       .def(
           "metrics_address",

@@ -51,6 +51,10 @@ struct SaveStats {
   // True when the state did not fit the staging pool at once, so the
   // snapshot waited for earlier chunks to drain (a longer stall).
   bool staging_limited = false;
+  // Raw bytes of the chunks that began encoding and shipping before the
+  // snapshot was complete (CheckpointerOptions::snapshot_overlap, or a
+  // pool that ran dry).
+  uint64_t bytes_overlapped = 0;
   // QoS: time the sender held chunks back for the training job's
   // collectives, the pacing rate it ended with (0: not paced), and the idle
   // windows between collectives it sent in.

@@ -72,6 +72,16 @@ struct CheckpointerOptions {
   bool fail_when_busy = false;
   // Threads encoding and shipping chunks; 0 picks from the core count.
   int pipeline_threads = 0;
+  // Whether chunks start shipping while the snapshot is still being taken:
+  //   "off"   captured chunks wait until the whole snapshot is taken (or the
+  //           pool runs dry), so encoding and sending never compete with
+  //           the copies Save() waits for;
+  //   "on"    each chunk ships as soon as it is captured: durable sooner,
+  //           while the copies share the cores and memory with the rest;
+  //   "auto"  "on" when the copies leave cores to spare: the state is all
+  //           on CUDA devices (their copy engines move it), or the host has
+  //           at least twice as many cores as host copy threads (default).
+  std::string snapshot_overlap = "auto";
   // CUDA: copy device-to-device into spare device memory first, then drain
   // to host, so the stall is the HBM copy. Used only when enough free device
   // memory is available; otherwise the snapshot goes straight to host.

@@ -222,11 +222,14 @@ def test_async_and_lazy_saves_capture_the_snapshot(tmp_path):
 
 def test_staging_pool_bounds_memory(tmp_path):
     ck = stagger.Checkpointer(servers=f"embedded:{tmp_path}", job="pool",
-                              chunk_size=256 << 10, staging_bytes=1 << 20)
+                              chunk_size=256 << 10, staging_bytes=1 << 20,
+                              snapshot_overlap="off")
     w = np.random.default_rng(0).integers(0, 255, 4 << 20, dtype=np.uint8)
     h = ck.save({"w": w}, step=1)
     h.wait()
     assert h.stats()["staging_limited"] is True
+    # 16 chunks, 4 slabs: the last 12 were copied only as earlier ones left.
+    assert 12 * (256 << 10) <= h.stats()["bytes_overlapped"] < 4 << 20
     assert h.stats()["staging_bytes"] <= 1 << 20
     out = np.zeros_like(w)
     ck.load({"w": out})
@@ -304,6 +307,9 @@ def test_bad_qos_option_names_the_option(tmp_path):
     with pytest.raises(stagger.Error, match="qos_yield"):
         stagger.Checkpointer(servers=f"embedded:{tmp_path}", job="q",
                              qos_yield="maybe")
+    with pytest.raises(stagger.Error, match="snapshot_overlap 'maybe'"):
+        stagger.Checkpointer(servers=f"embedded:{tmp_path}", job="q",
+                             snapshot_overlap="maybe")
 
 
 def test_shards_reshard_two_row_slices_onto_one_rank(tmp_path):
