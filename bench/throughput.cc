@@ -133,13 +133,8 @@ int Main(int argc, char** argv) {
   }
   tuning.max_inflight_chunks = static_cast<size_t>(*max_inflight_flag);
   tuning.snapshot_overlap = flags.Get("snapshot-overlap");
-  if (tuning.snapshot_overlap != "auto" && tuning.snapshot_overlap != "on" &&
-      tuning.snapshot_overlap != "off") {
-    return Fail("throughput",
-                absl::InvalidArgumentError(absl::StrCat(
-                    "--snapshot-overlap: unknown value '",
-                    tuning.snapshot_overlap, "' (auto, on or off)")));
-  }
+  s = CheckSnapshotOverlapFlag(tuning.snapshot_overlap);
+  if (!s.ok()) return Fail("throughput", s);
   std::string server_bin = flags.Get("server");
   if (server_bin.empty()) server_bin = BinDir() + "/stagger-server";
   std::vector<CodecRun> runs;
