@@ -147,6 +147,7 @@ void Sender::ShapedLoop() {
       // it too. What is still queued is estimated from the link rate.
       for (;;) {
         uint64_t queued = 0;
+        bool probing = false;
         {
           absl::MutexLock lock(&mu_);
           const int64_t now = NowNs();
@@ -154,8 +155,15 @@ void Sender::ShapedLoop() {
           if (wire_free_ns_ > now && Bps > 0) {
             queued = static_cast<uint64_t>((wire_free_ns_ - now) * 1e-9 * Bps);
           }
+          // Until a first payload has left, the rate is unknown and nothing
+          // would bound what is queued (a whole window of chunks could meet
+          // the next collective): one chunk at a time measures it.
+          probing = Bps <= 0 && unsent_ > 0;
         }
-        if (queued == 0 || shaping_->FitsWindow(queued + wire_bytes)) break;
+        if (!probing &&
+            (queued == 0 || shaping_->FitsWindow(queued + wire_bytes))) {
+          break;
+        }
         std::this_thread::sleep_for(std::chrono::milliseconds(1));
       }
     }
