@@ -171,7 +171,11 @@ class CheckpointerImpl : public Checkpointer {
                            " save(s) already in flight (max_outstanding_saves=",
                            options_.max_outstanding_saves, ")"));
         }
+        // Training waits for the save in flight: it may stop yielding to
+        // collectives that will not come.
+        shaping_->CallerWaits(true);
         save_mu_.Await(absl::Condition(this, &CheckpointerImpl::HasRoom));
+        shaping_->CallerWaits(false);
       }
       ++outstanding_;
     }
@@ -361,8 +365,10 @@ class CheckpointerImpl : public Checkpointer {
 
   void WaitAll() override {
     absl::MutexLock lock(&save_mu_);
+    shaping_->CallerWaits(true);
     save_mu_.Await(absl::Condition(
         +[](int* n) { return *n == 0; }, &outstanding_));
+    shaping_->CallerWaits(false);
   }
 
   Result<int64_t> Load(int64_t step) override {

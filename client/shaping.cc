@@ -123,9 +123,6 @@ Result<std::unique_ptr<Shaping>> Shaping::Make(const CheckpointerOptions& o,
 void Shaping::StartSave(uint64_t raw_bytes, double deadline_s) {
   const int64_t now = clock_->NowNs();
   deadline_s_ = deadline_s > 0 ? deadline_s : 0;
-  deadline_at_ns_ = deadline_s > 0
-                        ? now + static_cast<int64_t>(deadline_s * kSecond)
-                        : std::numeric_limits<int64_t>::max();
   if (deadline_s <= 0) {
     pacer_.Start(now, raw_bytes, 0, options_.qos_floor_Bps,
                  options_.qos_max_Bps);
@@ -147,13 +144,11 @@ void Shaping::SetLinkRateHint(double Bps) {
   wire_->SetLinkRateHint(Bps);
 }
 
-bool Shaping::PastDeadline() const {
-  return clock_->NowNs() >= deadline_at_ns_.load();
-}
-
 bool Shaping::FitsWindow(uint64_t bytes) const {
   const double rate = link_Bps_;
-  if (gate_ == nullptr || rate <= 0 || PastDeadline()) return true;
+  if (gate_ == nullptr || rate <= 0 || callers_waiting_.load() > 0) {
+    return true;
+  }
   const int64_t now = clock_->NowNs();
   const int64_t until = gate_->OpenUntilNs(now);
   if (until == std::numeric_limits<int64_t>::max()) return true;
@@ -168,8 +163,12 @@ void Shaping::Skip(uint64_t raw_bytes) {
 }
 
 Status Shaping::Admit(uint64_t wire_bytes) {
-  wire_->SetPastDeadline(PastDeadline());
   return wire_->Acquire(wire_bytes);
+}
+
+void Shaping::CallerWaits(bool waiting) {
+  const int now_waiting = callers_waiting_ += waiting ? 1 : -1;
+  wire_->SetUrgent(now_waiting > 0);
 }
 
 void Shaping::CollectiveBegin() {

@@ -59,15 +59,21 @@ class Shaping {
   Status Pace(uint64_t raw_bytes);
   // Books chunks that will not be sent (unchanged), without waiting.
   void Skip(uint64_t raw_bytes);
-  // Blocks until `wire_bytes` may go (caps and the collective gate). Past
-  // the save's deadline only an open collective holds the bytes back
-  // (qos::Shaper::SetPastDeadline).
+  // Blocks until `wire_bytes` may go (caps and the collective gate). While
+  // a caller waits (CallerWaits) only an open collective holds the bytes
+  // back (qos::Shaper::SetUrgent).
   Status Admit(uint64_t wire_bytes);
+  // A caller blocks until the saves in flight finish (true), or no longer
+  // does (false); calls nest. Training is stalled meanwhile, so the
+  // collectives the gate predicts will not come: only an open one holds
+  // bytes back. A save merely past its deadline keeps to the predicted
+  // windows: nobody waits for it yet.
+  void CallerWaits(bool waiting);
   // The link's throughput, so chunks are fitted into idle windows.
   void SetLinkRateHint(double Bps);
   // Whether `bytes` put on the wire now would drain before the collective
   // gate's current idle window closes (true without a gate, a prediction
-  // or a link rate, and past the save's deadline).
+  // or a link rate, and while a caller waits).
   bool FitsWindow(uint64_t bytes) const;
 
   void CollectiveBegin();
@@ -102,9 +108,7 @@ class Shaping {
   std::unique_ptr<qos::Shaper> wire_;
   std::atomic<double> link_Bps_{0};
   std::atomic<double> deadline_s_{0};
-  // When the last save's deadline passes; INT64_MAX without one.
-  std::atomic<int64_t> deadline_at_ns_{std::numeric_limits<int64_t>::max()};
-  bool PastDeadline() const;
+  std::atomic<int> callers_waiting_{0};
 };
 
 }  // namespace stagger::client

@@ -166,27 +166,29 @@ void LearnAndReachTheNextGuard(Shaping& s, qos::SimulatedClock& clock) {
   s.SetLinkRateHint(100e6);  // 4 MB take 40 ms: no fit before 595 ms
 }
 
-TEST(ShapingTest, PastTheDeadlineOnlyOpenCollectivesHoldBytes) {
+TEST(ShapingTest, WhileACallerWaitsOnlyOpenCollectivesHoldBytes) {
+  for (double deadline_s : {100.0, 0.1}) {
+    // Within its deadline, and past it (due at 100 ms) with nobody
+    // waiting, a 4 MB chunk waits out the window it does not fit and the
+    // collective after it.
+    qos::SimulatedClock clock;
+    auto s = WithYield("learn", &clock);
+    ASSERT_NE(s, nullptr);
+    s->StartSave(40'000'000, deadline_s);
+    LearnAndReachTheNextGuard(*s, clock);
+    EXPECT_FALSE(s->FitsWindow(4'000'000)) << deadline_s;
+    ASSERT_TRUE(s->Admit(4'000'000).ok());
+    EXPECT_EQ(clock.NowNs(), 640 * kMs) << deadline_s;
+  }
   {
-    // Within its deadline a 4 MB chunk waits out the window it does not
-    // fit and the collective after it.
+    // While Save() waits for this save, the chunk goes at once, though it
+    // will meet the collective predicted at 600 ms...
     qos::SimulatedClock clock;
     auto s = WithYield("learn", &clock);
     ASSERT_NE(s, nullptr);
     s->StartSave(40'000'000, /*deadline_s=*/100);
     LearnAndReachTheNextGuard(*s, clock);
-    EXPECT_FALSE(s->FitsWindow(4'000'000));
-    ASSERT_TRUE(s->Admit(4'000'000).ok());
-    EXPECT_EQ(clock.NowNs(), 640 * kMs);
-  }
-  {
-    // Past it, the chunk goes at once, though it will meet the collective
-    // predicted at 600 ms...
-    qos::SimulatedClock clock;
-    auto s = WithYield("learn", &clock);
-    ASSERT_NE(s, nullptr);
-    s->StartSave(40'000'000, /*deadline_s=*/0.1);  // due at 100 ms
-    LearnAndReachTheNextGuard(*s, clock);
+    s->CallerWaits(true);
     EXPECT_TRUE(s->FitsWindow(4'000'000));
     ASSERT_TRUE(s->Admit(4'000'000).ok());
     EXPECT_EQ(clock.NowNs(), 590 * kMs);
@@ -194,6 +196,10 @@ TEST(ShapingTest, PastTheDeadlineOnlyOpenCollectivesHoldBytes) {
     clock.AdvanceTo(610 * kMs);
     ASSERT_TRUE(s->Admit(4'000'000).ok());
     EXPECT_EQ(clock.NowNs(), 640 * kMs);
+    // Once nobody waits, predictions count again.
+    s->CallerWaits(false);
+    clock.AdvanceTo(690 * kMs);
+    EXPECT_FALSE(s->FitsWindow(4'000'000));
   }
 }
 

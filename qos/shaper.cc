@@ -80,9 +80,9 @@ Status Shaper::Acquire(uint64_t bytes) {
 bool Shaper::GateAllows(int64_t now_ns, uint64_t bytes, int* skips,
                         int64_t* skipped_until_ns, int64_t* wake_ns) {
   CollectiveGate* gate = options_.gate;
-  // Late: only an open collective holds bytes back, through the closed
+  // Urgent: only an open collective holds bytes back, through the closed
   // path below (so a floor rate still applies).
-  if (past_deadline_.load(std::memory_order_relaxed) &&
+  if (urgent_.load(std::memory_order_relaxed) &&
       !gate->CollectiveOpen(now_ns)) {
     return true;
   }

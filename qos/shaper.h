@@ -16,9 +16,9 @@
 //      have been skipped for this call, in which case the bytes go as soon
 //      as the gate is open. While the gate is closed and it has a floor
 //      rate, bytes may go at that rate instead.
-// SetPastDeadline(true) relaxes step 2 to the collectives actually open
-// (the floor rate still applies while one is): no predicted window, no
-// fitting (see the setter).
+// SetUrgent(true) relaxes step 2 to the collectives actually open (the
+// floor rate still applies while one is): no predicted window, no fitting
+// (see the setter).
 // Every wait is a SleepUntilNs of at most max_sleep_ns, after which the
 // state is checked again, so marks and Cancel() take effect within a step.
 // With a SimulatedClock an Acquire returns at once in real time.
@@ -94,13 +94,12 @@ class Shaper {
   // fit an idle window; 0 (the default) = unknown, no fit check.
   void SetLinkRateHint(double rate_Bps);
 
-  // The save is past its deadline: from now on wait only while a marked
-  // collective is open, neither for predicted windows nor to fit bytes
-  // into them. Late, what matters most is finishing before the next save
-  // must wait for this one (which stalls training); a chunk that meets the
-  // start of a collective costs that collective far less.
-  void SetPastDeadline(bool past) {
-    past_deadline_.store(past, std::memory_order_relaxed);
+  // Training waits for these bytes (a Save() blocked behind the save in
+  // flight): from now on wait only while a marked collective is open,
+  // neither for predicted windows nor to fit bytes into them. Collectives
+  // predicted then may never come, as the training loop is not running.
+  void SetUrgent(bool urgent) {
+    urgent_.store(urgent, std::memory_order_relaxed);
   }
 
   ShaperStats stats() const;
@@ -118,7 +117,7 @@ class Shaper {
   Clock* const clock_;
   std::atomic<bool> cancelled_{false};
   std::atomic<double> link_rate_Bps_{0};
-  std::atomic<bool> past_deadline_{false};
+  std::atomic<bool> urgent_{false};
 
   mutable absl::Mutex mu_;
   ShaperStats stats_ ABSL_GUARDED_BY(mu_);

@@ -185,7 +185,7 @@ TEST_F(ShaperGateTest, FloorRateKeepsATrickleDuringCollectives) {
   EXPECT_EQ(shaper.stats().windows, 0u);
 }
 
-TEST_F(ShaperGateTest, PastTheDeadlineTheFloorRateStillApplies) {
+TEST_F(ShaperGateTest, UrgentTheFloorRateStillApplies) {
   CollectiveGateOptions go = GateOptions();
   go.floor_Bps = 1e6;  // 1000 bytes per ms
   CollectiveGate gate(go);
@@ -193,7 +193,7 @@ TEST_F(ShaperGateTest, PastTheDeadlineTheFloorRateStillApplies) {
   o.clock = &clock_;
   o.gate = &gate;
   Shaper shaper(o);
-  shaper.SetPastDeadline(true);
+  shaper.SetUrgent(true);
   gate.CollectiveBegin(0);
   ASSERT_TRUE(shaper.Acquire(1000).ok());
   EXPECT_EQ(clock_.NowNs(), 0);
