@@ -4,6 +4,7 @@
 
 #include <cstring>
 #include <numeric>
+#include <string>
 #include <vector>
 
 #include "stagger/checkpointer.h"
@@ -16,7 +17,7 @@ namespace {
 using testutil::FillPattern;
 
 class AsyncSaveTest : public ::testing::Test {
- protected:
+ public:
   std::unique_ptr<Checkpointer> Open(CheckpointerOptions o = {}) {
     o.servers = "embedded:" + dir_.path();
     o.job = "async";
@@ -35,6 +36,7 @@ class AsyncSaveTest : public ::testing::Test {
     return out;
   }
 
+ protected:
   testutil::TempDir dir_;
 };
 
@@ -97,48 +99,44 @@ TEST_F(AsyncSaveTest, StateFourTimesThePoolSavesWithinThePool) {
   EXPECT_EQ(LoadBack(*ck, 3, t.size()), before);
 }
 
-TEST_F(AsyncSaveTest, WithOverlapOffNothingShipsBeforeTheSnapshotIsTaken) {
+// Saves 32 MiB in 1 MiB chunks (the pool holds them all) with
+// `snapshot_overlap`, overwrites the tensor as soon as Save() returns, and
+// checks that the state at Save() is what loads back. Returns the stats.
+SaveStats SaveThenOverwrite(AsyncSaveTest* test, const std::string& overlap,
+                            int64_t step) {
   CheckpointerOptions o;
   o.chunk_size = 1 << 20;
-  o.snapshot_overlap = "off";
-  auto ck = Open(o);
+  o.snapshot_overlap = overlap;
+  auto ck = test->Open(o);
+  if (ck == nullptr) return {};
   std::vector<char> t(32 << 20);
-  FillPattern(t, 4);
+  FillPattern(t, static_cast<uint32_t>(step));
   const std::vector<char> before = t;
-  ASSERT_TRUE(ck->Register({"t", "U8", {int64_t(t.size())}, t.data()}).ok());
-  auto h = ck->Save(4);
-  ASSERT_TRUE(h.ok()) << h.status();
+  EXPECT_TRUE(ck->Register({"t", "U8", {int64_t(t.size())}, t.data()}).ok());
+  auto h = ck->Save(step);
+  EXPECT_TRUE(h.ok()) << h.status();
+  if (!h.ok()) return {};
   std::memset(t.data(), 0x5a, t.size());
-  ASSERT_TRUE(h->Wait().ok());
+  EXPECT_TRUE(h->Wait().ok());
+  EXPECT_EQ(test->LoadBack(*ck, step, t.size()), before);
   SaveStats s = h->stats();
   EXPECT_FALSE(s.staging_limited);
-  EXPECT_EQ(s.bytes_overlapped, 0u);
   EXPECT_EQ(s.bytes_raw, t.size());
-  EXPECT_EQ(LoadBack(*ck, 4, t.size()), before);
+  return s;
+}
+
+TEST_F(AsyncSaveTest, WithOverlapOffNothingShipsBeforeTheSnapshotIsTaken) {
+  EXPECT_EQ(SaveThenOverwrite(this, "off", 4).bytes_overlapped, 0u);
 }
 
 // Chunks ship as they are captured, and what is restored is still the state
 // at Save(), also when the tensor changes while later chunks still ship.
 TEST_F(AsyncSaveTest, WithOverlapOnChunksShipWhileTheSnapshotIsTaken) {
-  CheckpointerOptions o;
-  o.chunk_size = 1 << 20;
-  o.snapshot_overlap = "on";
-  auto ck = Open(o);
-  std::vector<char> t(32 << 20);
-  FillPattern(t, 5);
-  const std::vector<char> before = t;
-  ASSERT_TRUE(ck->Register({"t", "U8", {int64_t(t.size())}, t.data()}).ok());
-  auto h = ck->Save(5);
-  ASSERT_TRUE(h.ok()) << h.status();
-  std::memset(t.data(), 0x5a, t.size());
-  ASSERT_TRUE(h->Wait().ok());
-  SaveStats s = h->stats();
-  EXPECT_FALSE(s.staging_limited);
+  SaveStats s = SaveThenOverwrite(this, "on", 5);
   // The last chunk captured ends the snapshot; every chunk before it may
   // already have been handed to the encoders.
   EXPECT_GT(s.bytes_overlapped, 0u);
   EXPECT_LT(s.bytes_overlapped, s.bytes_raw);
-  EXPECT_EQ(LoadBack(*ck, 5, t.size()), before);
 }
 
 // The default pool holds the whole state even when every tensor ends in a
