@@ -282,7 +282,10 @@ PYBIND11_MODULE(_stagger, m) {
            [](Checkpointer& ck) {
              py::gil_scoped_release release;
              ck.WaitAll();
-           })
+           },
+           "Block until every save in flight has finished. Meanwhile saves "
+           "stop yielding to predicted collectives (the training loop is "
+           "taken to be stopped); h.wait() does not.")
       .def(
           "load",
           [](Checkpointer& ck, const py::dict& tensors, const py::object& step,

@@ -154,6 +154,10 @@ class Checkpointer {
   virtual Status BeforeUpdate() = 0;
 
   // Blocks until every save in flight has finished (committed or failed).
+  // Meanwhile the saves stop yielding to predicted collectives (only open
+  // ones hold them back): the caller is taken to be the training loop,
+  // which is not running any. SaveHandle::Wait() does not do this (a
+  // background thread may wait on a handle while training runs).
   virtual void WaitAll() = 0;
 
   // Counters since Open (also served at options.metrics_listen).
