@@ -127,6 +127,48 @@ TEST_F(QosSaveTest, ScopedCollectiveAndOffMode) {
   EXPECT_EQ(h->stats().yield_s, 0);
 }
 
+// The gate learns iterations of 400 ms (a collective in the first 300 ms),
+// then the marks stop: the predicted collective is overdue, so the gate
+// holds a save until its quiet time (4 periods after the last mark).
+// Nobody waits for that save yet. Once the next Save() waits for it,
+// training is taken to be stopped and only an open collective could hold
+// it back, so both return long before the quiet time.
+TEST_F(QosSaveTest, ASaveWaitedForStopsYieldingToPredictedCollectives) {
+  CheckpointerOptions o;
+  o.qos_yield = "learn";
+  auto ck = Open(o);
+  ASSERT_NE(ck, nullptr);
+  using Clock = std::chrono::steady_clock;
+  for (int i = 0; i < 6; ++i) {
+    ck->IterationBegin();
+    ck->CollectiveBegin();
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    ck->CollectiveEnd();
+    if (i < 5) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  const auto last_mark = Clock::now();
+  ASSERT_TRUE(ck->Metrics().gate_learned);
+  // Past the next predicted start (100 ms on), with no mark: overdue.
+  std::this_thread::sleep_for(std::chrono::milliseconds(150));
+  auto h1 = ck->Save(1);
+  ASSERT_TRUE(h1.ok()) << h1.status();
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  ASSERT_FALSE(h1->Done()) << "the overdue collective should hold the save";
+  const auto call = Clock::now();
+  auto h2 = ck->Save(2);  // waits for save 1 (max_outstanding_saves 1)
+  const double waited =
+      std::chrono::duration<double>(Clock::now() - call).count();
+  ASSERT_TRUE(h2.ok()) << h2.status();
+  ASSERT_TRUE(h1->Wait().ok());
+  ASSERT_TRUE(h2->Wait().ok());
+  // The quiet time would have opened the gate 1.6 s after the last mark,
+  // 1.25 s after this call.
+  const double quiet_left =
+      1.6 - std::chrono::duration<double>(call - last_mark).count();
+  EXPECT_LT(waited, quiet_left - 0.4) << "quiet time left " << quiet_left;
+  ExpectLoadsBack(*ck, 1);
+}
+
 TEST_F(QosSaveTest, BadQosOptionsAreRejectedAtOpen) {
   CheckpointerOptions o;
   o.servers = "embedded:" + dir_.path();
