@@ -61,6 +61,7 @@ struct Flags {
   double device_max_gib = 4;
   uint64_t chunk_mib = 4;
   std::string codec = "zstd";
+  std::string snapshot_overlap = "auto";
   bool keep = false;
 };
 
@@ -68,7 +69,8 @@ void Usage() {
   std::printf(
       "usage: bench_gpu [--sizes-gib 1,4,16 | --size 4GiB] [--json OUT]\n"
       "  [--dir PARENT] [--staging-gib 2] [--modes direct,device]\n"
-      "  [--device-max-gib 4] [--chunk-mib 4] [--codec zstd|raw] [--keep]\n");
+      "  [--device-max-gib 4] [--chunk-mib 4] [--codec zstd|raw]\n"
+      "  [--snapshot-overlap auto|on|off] [--keep]\n");
 }
 
 std::vector<std::string> Split(const std::string& s) {
@@ -139,6 +141,15 @@ bool Parse(int argc, char** argv, Flags* f) {
       f->chunk_mib = std::strtoull(value.c_str(), nullptr, 10);
     } else if (name == "--codec") {
       f->codec = value;
+    } else if (name == "--snapshot-overlap") {
+      f->snapshot_overlap = value;
+      if (value != "auto" && value != "on" && value != "off") {
+        std::fprintf(stderr,
+                     "bench_gpu: --snapshot-overlap wants auto, on or off, "
+                     "got '%s'\n",
+                     value.c_str());
+        return false;
+      }
     } else {
       std::fprintf(stderr, "bench_gpu: unknown flag %s\n", name.c_str());
       return false;
@@ -258,6 +269,7 @@ bool MeasureStagger(const Flags& f, const std::string& mode,
   o.codec = f.codec;
   o.staging_bytes = uint64_t(f.staging_gib * kGiB);
   o.device_snapshot = mode == "device";
+  o.snapshot_overlap = f.snapshot_overlap;
   auto ck = stagger::Checkpointer::Open(o);
   if (!ck.ok()) {
     row->error = "Checkpointer::Open: " + std::string(ck.status().ToString());
