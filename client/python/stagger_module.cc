@@ -278,14 +278,15 @@ PYBIND11_MODULE(_stagger, m) {
             Check(s);
           },
           "Block until the last save's snapshot is complete.")
-      .def("wait_all",
-           [](Checkpointer& ck) {
-             py::gil_scoped_release release;
-             ck.WaitAll();
-           },
-           "Block until every save in flight has finished. Meanwhile saves "
-           "stop yielding to predicted collectives (the training loop is "
-           "taken to be stopped); h.wait() does not.")
+      .def(
+          "wait_all",
+          [](Checkpointer& ck) {
+            py::gil_scoped_release release;
+            ck.WaitAll();
+          },
+          "Block until every save in flight has finished. Meanwhile saves "
+          "stop yielding to predicted collectives (the training loop is "
+          "taken to be stopped); h.wait() does not.")
       .def(
           "load",
           [](Checkpointer& ck, const py::dict& tensors, const py::object& step,
