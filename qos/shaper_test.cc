@@ -168,39 +168,45 @@ TEST_F(ShaperGateTest, BytesThatFitNoWindowGoWhenOpen) {
   EXPECT_EQ(shaper.stats().yield_ns, 88 * kMs);
 }
 
-TEST_F(ShaperGateTest, FloorRateKeepsATrickleDuringCollectives) {
-  CollectiveGateOptions go = GateOptions();
-  go.floor_Bps = 1e6;  // 1000 bytes per ms
-  CollectiveGate gate(go);
-  ShaperOptions o;
-  o.clock = &clock_;
-  o.gate = &gate;
-  Shaper shaper(o);
-  gate.CollectiveBegin(0);
-  ASSERT_TRUE(shaper.Acquire(1000).ok());
+// A gate with a floor rate of 1e6 B/s (1000 bytes per ms), on the fixture's
+// clock, and a shaper that waits on it.
+class ShaperFloorTest : public ShaperGateTest {
+ protected:
+  static CollectiveGateOptions FloorOptions() {
+    CollectiveGateOptions o = GateOptions();
+    o.floor_Bps = 1e6;
+    return o;
+  }
+  static ShaperOptions On(SimulatedClock* clock, CollectiveGate* gate) {
+    ShaperOptions o;
+    o.clock = clock;
+    o.gate = gate;
+    return o;
+  }
+
+  CollectiveGate floor_gate_{FloorOptions()};
+  Shaper shaper_{On(&clock_, &floor_gate_)};
+};
+
+TEST_F(ShaperFloorTest, FloorRateKeepsATrickleDuringCollectives) {
+  floor_gate_.CollectiveBegin(0);
+  ASSERT_TRUE(shaper_.Acquire(1000).ok());
   EXPECT_EQ(clock_.NowNs(), 0);
-  ASSERT_TRUE(shaper.Acquire(1000).ok());
+  ASSERT_TRUE(shaper_.Acquire(1000).ok());
   EXPECT_EQ(clock_.NowNs(), kMs);
-  EXPECT_EQ(shaper.stats().yield_ns, kMs);
-  EXPECT_EQ(shaper.stats().windows, 0u);
+  EXPECT_EQ(shaper_.stats().yield_ns, kMs);
+  EXPECT_EQ(shaper_.stats().windows, 0u);
 }
 
-TEST_F(ShaperGateTest, UrgentTheFloorRateStillApplies) {
-  CollectiveGateOptions go = GateOptions();
-  go.floor_Bps = 1e6;  // 1000 bytes per ms
-  CollectiveGate gate(go);
-  ShaperOptions o;
-  o.clock = &clock_;
-  o.gate = &gate;
-  Shaper shaper(o);
-  shaper.SetUrgent(true);
-  gate.CollectiveBegin(0);
-  ASSERT_TRUE(shaper.Acquire(1000).ok());
+TEST_F(ShaperFloorTest, UrgentTheFloorRateStillApplies) {
+  shaper_.SetUrgent(true);
+  floor_gate_.CollectiveBegin(0);
+  ASSERT_TRUE(shaper_.Acquire(1000).ok());
   EXPECT_EQ(clock_.NowNs(), 0);
-  ASSERT_TRUE(shaper.Acquire(1000).ok());
+  ASSERT_TRUE(shaper_.Acquire(1000).ok());
   EXPECT_EQ(clock_.NowNs(), kMs);
-  gate.CollectiveEnd(kMs);
-  ASSERT_TRUE(shaper.Acquire(1000).ok());  // nothing open: at once
+  floor_gate_.CollectiveEnd(kMs);
+  ASSERT_TRUE(shaper_.Acquire(1000).ok());  // nothing open: at once
   EXPECT_EQ(clock_.NowNs(), kMs);
 }
 
