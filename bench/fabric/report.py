@@ -64,6 +64,22 @@ def read_json(path, default=None):
         return json.load(f)
 
 
+def link_rate_Bps(d, cfg):
+    """The probe's measured goodput, else the configured cap."""
+    probe = read_json(os.path.join(d, "probe.json"), {})
+    return probe.get("goodput_Bps") or cfg["rate_mbit"] * 1e6 / 8
+
+
+def idle_fraction(cfg, p50_s):
+    """The share of an iteration the link is idle: compute / iteration."""
+    return cfg["compute_ms"] / 1e3 / p50_s
+
+
+def idle_bound_s(mib, link_Bps, idle):
+    """The idle-bandwidth bound: `mib` MiB over the link's idle share."""
+    return mib * MiB / (link_Bps * idle)
+
+
 def deadline(d, every):
     cfg = read_json(os.path.join(d, "config.json"))
     _, iters, _, _ = load_mode(d, "baseline")
@@ -74,9 +90,8 @@ def deadline(d, every):
     # starts, with room for the snapshot and the commit.
     p50 = float(np.median(t))
     dl = 0.8 * every * p50
-    probe = read_json(os.path.join(d, "probe.json"), {})
-    link_Bps = probe.get("goodput_Bps") or cfg["rate_mbit"] * 1e6 / 8
-    bound = cfg["ckpt_mib"] * MiB / (link_Bps * cfg["compute_ms"] / 1e3 / p50)
+    bound = idle_bound_s(cfg["ckpt_mib"], link_rate_Bps(d, cfg),
+                         idle_fraction(cfg, p50))
     # The qos sender ends near its deadline, so the deadline decides where
     # durable time lands against the bound.
     if not bound <= dl <= 1.3 * bound:
@@ -97,8 +112,7 @@ def fmt(v, spec):
 def summary(d, json_out):
     cfg = read_json(os.path.join(d, "config.json"))
     nodes, warmup = cfg["nodes"], cfg["warmup"]
-    probe = read_json(os.path.join(d, "probe.json"), {})
-    link_Bps = probe.get("goodput_Bps") or cfg["rate_mbit"] * 1e6 / 8
+    link_Bps = link_rate_Bps(d, cfg)
     rows, figures = {}, {}
     for mode in MODES:
         skipped = os.path.join(d, f"{mode}.skipped")
@@ -138,7 +152,7 @@ def summary(d, json_out):
     base = rows.get("baseline", {})
     idle = None
     if "p50" in base:
-        idle = cfg["compute_ms"] / 1e3 / base["p50"]
+        idle = idle_fraction(cfg, base["p50"])
         figures["idle_frac"] = idle
         figures["base_p50_ms"] = 1e3 * base["p50"]
         figures["base_p99_ms"] = 1e3 * base["p99"]
@@ -156,7 +170,7 @@ def summary(d, json_out):
                 figures[f"{mode}_ar_extra_max_MiB"] = row["ar_extra_max_MiB"]
         row["p99_x"] = row["p99"] / base["p99"]
         if "ckpts" in row and idle:
-            row["bound_s"] = row["MiB"] * MiB / (link_Bps * idle)
+            row["bound_s"] = idle_bound_s(row["MiB"], link_Bps, idle)
             row["x_bound"] = row["durable_s"] / row["bound_s"]
         if mode != "baseline":
             figures[f"{mode}_p50_x"] = row["p50_x"]
