@@ -225,6 +225,7 @@ void SaveJob::StartDraining() {
     absl::MutexLock lock(&mu_);
     draining_ = true;
     held.swap(deferred_);
+    for (auto [i, slab] : held) CountOverlapLocked(i);
   }
   for (auto [i, slab] : held) Ship(i, slab);
 }
@@ -250,15 +251,16 @@ void SaveJob::ChunkInStaging(size_t i, char* slab, const Status& s) {
       deferred_.emplace_back(i, slab);
       return;
     }
+    CountOverlapLocked(i);
   }
   Ship(i, slab);
 }
 
+void SaveJob::CountOverlapLocked(size_t i) {
+  if (!snapshot_done_) overlapped_ += chunks_[i].len;
+}
+
 void SaveJob::Ship(size_t i, char* slab) {
-  {
-    absl::MutexLock lock(&mu_);
-    if (!snapshot_done_) overlapped_ += chunks_[i].len;
-  }
   auto self = shared_from_this();
   deps_.pipeline->Submit([self, i, slab] {
     const SaveChunk& c = self->chunks_[i];

@@ -122,7 +122,11 @@ class SaveJob : public std::enable_shared_from_this<SaveJob> {
   // Whether every server that holds `c`'s previous version is up: only
   // then may an unchanged chunk be referenced instead of shipped.
   bool HomeUp(const SaveChunk& c) const;
+  // Ships chunk `i` from `slab`; CountOverlapLocked(i) first, under mu_.
   void Ship(size_t i, char* slab);
+  // Counts chunk `i` in SaveStats::bytes_overlapped when it goes to the
+  // encoders before the snapshot is complete.
+  void CountOverlapLocked(size_t i) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Starts shipping every held-back chunk, and every later one at once.
   void StartDraining();
 
