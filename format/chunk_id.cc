@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_format.h"
 #include "format/crc32c.h"
+#include "format/internal/xxh3_avx2.h"
 
 namespace stagger::format {
 namespace {
@@ -21,6 +22,11 @@ int HexVal(char c) {
 }  // namespace
 
 ChunkId ChunkId::Of(const void* data, size_t len) {
+  if (internal::Xxh3Avx2Usable()) {
+    ChunkId id;
+    internal::Xxh3Avx2(data, len, &id.hi, &id.lo);
+    return id;
+  }
   XXH128_hash_t h = XXH3_128bits(data, len);
   return ChunkId{h.high64, h.low64};
 }
@@ -28,6 +34,11 @@ ChunkId ChunkId::Of(const void* data, size_t len) {
 ChunkId ChunkId::Of(const void* data, size_t len, uint32_t* crc32c) {
   // Small enough to stay in a core's cache between the two passes.
   constexpr size_t kBlock = 64 << 10;
+  if (internal::Xxh3Avx2Usable()) {
+    ChunkId id;
+    internal::Xxh3Avx2WithCrc32c(data, len, kBlock, &id.hi, &id.lo, crc32c);
+    return id;
+  }
   XXH3_state_t state;
   XXH3_INITSTATE(&state);
   XXH3_128bits_reset(&state);

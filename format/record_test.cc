@@ -1,12 +1,14 @@
 #include "format/record.h"
 
 #include <gtest/gtest.h>
+#include <xxhash.h>
 
 #include <random>
 #include <string>
 
 #include "format/chunk_id.h"
 #include "format/crc32c.h"
+#include "format/internal/xxh3_avx2.h"
 
 namespace stagger::format {
 namespace {
@@ -81,6 +83,33 @@ TEST(ChunkIdTest, OnePassGivesTheHashAndTheCrcOfTheSameBytes) {
     ChunkId id = ChunkId::Of(data.data(), n, &crc);
     EXPECT_EQ(id, ChunkId::Of(data.data(), n)) << "len " << n;
     EXPECT_EQ(crc, Crc32c(data.data(), n)) << "len " << n;
+  }
+}
+
+TEST(ChunkIdTest, TheAvx2BuildHashesAsTheLibraryDoes) {
+  if (!internal::Xxh3Avx2Usable()) {
+    GTEST_SKIP() << "this CPU (or build) has no AVX2: ChunkId uses the "
+                    "library's XXH3 only";
+  }
+  // XXH3's length classes (0, 1-3, 4-8, 9-16, 17-128, 129-240, longer),
+  // its 64-byte stripes and 1 KiB blocks, and a 4 MiB chunk plus a tail.
+  const std::string data = RandomBytes((4 << 20) + 13, 11);
+  for (size_t n :
+       {0ul, 1ul, 3ul, 4ul, 8ul, 9ul, 16ul, 17ul, 128ul, 129ul, 240ul, 241ul,
+        1023ul, 1024ul, 1025ul, 65536ul, 65537ul, (4ul << 20) + 13}) {
+    XXH128_hash_t want = XXH3_128bits(data.data(), n);
+    uint64_t hi = 0, lo = 0;
+    internal::Xxh3Avx2(data.data(), n, &hi, &lo);
+    EXPECT_EQ(hi, want.high64) << "len " << n;
+    EXPECT_EQ(lo, want.low64) << "len " << n;
+    for (size_t block : {1000ul, 65536ul}) {
+      uint32_t crc = 0xdeadbeef;
+      hi = lo = 0;
+      internal::Xxh3Avx2WithCrc32c(data.data(), n, block, &hi, &lo, &crc);
+      EXPECT_EQ(hi, want.high64) << "len " << n << " block " << block;
+      EXPECT_EQ(lo, want.low64) << "len " << n << " block " << block;
+      EXPECT_EQ(crc, Crc32c(data.data(), n)) << "len " << n;
+    }
   }
 }
 
