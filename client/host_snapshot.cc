@@ -1,6 +1,6 @@
 #include "client/host_snapshot.h"
 
-#include <cstring>
+#include "client/staging_copy.h"
 
 namespace stagger::client {
 namespace {
@@ -15,7 +15,7 @@ class HostSnapshotSource : public SnapshotSource {
             CopyCallback on_host) override {
     copiers_.Submit([dst, src, len, captured = std::move(captured),
                      on_host = std::move(on_host)] {
-      std::memcpy(dst, src, len);
+      CopyToStaging(dst, src, len);
       captured(absl::OkStatus());
       on_host(absl::OkStatus());
     });
