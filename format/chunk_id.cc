@@ -6,7 +6,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_format.h"
-#include "format/crc32c.h"
+#include "format/internal/block_crc.h"
 #include "format/internal/xxh3_avx2.h"
 
 namespace stagger::format {
@@ -42,15 +42,9 @@ ChunkId ChunkId::Of(const void* data, size_t len, uint32_t* crc32c) {
   XXH3_state_t state;
   XXH3_INITSTATE(&state);
   XXH3_128bits_reset(&state);
-  const char* p = static_cast<const char*>(data);
-  uint32_t crc = 0;
-  for (size_t done = 0; done < len;) {
-    const size_t n = std::min(kBlock, len - done);
-    XXH3_128bits_update(&state, p + done, n);
-    crc = Crc32cExtend(crc, p + done, n);
-    done += n;
-  }
-  *crc32c = crc;
+  *crc32c = internal::UpdateWithCrc32c(
+      data, len, kBlock,
+      [&](const char* p, size_t n) { XXH3_128bits_update(&state, p, n); });
   XXH128_hash_t h = XXH3_128bits_digest(&state);
   return ChunkId{h.high64, h.low64};
 }

@@ -4,7 +4,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "format/crc32c.h"
+#include "format/internal/block_crc.h"
 
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
 #include <immintrin.h>
@@ -32,18 +32,12 @@ void Xxh3Avx2WithCrc32c(const void* data, size_t len, size_t block,
   XXH3_state_t state;
   XXH3_INITSTATE(&state);
   XXH3_128bits_reset(&state);
-  const char* p = static_cast<const char*>(data);
-  uint32_t crc = 0;
-  for (size_t done = 0; done < len;) {
-    const size_t n = len - done < block ? len - done : block;
-    XXH3_128bits_update(&state, p + done, n);
-    crc = Crc32cExtend(crc, p + done, n);
-    done += n;
-  }
+  *crc32c = UpdateWithCrc32c(data, len, block, [&](const char* p, size_t n) {
+    XXH3_128bits_update(&state, p, n);
+  });
   XXH128_hash_t h = XXH3_128bits_digest(&state);
   *hi = h.high64;
   *lo = h.low64;
-  *crc32c = crc;
 }
 
 }  // namespace stagger::format::internal
