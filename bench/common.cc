@@ -288,14 +288,6 @@ std::string BinDir() {
   return ec ? "." : exe.parent_path().string();
 }
 
-Status CheckSnapshotOverlapFlag(const std::string& value) {
-  if (value == "auto" || value == "on" || value == "off") {
-    return absl::OkStatus();
-  }
-  return absl::InvalidArgumentError(absl::StrCat(
-      "--snapshot-overlap: unknown value '", value, "' (auto, on or off)"));
-}
-
 Status RegisterState(client::SyntheticState& state, Checkpointer& ck) {
   for (client::SyntheticTensor& t : state.tensors()) {
     STAGGER_RETURN_IF_ERROR(

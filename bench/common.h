@@ -129,10 +129,6 @@ class TempDir {
 // $STAGGER_BIN_DIR when set.
 std::string BinDir();
 
-// Checks a --snapshot-overlap flag's value (auto, on or off) before any
-// measuring starts; INVALID_ARGUMENT naming the flag otherwise.
-Status CheckSnapshotOverlapFlag(const std::string& value);
-
 // Registers every tensor of `state` with `ck`.
 Status RegisterState(client::SyntheticState& state, Checkpointer& ck);
 

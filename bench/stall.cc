@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "bench/common.h"
+#include "client/checkpointer_impl.h"
 #include "client/cli/synthetic_state.h"
 #include "stagger/checkpointer.h"
 
@@ -174,7 +175,9 @@ int Main(int argc, char** argv) {
   if (!size.ok()) return Fail("stall", size.status());
   if (!iterations.ok()) return Fail("stall", iterations.status());
   if (!seed.ok()) return Fail("stall", seed.status());
-  s = CheckSnapshotOverlapFlag(flags.Get("snapshot-overlap"));
+  s = WithContext(
+      client::ValidateSnapshotOverlap(flags.Get("snapshot-overlap")),
+      "--snapshot-overlap");
   if (!s.ok()) return Fail("stall", s);
   auto dir = TempDir::Make(flags.Get("data"), "stagger-bench-stall");
   if (!dir.ok()) return Fail("stall", dir.status());

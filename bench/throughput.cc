@@ -33,6 +33,7 @@
 #include "bench/ceilings.h"
 #include "bench/common.h"
 #include "bench/server_process.h"
+#include "client/checkpointer_impl.h"
 #include "client/cli/synthetic_state.h"
 #include "stagger/checkpointer.h"
 
@@ -140,7 +141,8 @@ int Main(int argc, char** argv) {
   }
   tuning.max_inflight_chunks = static_cast<size_t>(*max_inflight_flag);
   tuning.snapshot_overlap = flags.Get("snapshot-overlap");
-  s = CheckSnapshotOverlapFlag(tuning.snapshot_overlap);
+  s = WithContext(client::ValidateSnapshotOverlap(tuning.snapshot_overlap),
+                  "--snapshot-overlap");
   if (!s.ok()) return Fail("throughput", s);
   std::string server_bin = flags.Get("server");
   if (server_bin.empty()) server_bin = BinDir() + "/stagger-server";

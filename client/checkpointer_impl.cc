@@ -584,6 +584,14 @@ class CheckpointerImpl : public Checkpointer {
 
 }  // namespace
 
+Status ValidateSnapshotOverlap(const std::string& value) {
+  if (value == "auto" || value == "on" || value == "off") {
+    return absl::OkStatus();
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("snapshot_overlap '", value, "' unknown (auto, on, off)"));
+}
+
 Status ValidateOptions(const CheckpointerOptions& o) {
   STAGGER_RETURN_IF_ERROR(format::ValidateName("job", o.job));
   STAGGER_RETURN_IF_ERROR(Shaping::Validate(o));
@@ -629,11 +637,7 @@ Status ValidateOptions(const CheckpointerOptions& o) {
   if (o.pipeline_threads < 0 || o.pipeline_threads > 64) {
     return absl::InvalidArgumentError("pipeline_threads must be in [0, 64]");
   }
-  if (o.snapshot_overlap != "auto" && o.snapshot_overlap != "on" &&
-      o.snapshot_overlap != "off") {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "snapshot_overlap '", o.snapshot_overlap, "' unknown (auto, on, off)"));
-  }
+  STAGGER_RETURN_IF_ERROR(ValidateSnapshotOverlap(o.snapshot_overlap));
   if (!(o.rpc_timeout_s > 0)) {
     return absl::InvalidArgumentError("rpc_timeout_s must be positive");
   }
