@@ -37,22 +37,19 @@ __attribute__((target("avx2"))) void StreamCopy(char* dst, const char* src,
   // hands the slab to another thread.
   _mm_sfence();
 }
+
+// Whether copies of kStreamCopyMin bytes or more stream on this CPU.
+bool Streams() {
+  static const bool avx2 = __builtin_cpu_supports("avx2");
+  return avx2;
+}
 #endif
 
 }  // namespace
 
-bool StagingCopyStreams() {
-#ifdef STAGGER_STREAM_COPY
-  static const bool avx2 = __builtin_cpu_supports("avx2");
-  return avx2;
-#else
-  return false;
-#endif
-}
-
 void CopyToStaging(void* dst, const void* src, size_t len) {
 #ifdef STAGGER_STREAM_COPY
-  if (len >= kStreamCopyMin && StagingCopyStreams()) {
+  if (len >= kStreamCopyMin && Streams()) {
     StreamCopy(static_cast<char*>(dst), static_cast<const char*>(src), len);
     return;
   }

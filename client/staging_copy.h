@@ -21,10 +21,6 @@ inline constexpr size_t kStreamCopyMin = 256 << 10;
 
 void CopyToStaging(void* dst, const void* src, size_t len);
 
-// Whether CopyToStaging streams copies of kStreamCopyMin bytes or more on
-// this CPU.
-bool StagingCopyStreams();
-
 }  // namespace stagger::client
 
 #endif  // STAGGER_CLIENT_STAGING_COPY_H_

@@ -3,8 +3,6 @@
 #define XXH_STATIC_LINKING_ONLY  // XXH3_state_t on the stack
 #include <xxhash.h>
 
-#include <algorithm>
-
 #include "absl/strings/str_format.h"
 #include "format/internal/block_crc.h"
 #include "format/internal/xxh3_avx2.h"
