@@ -53,6 +53,27 @@ TEST(TextWriterTest, WritesFamiliesOnceAndEscapesLabels) {
             "z_seconds_count 2\n");
 }
 
+TEST(SampleValueTest, ReadsBackWhatTheWriterWrote) {
+  TextWriter w;
+  w.Counter("x_total", "things done", 3, {{"job", "e"}});
+  w.Counter("x", "a prefix of x_total", 7);
+  Histogram h({0.5});
+  h.Observe(0.25);
+  h.Observe(2);
+  w.Histogram("z_seconds", "how long", h.Take());
+  EXPECT_EQ(*SampleValue(w.text(), "x_total", "job=\"e\""), 3);
+  EXPECT_EQ(*SampleValue(w.text(), "x"), 7);
+  EXPECT_EQ(*SampleValue(w.text(), "z_seconds_sum"), 2.25);
+  // A sample with labels is not the unlabelled one, nor a longer name.
+  auto missing = SampleValue(w.text(), "x_total");
+  ASSERT_FALSE(missing.ok());
+  EXPECT_EQ(missing.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_NE(missing.status().message().find("x_total"), std::string::npos);
+  auto garbled = SampleValue("y 1.5.5\n", "y");
+  ASSERT_FALSE(garbled.ok());
+  EXPECT_EQ(garbled.status().code(), absl::StatusCode::kInvalidArgument);
+}
+
 // Sends `request` as is and returns the whole answer.
 std::string RawExchange(const std::string& address,
                         const std::string& request) {

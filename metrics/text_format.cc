@@ -3,7 +3,9 @@
 #include <cmath>
 #include <cstdio>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 
 namespace stagger::metrics {
 namespace {
@@ -86,6 +88,22 @@ void TextWriter::Histogram(const std::string& name, const std::string& help,
   Sample(name + "_bucket", inf, static_cast<double>(h.count));
   Sample(name + "_sum", labels, h.sum);
   Sample(name + "_count", labels, static_cast<double>(h.count));
+}
+
+Result<double> SampleValue(const std::string& page, const std::string& name,
+                           const std::string& labels) {
+  const std::string key =
+      labels.empty() ? name : absl::StrCat(name, "{", labels, "}");
+  for (absl::string_view line : absl::StrSplit(page, '\n')) {
+    if (line.size() > key.size() && line.substr(0, key.size()) == key &&
+        line[key.size()] == ' ') {
+      double v = 0;
+      if (absl::SimpleAtod(line.substr(key.size() + 1), &v)) return v;
+      return absl::InvalidArgumentError(
+          absl::StrCat("metrics sample ", key, ": not a number: ", line));
+    }
+  }
+  return absl::NotFoundError(absl::StrCat("metrics page has no sample ", key));
 }
 
 }  // namespace stagger::metrics

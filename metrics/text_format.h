@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "metrics/histogram.h"
+#include "stagger/status.h"
 
 namespace stagger::metrics {
 
@@ -38,6 +39,13 @@ class TextWriter {
   std::string out_;
   std::set<std::string> families_;
 };
+
+// The value of the sample `name` with exactly `labels` (rendered as on the
+// page, e.g. `class="checkpoint"`; "" for none) on a page in this format;
+// NOT_FOUND naming the sample when the page has no such line. For tests and
+// tools that scrape a metrics page.
+Result<double> SampleValue(const std::string& page, const std::string& name,
+                           const std::string& labels = "");
 
 // "1.5", "3", "+Inf": a sample value as the format wants it.
 std::string FormatValue(double v);

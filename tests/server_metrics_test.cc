@@ -5,10 +5,9 @@
 #include <thread>
 #include <vector>
 
-#include "absl/strings/numbers.h"
-#include "absl/strings/str_split.h"
 #include "gtest/gtest.h"
 #include "metrics/http_exporter.h"
+#include "metrics/text_format.h"
 #include "stagger/checkpointer.h"
 #include "testutil/pattern.h"
 #include "testutil/process.h"
@@ -20,15 +19,7 @@ namespace {
 // metrics page; -1 when it is missing.
 double Sample(const std::string& page, const std::string& name,
               const std::string& labels = "") {
-  const std::string key = labels.empty() ? name : name + "{" + labels + "}";
-  for (absl::string_view line : absl::StrSplit(page, '\n')) {
-    if (line.size() > key.size() && line.substr(0, key.size()) == key &&
-        line[key.size()] == ' ') {
-      double v = -1;
-      if (absl::SimpleAtod(line.substr(key.size() + 1), &v)) return v;
-    }
-  }
-  return -1;
+  return metrics::SampleValue(page, name, labels).value_or(-1);
 }
 
 TEST(ServerMetricsTest, ScrapedCountersMatchTheSave) {
