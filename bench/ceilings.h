@@ -17,13 +17,18 @@ struct DiskWriteResult {
   double seconds = 0;  // first submit to fdatasync done
   uint64_t bytes = 0;
   bool direct = false;  // false: O_DIRECT was refused, buffered writes
+  // false: the filesystem could not reserve the file's space up front, so
+  // the writes extended it.
+  bool preallocated = false;
   double GBps() const { return seconds > 0 ? bytes / seconds / 1e9 : 0; }
 };
 
 // Writes `bytes` (rounded up to `block` bytes) sequentially to a new file
 // in `dir` with io_uring, `queue_depth` writes of `block` bytes in flight,
-// O_DIRECT (buffered if the filesystem refuses it), then fdatasync. The file
-// is removed afterwards. UNAVAILABLE on I/O errors, naming the file.
+// O_DIRECT (buffered if the filesystem refuses it), then fdatasync. The
+// file's space is reserved (fallocate) before the clock starts, where the
+// filesystem can. The file is removed afterwards. UNAVAILABLE on I/O
+// errors, RESOURCE_EXHAUSTED when the disk cannot hold it, naming the file.
 Result<DiskWriteResult> MeasureDiskWrite(const std::string& dir, uint64_t bytes,
                                          uint64_t block = 4ull << 20,
                                          unsigned queue_depth = 8);

@@ -39,7 +39,8 @@ std::string Field(const std::string& line, const std::string& key) {
 }  // namespace
 
 Result<std::unique_ptr<ServerProcess>> ServerProcess::Start(
-    const std::string& binary, const std::string& data_dir, double timeout_s) {
+    const std::string& binary, const std::string& data_dir, double timeout_s,
+    const std::vector<std::string>& extra_args) {
   if (access(binary.c_str(), X_OK) != 0) {
     return absl::NotFoundError(absl::StrCat(
         "no stagger-server at ", binary,
@@ -52,6 +53,7 @@ Result<std::unique_ptr<ServerProcess>> ServerProcess::Start(
   }
   std::vector<std::string> args = {binary, "--data", data_dir, "--listen",
                                    "127.0.0.1:0"};
+  args.insert(args.end(), extra_args.begin(), extra_args.end());
   std::vector<char*> argv;
   for (auto& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
@@ -100,6 +102,7 @@ Result<std::unique_ptr<ServerProcess>> ServerProcess::Start(
   }
   server->grpc_ = Field(out, "grpc");
   server->data_ = Field(out, "data");
+  server->metrics_ = Field(out, "metrics");
   if (out.rfind("stagger-server ready", 0) != 0 || server->grpc_.empty()) {
     return absl::UnavailableError(
         absl::StrCat("unexpected stagger-server output: ", out));

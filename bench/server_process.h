@@ -11,6 +11,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "stagger/status.h"
 
@@ -18,17 +19,20 @@ namespace stagger::bench {
 
 class ServerProcess {
  public:
-  // Runs `binary --data DATA_DIR --listen 127.0.0.1:0` and waits (at most
-  // `timeout_s`) for its "stagger-server ready grpc=... data=..." line.
+  // Runs `binary --data DATA_DIR --listen 127.0.0.1:0 EXTRA_ARGS...` and
+  // waits (at most `timeout_s`) for its "stagger-server ready grpc=...
+  // data=..." line.
   // NOT_FOUND when the binary is missing; UNAVAILABLE when it exits or does
   // not become ready in time (the message carries its log's tail).
   static Result<std::unique_ptr<ServerProcess>> Start(
       const std::string& binary, const std::string& data_dir,
-      double timeout_s = 30);
+      double timeout_s = 30, const std::vector<std::string>& extra_args = {});
   ~ServerProcess();
 
   const std::string& grpc_address() const { return grpc_; }
   const std::string& data_address() const { return data_; }
+  // The metrics page's "host:port"; "" unless started with --metrics-listen.
+  const std::string& metrics_address() const { return metrics_; }
   pid_t pid() const { return pid_; }
 
  private:
@@ -39,6 +43,7 @@ class ServerProcess {
   int out_fd_;
   std::string grpc_;
   std::string data_;
+  std::string metrics_;
 };
 
 }  // namespace stagger::bench

@@ -4,8 +4,8 @@
 // Measured in the same run, for the same byte count (--size of realistic
 // state):
 //   disk     sequential write ceiling of the data directory's disk: io_uring,
-//            4 MiB writes, queue depth 8, O_DIRECT (buffered when refused),
-//            fdatasync at the end
+//            space reserved first, 4 MiB writes, queue depth 8, O_DIRECT
+//            (buffered when refused), fdatasync at the end
 //   link     UCX loopback: 4 MiB calls, 16 in flight, to a listener that
 //            replies at once (UCX_TLS=sm,tcp unless set)
 //   stagger  a stagger-server process (next to this binary) on a temporary
@@ -18,6 +18,11 @@
 //            GB/s (target: >= 1: encoding never makes a save slower)
 // Each of --iterations rounds measures disk, link and one save per codec;
 // every figure is the median over the rounds.
+// The server's metrics page, read before and after each save, tells what
+// its segment writer did meanwhile: writer_GBps = bytes it wrote / seconds
+// its writes took (the disk's speed during the save, beside the ceiling
+// measured a little earlier), writer_busy = seconds of writes and
+// fdatasyncs / the save's seconds (near 1: the disk was the bottleneck).
 // RESULT ratio = stagger(raw) GB/s / min(disk, link). Target (BENCHMARKS.md):
 // >= 0.85.
 #include <stdio.h>
@@ -26,6 +31,7 @@
 #include <algorithm>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -35,6 +41,8 @@
 #include "bench/server_process.h"
 #include "client/checkpointer_impl.h"
 #include "client/cli/synthetic_state.h"
+#include "metrics/http_exporter.h"
+#include "metrics/text_format.h"
 #include "stagger/checkpointer.h"
 
 namespace stagger::bench {
@@ -44,6 +52,8 @@ struct CodecRun {
   std::string codec;
   std::vector<double> seconds;  // Save() call to Wait() returning
   std::vector<SaveStats> stats;
+  std::vector<double> writer_gbps;  // see the file comment
+  std::vector<double> writer_busy;
   double Median_s() const { return Median(seconds); }
   uint64_t raw() const { return stats.empty() ? 0 : stats.back().bytes_raw; }
   uint64_t shipped() const {
@@ -55,13 +65,38 @@ struct CodecRun {
   }
 };
 
+// The server's segment writer's totals so far, from its metrics page.
+struct WriterTotals {
+  double bytes = 0;
+  double write_s = 0;
+  double sync_s = 0;
+};
+
+Result<WriterTotals> ScrapeWriter(const std::string& metrics_address) {
+  const std::string where = "server metrics at " + metrics_address;
+  auto page = metrics::HttpGet(metrics_address, "/metrics");
+  if (!page.ok()) return WithContext(page.status(), where);
+  WriterTotals w;
+  const std::pair<double*, const char*> samples[] = {
+      {&w.bytes, "stagger_server_segment_bytes_written_total"},
+      {&w.write_s, "stagger_server_write_seconds_sum"},
+      {&w.sync_s, "stagger_server_fsync_seconds_sum"}};
+  for (const auto& [field, name] : samples) {
+    auto value = metrics::SampleValue(*page, name);
+    if (!value.ok()) return WithContext(value.status(), where);
+    *field = *value;
+  }
+  return w;
+}
+
 // Saves the state as step 1 of a new job (so every save is a full
 // checkpoint, whatever the client keeps from earlier steps) and waits for
 // it to be durable.
 // `o` carries the flags' tuning (threads, chunks in flight, overlap).
-Status SaveOnce(CheckpointerOptions o, const std::string& servers,
+Status SaveOnce(CheckpointerOptions o, const ServerProcess& server,
                 const std::string& codec, int iteration,
                 client::SyntheticState& state, CodecRun* run) {
+  const std::string& servers = server.grpc_address();
   o.servers = servers;
   o.job = "bench-throughput-" + codec + "-" + std::to_string(iteration);
   o.codec = codec;
@@ -84,12 +119,22 @@ Status SaveOnce(CheckpointerOptions o, const std::string& servers,
   // first pass: the ceilings that run in between would otherwise make the
   // snapshot read state no training loop leaves idle.
   state.Step();
+  STAGGER_ASSIGN_OR_RETURN(WriterTotals before,
+                           ScrapeWriter(server.metrics_address()));
   auto start = Clock::now();
   auto h = (*ck)->Save(1);
   if (!h.ok()) return WithContext(h.status(), "Save " + o.job);
   STAGGER_RETURN_IF_ERROR(WithContext(h->Wait(), "durable " + o.job));
-  run->seconds.push_back(SecondsSince(start));
+  const double seconds = SecondsSince(start);
+  // Every chunk was acknowledged, so the writer counted it already.
+  STAGGER_ASSIGN_OR_RETURN(WriterTotals after,
+                           ScrapeWriter(server.metrics_address()));
+  run->seconds.push_back(seconds);
   run->stats.push_back(h->stats());
+  const double write_s = after.write_s - before.write_s;
+  run->writer_gbps.push_back(Div(after.bytes - before.bytes, write_s) / 1e9);
+  run->writer_busy.push_back(
+      Div(write_s + (after.sync_s - before.sync_s), seconds));
   return absl::OkStatus();
 }
 
@@ -175,7 +220,8 @@ int Main(int argc, char** argv) {
   // Also sets UCX_TLS for this process and the server it starts.
   auto first_link = MeasureUcxLoopback(total);
   if (!first_link.ok()) return Fail("throughput", first_link.status());
-  auto server = ServerProcess::Start(server_bin, (*dir)->path() + "/server");
+  auto server = ServerProcess::Start(server_bin, (*dir)->path() + "/server", 30,
+                                     {"--metrics-listen", "127.0.0.1:0"});
   if (!server.ok()) return Fail("throughput", server.status());
   // Ceilings and saves alternate, so that a disk or a host whose speed
   // drifts during the run weighs on both sides of the ratio alike.
@@ -191,8 +237,7 @@ int Main(int argc, char** argv) {
       links.push_back(*link);
     }
     for (CodecRun& run : runs) {
-      s = SaveOnce(tuning, (*server)->grpc_address(), run.codec, i, state,
-                   &run);
+      s = SaveOnce(tuning, **server, run.codec, i, state, &run);
       if (!s.ok()) return Fail("throughput", s);
     }
   }
@@ -200,6 +245,11 @@ int Main(int argc, char** argv) {
     printf(
         "note: the filesystem refused O_DIRECT; the disk ceiling is "
         "buffered writes + fdatasync\n");
+  }
+  if (!disks.front().preallocated) {
+    printf(
+        "note: the filesystem could not reserve the ceiling's file up front; "
+        "its writes extended it (serialized on some filesystems)\n");
   }
   server->reset();
 
@@ -220,15 +270,16 @@ int Main(int argc, char** argv) {
       "each save a fresh job; GB = 1e9 bytes\n",
       ucx_tls != nullptr ? ucx_tls : "", *iterations);
   Table table({"path", "seconds", "GB/s", "x_min_ceiling", "bytes", "shipped",
-               "durable_s", "snapshot_s", "overlapped"});
+               "durable_s", "snapshot_s", "overlapped", "writer_GB/s",
+               "writer_busy"});
   table.AddRow({disk.direct ? "disk write (io_uring O_DIRECT, 4MiB x8)"
                             : "disk write (io_uring buffered, 4MiB x8)",
                 Fixed(disk.seconds, 4), GB(disk.GBps()),
                 Fixed(disk.GBps() / ceiling, 2), FormatBytes(disk.bytes), "-",
-                "-", "-", "-"});
+                "-", "-", "-", "-", "-"});
   table.AddRow({"UCX loopback (4MiB x16)", Fixed(link.seconds, 4),
                 GB(link.GBps()), Fixed(link.GBps() / ceiling, 2),
-                FormatBytes(link.bytes), "-", "-", "-", "-"});
+                FormatBytes(link.bytes), "-", "-", "-", "-", "-", "-"});
   for (const CodecRun& run : runs) {
     std::vector<double> durable, snapshot, overlapped;
     for (const SaveStats& st : run.stats) {
@@ -240,7 +291,9 @@ int Main(int argc, char** argv) {
                   GB(run.GBps()), Fixed(run.GBps() / ceiling, 2),
                   FormatBytes(run.raw()), FormatBytes(run.shipped()),
                   Fixed(Median(durable), 4), Fixed(Median(snapshot), 4),
-                  FormatBytes(static_cast<uint64_t>(Median(overlapped)))});
+                  FormatBytes(static_cast<uint64_t>(Median(overlapped))),
+                  GB(Median(run.writer_gbps)),
+                  Fixed(Median(run.writer_busy), 2)});
   }
   table.Print();
 
@@ -249,6 +302,8 @@ int Main(int argc, char** argv) {
   result.Add("disk_GBps", disk.GBps());
   result.Add("link_GBps", link.GBps());
   result.Add("stagger_GBps", runs[0].GBps());
+  result.Add("writer_GBps", Median(runs[0].writer_gbps));
+  result.Add("writer_busy", Median(runs[0].writer_busy));
   for (size_t i = 1; i < runs.size(); ++i) {
     const CodecRun& run = runs[i];
     if (run.codec == "zstd") {
@@ -266,6 +321,7 @@ int Main(int argc, char** argv) {
   json.Set("size_bytes", static_cast<double>(total));
   json.Set("iterations", *iterations);
   json.SetBool("disk_direct", disk.direct);
+  json.SetBool("disk_preallocated", disk.preallocated);
   json.Set("ucx_tls", std::string(ucx_tls != nullptr ? ucx_tls : ""));
   for (const auto& [key, value] : result.figures()) json.Set(key, value);
   json.Set("ratio", ratio);
@@ -280,7 +336,9 @@ int Main(int argc, char** argv) {
                    {"bytes_overlapped", std::to_string(st.bytes_overlapped)},
                    {"bytes_raw", std::to_string(st.bytes_raw)},
                    {"bytes_shipped", std::to_string(st.bytes_shipped)},
-                   {"chunks", std::to_string(st.chunks)}});
+                   {"chunks", std::to_string(st.chunks)},
+                   {"writer_GBps", Fixed(run.writer_gbps[i], 6)},
+                   {"writer_busy", Fixed(run.writer_busy[i], 6)}});
     }
   }
   s = json.Write(flags.Get("json"));
