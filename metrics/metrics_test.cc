@@ -28,7 +28,9 @@ TEST(HistogramTest, CountsIntoCumulativeBuckets) {
   EXPECT_NEAR(snap.sum, 3.5535, 1e-6);
 }
 
-TEST(TextWriterTest, WritesFamiliesOnceAndEscapesLabels) {
+// Two counters of one family (one label value needing escapes), a gauge and
+// a histogram.
+TextWriter ExamplePage() {
   TextWriter w;
   w.Counter("x_total", "things done", 3, {{"job", "a\"b\\c\nd"}});
   w.Counter("x_total", "things done", 4.5, {{"job", "e"}});
@@ -37,6 +39,11 @@ TEST(TextWriterTest, WritesFamiliesOnceAndEscapesLabels) {
   h.Observe(0.25);
   h.Observe(2);
   w.Histogram("z_seconds", "how long", h.Take());
+  return w;
+}
+
+TEST(TextWriterTest, WritesFamiliesOnceAndEscapesLabels) {
+  TextWriter w = ExamplePage();
   EXPECT_EQ(w.text(),
             "# HELP x_total things done\n"
             "# TYPE x_total counter\n"
@@ -54,21 +61,17 @@ TEST(TextWriterTest, WritesFamiliesOnceAndEscapesLabels) {
 }
 
 TEST(SampleValueTest, ReadsBackWhatTheWriterWrote) {
-  TextWriter w;
-  w.Counter("x_total", "things done", 3, {{"job", "e"}});
-  w.Counter("x", "a prefix of x_total", 7);
-  Histogram h({0.5});
-  h.Observe(0.25);
-  h.Observe(2);
-  w.Histogram("z_seconds", "how long", h.Take());
-  EXPECT_EQ(*SampleValue(w.text(), "x_total", "job=\"e\""), 3);
-  EXPECT_EQ(*SampleValue(w.text(), "x"), 7);
-  EXPECT_EQ(*SampleValue(w.text(), "z_seconds_sum"), 2.25);
-  // A sample with labels is not the unlabelled one, nor a longer name.
-  auto missing = SampleValue(w.text(), "x_total");
-  ASSERT_FALSE(missing.ok());
-  EXPECT_EQ(missing.status().code(), absl::StatusCode::kNotFound);
-  EXPECT_NE(missing.status().message().find("x_total"), std::string::npos);
+  const std::string page = ExamplePage().text();
+  EXPECT_EQ(*SampleValue(page, "x_total", "job=\"e\""), 4.5);
+  EXPECT_EQ(*SampleValue(page, "y"), 0.25);
+  EXPECT_EQ(*SampleValue(page, "z_seconds_sum"), 2.25);
+  // Neither the labelled samples nor a longer name are the sample asked.
+  for (const char* name : {"x_total", "x", "z_seconds"}) {
+    auto missing = SampleValue(page, name);
+    ASSERT_FALSE(missing.ok()) << name;
+    EXPECT_EQ(missing.status().code(), absl::StatusCode::kNotFound);
+    EXPECT_NE(missing.status().message().find(name), std::string::npos);
+  }
   auto garbled = SampleValue("y 1.5.5\n", "y");
   ASSERT_FALSE(garbled.ok());
   EXPECT_EQ(garbled.status().code(), absl::StatusCode::kInvalidArgument);
