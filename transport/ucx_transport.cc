@@ -41,6 +41,7 @@ class UcxConnection final : public Connection {
     loop_->Call(op, header, payload, std::move(done), std::move(sent));
   }
   std::string peer() const override { return loop_->peer(); }
+  bool shared_memory() const { return loop_->shared_memory(); }
 
  private:
   std::shared_ptr<UcxClientLoop> loop_;
@@ -58,6 +59,7 @@ class UcxTransport final : public Transport {
     loop_options_.pull_buffers =
         BufferPool::Create(options.pull_buffer_cache_bytes);
     loop_options_.close_timeout = options.close_timeout;
+    loop_options_.same_host_shared_memory = options.same_host_shared_memory;
   }
 
   Result<std::unique_ptr<Listener>> Listen(
@@ -99,9 +101,15 @@ class UcxTransport final : public Transport {
 
 Result<std::unique_ptr<Transport>> NewUcxTransport(
     const UcxTransportOptions& options) {
-  STAGGER_ASSIGN_OR_RETURN(auto context, UcxContext::Create());
+  STAGGER_ASSIGN_OR_RETURN(auto context,
+                           UcxContext::Create(options.same_host_shared_memory));
   return std::unique_ptr<Transport>(
       new UcxTransport(std::move(context), options));
+}
+
+bool SendsOverSharedMemory(const Connection& connection) {
+  const auto* ucx = dynamic_cast<const UcxConnection*>(&connection);
+  return ucx != nullptr && ucx->shared_memory();
 }
 
 }  // namespace stagger::transport

@@ -1,6 +1,7 @@
 // The UCX implementation of Transport: active messages over a UCX worker,
 // rendezvous for large payloads, client-server connection set-up over
-// sockets. See README.md for the threads and the object graph.
+// sockets, shared memory between a client and a listener on one host. See
+// README.md for the threads and the object graph.
 //
 // UCX is configured from the environment (UCX_TLS, UCX_NET_DEVICES, ...);
 // on one host UCX_TLS=sm,tcp is the expected setting. No UCX type appears in
@@ -36,6 +37,12 @@ struct UcxTransportOptions {
   // Upper bound on how long destroying a Listener or Connection waits for
   // its endpoints to close cleanly.
   std::chrono::milliseconds close_timeout{2000};
+  // A client on the listener's host, run by the same user in the same
+  // namespaces, sends its requests over shared memory instead of the
+  // socket (README.md: "Shared memory on one host"). Both sides must allow
+  // it; UCX_TLS must include sm. Off until it is shown to make saves
+  // faster (README.md says what was measured).
+  bool same_host_shared_memory = false;
 };
 
 // Creates the UCX context. FAILED_PRECONDITION or INTERNAL when UCX cannot
@@ -49,6 +56,11 @@ struct UcxTransportOptions {
 // shutdown then finishes after the callback returns.
 Result<std::unique_ptr<Transport>> NewUcxTransport(
     const UcxTransportOptions& options = {});
+
+// Whether `connection`, made by a UCX transport, sends its requests over
+// shared memory by now (same_host_shared_memory; the switch happens shortly
+// after Connect returns). False for any other connection.
+bool SendsOverSharedMemory(const Connection& connection);
 
 }  // namespace stagger::transport
 

@@ -60,7 +60,8 @@ class RawPeer {
   }
 
   void Connect(const std::string& address) {
-    auto ctx = transport_internal::UcxContext::Create();
+    auto ctx = transport_internal::UcxContext::Create(
+        /*same_host_shared_memory=*/false);
     ASSERT_TRUE(ctx.ok()) << ctx.status();
     context_ = *ctx;
     auto worker = transport_internal::CreateWorker(*context_);
@@ -263,7 +264,8 @@ TEST_F(UcxTransportTest, WellFormedRawRequestIsServed) {
 TEST(UcxConnectTest, ListenerThatNeverAnswersTimesOutWithUnavailable) {
   // A bare UCX listener that is never progressed: the TCP connection is
   // accepted by the kernel but the handshake is never answered.
-  auto ctx = transport_internal::UcxContext::Create();
+  auto ctx = transport_internal::UcxContext::Create(
+      /*same_host_shared_memory=*/false);
   ASSERT_TRUE(ctx.ok()) << ctx.status();
   auto worker = transport_internal::CreateWorker(**ctx);
   ASSERT_TRUE(worker.ok()) << worker.status();

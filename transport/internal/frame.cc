@@ -52,7 +52,7 @@ Result<Frame> ParseFrame(const void* am_header, size_t am_header_len,
   Frame f;
   uint8_t kind = Get<uint8_t>(in, 4);
   if (kind < static_cast<uint8_t>(FrameKind::kRequest) ||
-      kind > static_cast<uint8_t>(FrameKind::kHelloAck)) {
+      kind > static_cast<uint8_t>(FrameKind::kShmHelloAck)) {
     return Malformed(absl::StrCat("unknown kind ", kind));
   }
   f.kind = static_cast<FrameKind>(kind);

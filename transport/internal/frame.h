@@ -34,11 +34,15 @@ inline constexpr size_t kFrameBytes = 28;
 inline constexpr uint8_t kFrameHeaderInData = 0x1;
 
 enum class FrameKind : uint8_t {
-  kRequest = 1,   // client -> server: a Call()
-  kReply = 2,     // server -> client: the reply to request_id
-  kNoReply = 3,   // server -> client: request_id will never get a reply
-  kHello = 4,     // client -> server: connection handshake
-  kHelloAck = 5,  // server -> client: handshake answer
+  kRequest = 1,      // client -> server: a Call()
+  kReply = 2,        // server -> client: the reply to request_id
+  kNoReply = 3,      // server -> client: request_id will never get a reply
+  kHello = 4,        // client -> server: connection handshake
+  kHelloAck = 5,     // server -> client: handshake answer (may carry a
+                     // shared-memory offer, same_host.h)
+  kShmHello = 6,     // client -> server, on the shared-memory endpoint: the
+                     // offer's token, to pair it with the connection
+  kShmHelloAck = 7,  // server -> client: paired; send on shared memory now
 };
 
 struct Frame {

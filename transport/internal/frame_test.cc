@@ -78,7 +78,7 @@ TEST(FrameTest, RejectsMalformedFrames) {
   std::string bad_magic = ok;
   bad_magic[0] = 'X';
   ExpectDataLoss(bad_magic, 4, "magic");
-  for (char kind : {char{0}, char{6}, char{-1}}) {
+  for (char kind : {char{0}, char{8}, char{-1}}) {
     std::string k = ok;
     k[4] = kind;
     ExpectDataLoss(k, 4, "kind");

@@ -5,7 +5,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
+#include "transport/internal/same_host.h"
 #include "transport/internal/ucx_status.h"
+#include "util/log.h"
 
 namespace stagger::transport_internal {
 namespace {
@@ -120,8 +122,8 @@ void UcxClientLoop::StartCall(uint16_t op, const std::string& header,
   uint64_t id = next_request_id_++;
   pending_[id].done = std::move(done);
   pending_[id].on_sent = std::move(sent);
-  Send(ep_id_, FrameKind::kRequest, op, id, header, payload, Buffer(),
-       [this, id](Status s) { OnSent(id, s); });
+  Send(shared_memory_ ? shm_ep_id_ : ep_id_, FrameKind::kRequest, op, id,
+       header, payload, Buffer(), [this, id](Status s) { OnSent(id, s); });
 }
 
 void UcxClientLoop::OnSent(uint64_t request_id, const Status& status) {
@@ -164,6 +166,14 @@ void UcxClientLoop::OnMessage(uint64_t ep_id, const Frame& frame,
   switch (frame.kind) {
     case FrameKind::kHelloAck:
       ReportConnect(absl::OkStatus());
+      if (options().same_host_shared_memory) TakeOffer(header);
+      return;
+    case FrameKind::kShmHelloAck:
+      if (shm_ep_id_ != 0 && EndpointAlive(shm_ep_id_)) {
+        shared_memory_ = true;
+        log::Debug("stagger/transport",
+                   absl::StrCat(peer_, ": requests go over shared memory"));
+      }
       return;
     case FrameKind::kReply: {
       Message reply;
@@ -188,8 +198,54 @@ void UcxClientLoop::OnMessage(uint64_t ep_id, const Frame& frame,
   }
 }
 
+void UcxClientLoop::TakeOffer(absl::string_view header) {
+  auto offer = DecodeShmOffer(header);
+  if (!offer.ok()) {
+    if (!absl::IsNotFound(offer.status())) {
+      LogWarning(absl::StrCat(peer_, ": ", offer.status().message(),
+                              "; staying on the network transport"));
+    }
+    return;
+  }
+  const std::string key = SameHostKey();
+  if (key.empty() || offer->host_key != key) return;  // not this host
+  ucp_ep_params_t params{};
+  params.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS |
+                      UCP_EP_PARAM_FIELD_ERR_HANDLER |
+                      UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
+  params.address =
+      reinterpret_cast<const ucp_address_t*>(offer->worker_address.data());
+  params.err_mode = UCP_ERR_HANDLING_MODE_PEER;
+  params.err_handler = ErrorHandler();
+  ucp_ep_h ep = nullptr;
+  ucs_status_t st = ucp_ep_create(worker(), &params, &ep);
+  if (st != UCS_OK) {
+    LogWarning(absl::StrCat(
+        FromUcs(st, absl::StrCat(peer_, ": shared-memory endpoint")).message(),
+        "; staying on the network transport"));
+    return;
+  }
+  if (!UsesSharedMemory(ep)) {
+    // UCX_TLS without sm, or shared memory unreachable after all: a second
+    // network endpoint would gain nothing.
+    CloseHandle(ep, /*force=*/true);
+    return;
+  }
+  shm_ep_id_ = AddEndpoint(ep, absl::StrCat(peer_, " (shared memory)"));
+  Send(shm_ep_id_, FrameKind::kShmHello, 0, 0, EncodeShmToken(offer->token), {},
+       Buffer(), [](Status) {});  // a failure shows up as an endpoint error
+}
+
 void UcxClientLoop::OnEndpointDown(uint64_t ep_id, const Status& why) {
-  down_ = AsUnavailable(why);
+  if (ep_id == shm_ep_id_ && !shared_memory_) {
+    // Never used for a request: the connection goes on over the network.
+    shm_ep_id_ = 0;
+    return;
+  }
+  // Either endpoint down takes the connection down: close the other one.
+  const uint64_t other = ep_id == ep_id_ ? shm_ep_id_ : ep_id_;
+  if (other != 0) CloseEndpoint(other, why, /*force=*/true);
+  if (down_.ok()) down_ = AsUnavailable(why);
   ReportConnect(down_);
   std::vector<uint64_t> ids;
   for (auto& [id, call] : pending_) {
@@ -199,6 +255,12 @@ void UcxClientLoop::OnEndpointDown(uint64_t ep_id, const Status& why) {
   // Calls whose send is still in flight finish when UCX completes it (the
   // endpoint's requests are purged as it closes).
   for (uint64_t id : ids) MaybeFinish(id);
+  if (shared_memory_) {
+    // UCX 1.13 may never complete a shared-memory send to a dead peer,
+    // even on a forced close: end the loop, which waits close_timeout at
+    // most, destroys the worker and then finishes every call.
+    RequestStop();
+  }
 }
 
 void UcxClientLoop::OnStopped() {

@@ -11,6 +11,7 @@
 #ifndef STAGGER_TRANSPORT_INTERNAL_UCX_CLIENT_H_
 #define STAGGER_TRANSPORT_INTERNAL_UCX_CLIENT_H_
 
+#include <atomic>
 #include <chrono>
 #include <map>
 #include <memory>
@@ -39,6 +40,8 @@ class UcxClientLoop final : public UcxWorkerLoop {
             transport::ReplyCallback done, transport::SentCallback sent);
 
   const std::string& peer() const { return peer_; }
+  // True once requests travel over shared memory (same_host.h).
+  bool shared_memory() const { return shared_memory_.load(); }
 
  private:
   struct PendingCall {
@@ -61,6 +64,11 @@ class UcxClientLoop final : public UcxWorkerLoop {
   void MaybeFinish(uint64_t request_id);
   void ReportConnect(const Status& status);
 
+  // Takes the listener's shared-memory offer (a kHelloAck header), when it
+  // is one this process can take: a second endpoint, made from the
+  // listener worker's address, introduced with kShmHello (same_host.h).
+  void TakeOffer(absl::string_view header);
+
   void OnMessage(uint64_t ep_id, const Frame& frame, std::string header,
                  transport::Buffer payload) override;
   void OnEndpointDown(uint64_t ep_id, const Status& why) override;
@@ -72,8 +80,14 @@ class UcxClientLoop final : public UcxWorkerLoop {
   absl::Notification connected_;
   Status connect_status_;
 
+  // Whether requests travel over shared memory; any thread.
+  std::atomic<bool> shared_memory_{false};
+
   // Progress thread only.
   uint64_t ep_id_ = 0;
+  // The shared-memory endpoint (0: none); requests go out on it once the
+  // listener paired it (shared_memory_).
+  uint64_t shm_ep_id_ = 0;
   Status down_;  // why the endpoint went away; OK while it is up
   uint64_t next_request_id_ = 1;
   std::map<uint64_t, PendingCall> pending_;

@@ -4,18 +4,31 @@
 #include <netdb.h>
 #include <netinet/in.h>
 
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <string_view>
 
 #include "absl/strings/str_cat.h"
 #include "transport/internal/ucx_status.h"
 
 namespace stagger::transport_internal {
 
-Result<std::shared_ptr<UcxContext>> UcxContext::Create() {
+namespace {
+
+// A context with features AM and WAKEUP; with `mm_error_handling`, the
+// shared-memory transports' peer-failure handling turned on.
+Result<ucp_context_h> InitContext(bool mm_error_handling) {
   ucp_config_t* config = nullptr;
   ucs_status_t st = ucp_config_read(nullptr, nullptr, &config);
   if (st != UCS_OK) return FromUcs(st, "reading UCX configuration");
-
+  if (mm_error_handling) {
+    st = ucp_config_modify(config, "MM_ERROR_HANDLING", "y");
+    if (st != UCS_OK) {
+      ucp_config_release(config);
+      return FromUcs(st, "configuring UCX shared-memory error handling");
+    }
+  }
   ucp_params_t params{};
   params.field_mask =
       UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_MT_WORKERS_SHARED;
@@ -27,6 +40,41 @@ Result<std::shared_ptr<UcxContext>> UcxContext::Create() {
   st = ucp_init(&params, config, &context);
   ucp_config_release(config);
   if (st != UCS_OK) return FromUcs(st, "creating the UCX context");
+  return context;
+}
+
+// Whether the context has a posix or sysv resource (ucp_context_print_info:
+// UCX 1.13 has no query for them).
+bool HasSharedMemoryResource(ucp_context_h context) {
+  char* text = nullptr;
+  size_t size = 0;
+  FILE* stream = open_memstream(&text, &size);
+  if (stream == nullptr) return false;
+  ucp_context_print_info(context, stream);
+  fclose(stream);
+  std::string_view info(text, size);
+  const bool found = info.find("-- posix/") != std::string_view::npos ||
+                     info.find("-- sysv/") != std::string_view::npos;
+  free(text);
+  return found;
+}
+
+}  // namespace
+
+Result<std::shared_ptr<UcxContext>> UcxContext::Create(
+    bool same_host_shared_memory) {
+  const bool mm_error_handling =
+      same_host_shared_memory && getenv("UCX_MM_ERROR_HANDLING") == nullptr &&
+      getenv("UCX_POSIX_ERROR_HANDLING") == nullptr &&
+      getenv("UCX_SYSV_ERROR_HANDLING") == nullptr;
+  STAGGER_ASSIGN_OR_RETURN(ucp_context_h context,
+                           InitContext(mm_error_handling));
+  if (mm_error_handling && !HasSharedMemoryResource(context)) {
+    // No transport took the setting (UCX_TLS without sm), and UCX would
+    // warn about that on stdout for every worker: start again without it.
+    ucp_cleanup(context);
+    STAGGER_ASSIGN_OR_RETURN(context, InitContext(false));
+  }
   return std::shared_ptr<UcxContext>(new UcxContext(context));
 }
 
@@ -40,6 +88,38 @@ Result<WorkerPtr> CreateWorker(const UcxContext& context) {
   ucs_status_t st = ucp_worker_create(context.get(), &params, &worker);
   if (st != UCS_OK) return FromUcs(st, "creating a UCX worker");
   return WorkerPtr(worker);
+}
+
+Result<std::string> WorkerAddress(ucp_worker_h worker) {
+  ucp_address_t* address = nullptr;
+  size_t length = 0;
+  ucs_status_t st = ucp_worker_get_address(worker, &address, &length);
+  if (st != UCS_OK) return FromUcs(st, "getting the UCX worker address");
+  std::string out(reinterpret_cast<const char*>(address), length);
+  ucp_worker_release_address(worker, address);
+  return out;
+}
+
+bool UsesSharedMemory(ucp_ep_h ep) {
+  char* text = nullptr;
+  size_t size = 0;
+  FILE* stream = open_memstream(&text, &size);
+  if (stream == nullptr) return false;
+  ucp_ep_print_info(ep, stream);
+  fclose(stream);
+  bool shared = false;
+  std::string_view info(text, size);
+  size_t at = 0;
+  while ((at = info.find("lane[", at)) != std::string_view::npos) {
+    const size_t end = info.find('\n', at);
+    std::string_view line = info.substr(at, end - at);
+    for (const char* tl : {":posix/", ":sysv/", ":xpmem/", ":knem/", ":cma/"}) {
+      if (line.find(tl) != std::string_view::npos) shared = true;
+    }
+    at = end;
+  }
+  free(text);
+  return shared;
 }
 
 uint16_t SockAddr::port() const {

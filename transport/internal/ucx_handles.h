@@ -20,11 +20,17 @@
 namespace stagger::transport_internal {
 
 // Owns one ucp_context (features AM and WAKEUP). Configuration comes from the
-// environment (UCX_TLS and friends), never from code.
+// environment (UCX_TLS and friends), with one exception: for
+// `same_host_shared_memory` the shared-memory transports' peer-failure
+// handling is turned on (MM_ERROR_HANDLING; UCX 1.13 leaves it off, and an
+// endpoint that asks for peer-failure handling then never gets shared
+// memory), unless UCX_MM_ERROR_HANDLING, UCX_POSIX_ERROR_HANDLING or
+// UCX_SYSV_ERROR_HANDLING is set.
 class UcxContext {
  public:
   // FAILED_PRECONDITION / INTERNAL (from FromUcs) when UCX cannot start.
-  static Result<std::shared_ptr<UcxContext>> Create();
+  static Result<std::shared_ptr<UcxContext>> Create(
+      bool same_host_shared_memory);
   ~UcxContext();
   UcxContext(const UcxContext&) = delete;
   UcxContext& operator=(const UcxContext&) = delete;
@@ -43,6 +49,15 @@ using WorkerPtr = std::unique_ptr<ucp_worker, WorkerDeleter>;
 
 // Creates a single-threaded worker with wakeup support.
 Result<WorkerPtr> CreateWorker(const UcxContext& context);
+
+// The worker's address (ucp_worker_get_address), for an endpoint made from
+// it.
+Result<std::string> WorkerAddress(ucp_worker_h worker);
+
+// Whether `ep` carries its active messages over a shared-memory transport
+// (posix, sysv, xpmem, knem or cma lanes in ucp_ep_print_info; UCX 1.13 has
+// no query for an endpoint's transports).
+bool UsesSharedMemory(ucp_ep_h ep);
 
 struct ListenerDeleter {
   void operator()(ucp_listener_h listener) const {

@@ -1,8 +1,10 @@
 #include "transport/internal/ucx_server.h"
 
+#include <random>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "transport/internal/same_host.h"
 #include "transport/internal/ucx_status.h"
 
 namespace stagger::transport_internal {
@@ -72,6 +74,18 @@ Result<std::shared_ptr<UcxServerLoop>> UcxServerLoop::Create(
     return FromUcs(st, absl::StrCat("listening on ", where));
   }
   loop->listener_.reset(listener);
+  if (options.same_host_shared_memory) {
+    auto address = WorkerAddress(loop->worker());
+    if (address.ok()) {
+      loop->worker_address_ = *std::move(address);
+      loop->host_key_ = SameHostKey();
+    } else {
+      LogWarning(absl::StrCat(where,
+                              ": no shared memory for clients on this "
+                              "host: ",
+                              address.status().message()));
+    }
+  }
 
   ucp_listener_attr_t attr{};
   attr.field_mask = UCP_LISTENER_ATTR_FIELD_SOCKADDR;
@@ -121,7 +135,8 @@ void UcxServerLoop::OnMessage(uint64_t ep_id, const Frame& frame,
                               std::string header, Buffer payload) {
   switch (frame.kind) {
     case FrameKind::kHello:
-      Send(ep_id, FrameKind::kHelloAck, 0, frame.request_id, {}, {}, Buffer(),
+      Send(ep_id, FrameKind::kHelloAck, 0, frame.request_id, OfferFor(ep_id),
+           {}, Buffer(),
            [](Status) {});  // a failure shows up as an endpoint error
       return;
     case FrameKind::kRequest: {
@@ -145,6 +160,43 @@ void UcxServerLoop::OnMessage(uint64_t ep_id, const Frame& frame,
       return;
     }
   }
+}
+
+std::string UcxServerLoop::OfferFor(uint64_t ep_id) {
+  if (host_key_.empty() || token_of_.count(ep_id) != 0) return "";
+  // Unguessable, so that no other local process can pose as this client's
+  // shared-memory endpoint.
+  std::random_device random;
+  ShmOffer offer;
+  do {
+    offer.token = (static_cast<uint64_t>(random()) << 32) ^ random();
+  } while (offer.token == 0 || offered_.count(offer.token) != 0);
+  offer.host_key = host_key_;
+  offer.worker_address = worker_address_;
+  offered_[offer.token] = ep_id;
+  token_of_[ep_id] = offer.token;
+  return EncodeShmOffer(offer);
+}
+
+void UcxServerLoop::OnStrayHello(ucp_ep_h ep, std::string header) {
+  auto token = DecodeShmToken(header);
+  auto it = token.ok() ? offered_.find(*token) : offered_.end();
+  if (stopping() || it == offered_.end()) {
+    CloseHandle(ep, /*force=*/true);
+    return;
+  }
+  const uint64_t ep_id = it->second;
+  offered_.erase(it);  // one endpoint per offer
+  if (!AttachAlias(ep_id, ep)) return;
+  Send(ep_id, FrameKind::kShmHelloAck, 0, 0, {}, {}, Buffer(),
+       [](Status) {});  // a failure shows up as an endpoint error
+}
+
+void UcxServerLoop::OnEndpointDown(uint64_t ep_id, const Status& why) {
+  auto it = token_of_.find(ep_id);
+  if (it == token_of_.end()) return;
+  offered_.erase(it->second);
+  token_of_.erase(it);
 }
 
 void UcxServerLoop::PostReply(uint64_t ep_id, uint64_t request_id, uint16_t op,

@@ -11,6 +11,7 @@
 
 #include <memory>
 #include <string>
+#include <unordered_map>
 
 #include "transport/internal/ucx_worker_loop.h"
 #include "transport/transport.h"
@@ -46,13 +47,23 @@ class UcxServerLoop final : public UcxWorkerLoop {
 
   void OnMessage(uint64_t ep_id, const Frame& frame, std::string header,
                  transport::Buffer payload) override;
+  void OnEndpointDown(uint64_t ep_id, const Status& why) override;
+  void OnStrayHello(ucp_ep_h ep, std::string header) override;
   void OnShutdown() override { listener_.reset(); }
   void Accept(ucp_conn_request_h request);
+  // The kHelloAck header for a new connection `ep_id`: a shared-memory
+  // offer (same_host.h), or "" when shared memory is off.
+  std::string OfferFor(uint64_t ep_id);
   static void ConnCallback(ucp_conn_request_h request, void* arg);
 
   transport::RequestHandler* const handler_;
   ListenerPtr listener_;
   std::string address_;
+  // Shared-memory offers; host_key_ is "" when they are off.
+  std::string host_key_;
+  std::string worker_address_;
+  std::unordered_map<uint64_t, uint64_t> offered_;   // token -> ep_id
+  std::unordered_map<uint64_t, uint64_t> token_of_;  // ep_id -> token
 };
 
 }  // namespace stagger::transport_internal

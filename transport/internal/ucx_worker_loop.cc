@@ -111,6 +111,12 @@ void UcxWorkerLoop::Stop() {
   }
 }
 
+void UcxWorkerLoop::RequestStop() {
+  absl::MutexLock l(&mu_);
+  stop_requested_ = true;
+  if (accepting_ && worker_ != nullptr) ucp_worker_signal(worker_.get());
+}
+
 void UcxWorkerLoop::ThreadMain() {
   thread_id_.store(std::this_thread::get_id());  // Start() may not have yet
   pthread_setname_np(pthread_self(), thread_name_.substr(0, 15).c_str());
@@ -258,10 +264,41 @@ void UcxWorkerLoop::CloseEndpoint(uint64_t ep_id, Status why, bool force) {
   auto it = endpoints_.find(ep_id);
   if (it == endpoints_.end()) return;
   ucp_ep_h ep = it->second.ep;
+  ucp_ep_h alias = it->second.alias;
   ids_.erase(ep);
   endpoints_.erase(it);
   CloseHandle(ep, force);
+  if (alias != nullptr) {
+    ids_.erase(alias);
+    CloseHandle(alias, /*force=*/true);
+  }
   Defer([this, ep_id, why = std::move(why)] { EndpointGone(ep_id, why); });
+}
+
+bool UcxWorkerLoop::AttachAlias(uint64_t ep_id, ucp_ep_h alias) {
+  auto it = endpoints_.find(ep_id);
+  if (it == endpoints_.end() || it->second.alias != nullptr ||
+      ids_.count(alias) != 0) {
+    if (ids_.count(alias) == 0) CloseHandle(alias, /*force=*/true);
+    return false;
+  }
+  // UCX made this endpoint without an error handler; give it ours.
+  ucp_ep_params_t params{};
+  params.field_mask = UCP_EP_PARAM_FIELD_ERR_HANDLER;
+  params.err_handler = ErrorHandler();
+  ucs_status_ptr_t req = ucp_ep_modify_nb(alias, &params);
+  if (UCS_PTR_IS_ERR(req)) {
+    LogWarning(FromUcs(UCS_PTR_STATUS(req),
+                       absl::StrCat("taking the shared-memory endpoint of ",
+                                    it->second.peer))
+                   .message());
+    CloseHandle(alias, /*force=*/true);
+    return false;
+  }
+  if (UCS_PTR_IS_PTR(req)) ucp_request_free(req);  // released when done
+  it->second.alias = alias;
+  ids_.emplace(alias, ep_id);
+  return true;
 }
 
 void UcxWorkerLoop::EndpointGone(uint64_t ep_id, const Status& why) {
@@ -438,6 +475,21 @@ ucs_status_t UcxWorkerLoop::HandleAm(const void* header, size_t header_length,
     auto it = ids_.find(param->reply_ep);
     if (it != ids_.end()) ep_id = it->second;
   }
+  if (ep_id == 0 && !stopping_ && !rndv &&
+      (param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP) != 0) {
+    // A peer's shared-memory endpoint introducing itself (same_host.h).
+    Result<Frame> hello = ParseFrame(header, header_length, length);
+    if (hello.ok() && hello->kind == FrameKind::kShmHello &&
+        !hello->header_in_data()) {
+      std::string h(static_cast<const char*>(header) + kFrameBytes,
+                    hello->header_len);
+      ucp_ep_h ep = param->reply_ep;
+      Defer([this, ep, h = std::move(h)]() mutable {
+        OnStrayHello(ep, std::move(h));
+      });
+      return UCS_OK;
+    }
+  }
   if (ep_id == 0 || stopping_) {
     // From an endpoint we closed (or never accepted): drop it.
     return rndv ? UCS_ERR_CANCELED : UCS_OK;
@@ -489,12 +541,18 @@ void UcxWorkerLoop::HandleEndpointError(ucp_ep_h ep, ucs_status_t status) {
   if (why.code() != absl::StatusCode::kUnavailable) {
     why = absl::UnavailableError(why.message());
   }
-  // From now on nothing may use the endpoint: forget it at once. It may only
-  // be closed, forcefully, and not from inside this callback.
-  ids_.erase(it);
-  endpoints_.erase(ep_id);
-  Defer([this, ep, ep_id, why] {
-    CloseHandle(ep, /*force=*/true);
+  // From now on nothing may use the endpoint, nor its other handle: forget
+  // them at once. They may only be closed, forcefully, and not from inside
+  // this callback.
+  auto entry = endpoints_.find(ep_id);
+  ucp_ep_h first = entry->second.ep;
+  ucp_ep_h second = entry->second.alias;
+  ids_.erase(first);
+  if (second != nullptr) ids_.erase(second);
+  endpoints_.erase(entry);
+  Defer([this, first, second, ep_id, why] {
+    CloseHandle(first, /*force=*/true);
+    if (second != nullptr) CloseHandle(second, /*force=*/true);
     EndpointGone(ep_id, why);
   });
 }

@@ -73,6 +73,9 @@ struct UcxLoopOptions {
   // keeping up to pull_buffer_cache_bytes.
   std::shared_ptr<transport::BufferPool> pull_buffers;
   size_t pull_buffer_cache_bytes = 128ull << 20;
+  // Listener: offer shared memory to clients on this host; client: take
+  // such an offer (same_host.h).
+  bool same_host_shared_memory = false;
 };
 
 class UcxWorkerLoop : public std::enable_shared_from_this<UcxWorkerLoop> {
@@ -108,6 +111,7 @@ class UcxWorkerLoop : public std::enable_shared_from_this<UcxWorkerLoop> {
 
   // ---- Progress thread only (or the creator before Start()). ----
   ucp_worker_h worker() const { return worker_.get(); }
+  const UcxLoopOptions& options() const { return options_; }
   bool stopping() const { return stopping_; }
 
   // Error handler to put in ucp_ep_params_t for endpoints of this loop.
@@ -117,9 +121,21 @@ class UcxWorkerLoop : public std::enable_shared_from_this<UcxWorkerLoop> {
   bool EndpointAlive(uint64_t ep_id) const;
   // The peer's "host:port", or "" when the endpoint is gone.
   std::string PeerOf(uint64_t ep_id) const;
-  // Closes the endpoint (forcefully, or after flushing) and then runs
-  // OnEndpointDown(ep_id, why). No-op when it is already gone.
+  // Closes the endpoint (forcefully, or after flushing), and its alias if
+  // it has one, and then runs OnEndpointDown(ep_id, why). No-op when it is
+  // already gone.
   void CloseEndpoint(uint64_t ep_id, Status why, bool force);
+  // Makes `alias` (an endpoint UCX created for a peer's shared-memory
+  // endpoint) a second handle of `ep_id`: messages from it count as
+  // ep_id's, an error on either fails both, and closing ep_id closes both.
+  // Sends still go out on ep_id's own handle. False (and `alias` is
+  // closed) when ep_id is gone or already has one.
+  bool AttachAlias(uint64_t ep_id, ucp_ep_h alias);
+  // Asks the progress thread to end the loop (as Stop() does) without
+  // waiting for it; for hooks, which run on that thread.
+  void RequestStop();
+  // Starts ucp_ep_close_nbx on an endpoint that is in no table.
+  void CloseHandle(ucp_ep_h ep, bool force);
 
   // Sends a frame of `kind` with `header` and `payload` to `ep_id`.
   // `payload` must stay valid until `done` runs; `keep` (which `payload` may
@@ -140,6 +156,12 @@ class UcxWorkerLoop : public std::enable_shared_from_this<UcxWorkerLoop> {
                          transport::Buffer payload) = 0;
   // The endpoint failed or was closed; it is already gone.
   virtual void OnEndpointDown(uint64_t ep_id, const Status& why) {}
+  // A kShmHello frame arrived from an endpoint in no table (one UCX created
+  // for a peer's shared-memory endpoint); `header` is its message header.
+  // The default closes `ep`.
+  virtual void OnStrayHello(ucp_ep_h ep, std::string header) {
+    CloseHandle(ep, /*force=*/true);
+  }
   // Shutdown began: no more posted tasks will run; endpoints still open.
   virtual void OnShutdown() {}
   // The worker is destroyed; last chance to complete outstanding work.
@@ -165,11 +187,10 @@ class UcxWorkerLoop : public std::enable_shared_from_this<UcxWorkerLoop> {
   struct Endpoint {
     ucp_ep_h ep;
     std::string peer;
+    ucp_ep_h alias = nullptr;  // AttachAlias
   };
 
   void ThreadMain();
-  // Starts ucp_ep_close_nbx on an endpoint already removed from the tables.
-  void CloseHandle(ucp_ep_h ep, bool force);
   // Runs posted tasks; returns true when any ran. Sets *stop when asked.
   bool RunPosted(bool* stop);
   bool RunDeferred();
