@@ -28,6 +28,26 @@ class Echo : public RequestHandler {
   }
 };
 
+// One transport listening on loopback and connected to itself.
+struct Linked {
+  std::unique_ptr<Transport> transport;
+  std::unique_ptr<Listener> listener;
+  std::unique_ptr<Connection> conn;
+};
+
+void Link(const UcxTransportOptions& options, RequestHandler* handler,
+          Linked* out) {
+  auto t = NewUcxTransport(options);
+  ASSERT_TRUE(t.ok()) << t.status();
+  out->transport = *std::move(t);
+  auto listener = out->transport->Listen("127.0.0.1:0", handler);
+  ASSERT_TRUE(listener.ok()) << listener.status();
+  out->listener = *std::move(listener);
+  auto conn = out->transport->Connect(out->listener->address());
+  ASSERT_TRUE(conn.ok()) << conn.status();
+  out->conn = *std::move(conn);
+}
+
 // Calls until the connection has moved to shared memory, at most 5 s.
 bool MovesToSharedMemory(Connection& conn) {
   auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
@@ -47,41 +67,33 @@ std::string RandomBytes(size_t n, uint32_t seed) {
 }
 
 TEST(UcxSharedMemoryTest, SameHostRequestsTravelOverSharedMemoryIntact) {
-  auto t = NewUcxTransport(SharedMemoryOn());
-  ASSERT_TRUE(t.ok()) << t.status();
   Echo echo;
-  auto listener = (*t)->Listen("127.0.0.1:0", &echo);
-  ASSERT_TRUE(listener.ok()) << listener.status();
-  auto conn = (*t)->Connect((*listener)->address());
-  ASSERT_TRUE(conn.ok()) << conn.status();
-  ASSERT_TRUE(MovesToSharedMemory(**conn))
+  Linked l;
+  ASSERT_NO_FATAL_FAILURE(Link(SharedMemoryOn(), &echo, &l));
+  Connection* conn = l.conn.get();
+  ASSERT_TRUE(MovesToSharedMemory(*conn))
       << "UCX_TLS=" << (getenv("UCX_TLS") ? getenv("UCX_TLS") : "");
   // Eager, at the rendezvous threshold and a chunk-sized rendezvous.
   for (size_t size :
        {size_t{0}, size_t{100}, size_t{64} << 10, (size_t{4} << 20) + 3}) {
     const std::string payload = RandomBytes(size, static_cast<uint32_t>(size));
-    Result<Message> r =
-        (*conn)->CallSync(7, "h" + std::to_string(size), payload);
+    Result<Message> r = conn->CallSync(7, "h" + std::to_string(size), payload);
     ASSERT_TRUE(r.ok()) << size << ": " << r.status();
     EXPECT_EQ(r->header, "h" + std::to_string(size));
     EXPECT_TRUE(r->payload.view() == payload) << size << " bytes differ";
   }
-  EXPECT_TRUE(SendsOverSharedMemory(**conn));
+  EXPECT_TRUE(SendsOverSharedMemory(*conn));
 }
 
 TEST(UcxSharedMemoryTest, OffByDefault) {
-  auto t = NewUcxTransport();
-  ASSERT_TRUE(t.ok()) << t.status();
   Echo echo;
-  auto listener = (*t)->Listen("127.0.0.1:0", &echo);
-  ASSERT_TRUE(listener.ok()) << listener.status();
-  auto conn = (*t)->Connect((*listener)->address());
-  ASSERT_TRUE(conn.ok()) << conn.status();
+  Linked l;
+  ASSERT_NO_FATAL_FAILURE(Link(UcxTransportOptions(), &echo, &l));
   for (int i = 0; i < 20; ++i) {
-    ASSERT_TRUE((*conn)->CallSync(1, "x", "y").ok());
+    ASSERT_TRUE(l.conn->CallSync(1, "x", "y").ok());
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
-  EXPECT_FALSE(SendsOverSharedMemory(**conn));
+  EXPECT_FALSE(SendsOverSharedMemory(*l.conn));
 }
 
 TEST(UcxSharedMemoryTest, EitherSideCanKeepItOff) {
@@ -111,19 +123,15 @@ TEST(UcxSharedMemoryTest, EitherSideCanKeepItOff) {
 }
 
 TEST(UcxSharedMemoryTest, ListenerGoneFailsCallsInsteadOfHanging) {
-  auto t = NewUcxTransport(SharedMemoryOn());
-  ASSERT_TRUE(t.ok()) << t.status();
   Echo echo;
-  auto listener = (*t)->Listen("127.0.0.1:0", &echo);
-  ASSERT_TRUE(listener.ok()) << listener.status();
-  const std::string address = (*listener)->address();
-  auto conn = (*t)->Connect(address);
-  ASSERT_TRUE(conn.ok()) << conn.status();
-  ASSERT_TRUE(MovesToSharedMemory(**conn));
-  listener->reset();
+  Linked l;
+  ASSERT_NO_FATAL_FAILURE(Link(SharedMemoryOn(), &echo, &l));
+  const std::string address = l.listener->address();
+  ASSERT_TRUE(MovesToSharedMemory(*l.conn));
+  l.listener.reset();
   const std::string payload = RandomBytes(4 << 20, 5);
   auto start = std::chrono::steady_clock::now();
-  Result<Message> r = (*conn)->CallSync(1, "after", payload);
+  Result<Message> r = l.conn->CallSync(1, "after", payload);
   EXPECT_EQ(r.status().code(), absl::StatusCode::kUnavailable) << r.status();
   EXPECT_NE(r.status().message().find(address), std::string::npos)
       << r.status();

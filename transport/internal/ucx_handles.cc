@@ -43,20 +43,27 @@ Result<ucp_context_h> InitContext(bool mm_error_handling) {
   return context;
 }
 
-// Whether the context has a posix or sysv resource (ucp_context_print_info:
-// UCX 1.13 has no query for them).
-bool HasSharedMemoryResource(ucp_context_h context) {
+// What `print` writes to a stream (UCX's print_info functions), or "".
+template <typename Print>
+std::string Printed(Print print) {
   char* text = nullptr;
   size_t size = 0;
   FILE* stream = open_memstream(&text, &size);
-  if (stream == nullptr) return false;
-  ucp_context_print_info(context, stream);
+  if (stream == nullptr) return "";
+  print(stream);
   fclose(stream);
-  std::string_view info(text, size);
-  const bool found = info.find("-- posix/") != std::string_view::npos ||
-                     info.find("-- sysv/") != std::string_view::npos;
+  std::string out(text, size);
   free(text);
-  return found;
+  return out;
+}
+
+// Whether the context has a posix or sysv resource (ucp_context_print_info:
+// UCX 1.13 has no query for them).
+bool HasSharedMemoryResource(ucp_context_h context) {
+  const std::string info =
+      Printed([context](FILE* f) { ucp_context_print_info(context, f); });
+  return info.find("-- posix/") != std::string::npos ||
+         info.find("-- sysv/") != std::string::npos;
 }
 
 }  // namespace
@@ -101,25 +108,17 @@ Result<std::string> WorkerAddress(ucp_worker_h worker) {
 }
 
 bool UsesSharedMemory(ucp_ep_h ep) {
-  char* text = nullptr;
-  size_t size = 0;
-  FILE* stream = open_memstream(&text, &size);
-  if (stream == nullptr) return false;
-  ucp_ep_print_info(ep, stream);
-  fclose(stream);
-  bool shared = false;
-  std::string_view info(text, size);
+  const std::string info = Printed([ep](FILE* f) { ucp_ep_print_info(ep, f); });
   size_t at = 0;
-  while ((at = info.find("lane[", at)) != std::string_view::npos) {
+  while ((at = info.find("lane[", at)) != std::string::npos) {
     const size_t end = info.find('\n', at);
-    std::string_view line = info.substr(at, end - at);
+    const std::string line = info.substr(at, end - at);
     for (const char* tl : {":posix/", ":sysv/", ":xpmem/", ":knem/", ":cma/"}) {
-      if (line.find(tl) != std::string_view::npos) shared = true;
+      if (line.find(tl) != std::string::npos) return true;
     }
     at = end;
   }
-  free(text);
-  return shared;
+  return false;
 }
 
 uint16_t SockAddr::port() const {
