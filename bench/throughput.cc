@@ -73,6 +73,11 @@ struct WriterTotals {
 };
 
 Result<WriterTotals> ScrapeWriter(const std::string& metrics_address) {
+  if (metrics_address.empty()) {
+    return absl::FailedPreconditionError(
+        "stagger-server announced no metrics address (it needs "
+        "--metrics-listen)");
+  }
   const std::string where = "server metrics at " + metrics_address;
   auto page = metrics::HttpGet(metrics_address, "/metrics");
   if (!page.ok()) return WithContext(page.status(), where);
@@ -96,8 +101,7 @@ Result<WriterTotals> ScrapeWriter(const std::string& metrics_address) {
 Status SaveOnce(CheckpointerOptions o, const ServerProcess& server,
                 const std::string& codec, int iteration,
                 client::SyntheticState& state, CodecRun* run) {
-  const std::string& servers = server.grpc_address();
-  o.servers = servers;
+  o.servers = server.grpc_address();
   o.job = "bench-throughput-" + codec + "-" + std::to_string(iteration);
   o.codec = codec;
   // The staging pool is allocated (and its pages touched) once, at Open, as

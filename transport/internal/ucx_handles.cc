@@ -7,7 +7,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <string_view>
 
 #include "absl/strings/str_cat.h"
 #include "transport/internal/ucx_status.h"

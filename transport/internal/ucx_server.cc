@@ -80,9 +80,7 @@ Result<std::shared_ptr<UcxServerLoop>> UcxServerLoop::Create(
       loop->worker_address_ = *std::move(address);
       loop->host_key_ = SameHostKey();
     } else {
-      LogWarning(absl::StrCat(where,
-                              ": no shared memory for clients on this "
-                              "host: ",
+      LogWarning(absl::StrCat(where, ": no shared memory for local clients: ",
                               address.status().message()));
     }
   }

@@ -260,18 +260,20 @@ std::string UcxWorkerLoop::PeerOf(uint64_t ep_id) const {
   return it == endpoints_.end() ? std::string() : it->second.peer;
 }
 
-void UcxWorkerLoop::CloseEndpoint(uint64_t ep_id, Status why, bool force) {
+UcxWorkerLoop::Endpoint UcxWorkerLoop::Forget(uint64_t ep_id) {
   auto it = endpoints_.find(ep_id);
-  if (it == endpoints_.end()) return;
-  ucp_ep_h ep = it->second.ep;
-  ucp_ep_h alias = it->second.alias;
-  ids_.erase(ep);
+  Endpoint gone = std::move(it->second);
   endpoints_.erase(it);
-  CloseHandle(ep, force);
-  if (alias != nullptr) {
-    ids_.erase(alias);
-    CloseHandle(alias, /*force=*/true);
-  }
+  ids_.erase(gone.ep);
+  if (gone.alias != nullptr) ids_.erase(gone.alias);
+  return gone;
+}
+
+void UcxWorkerLoop::CloseEndpoint(uint64_t ep_id, Status why, bool force) {
+  if (!EndpointAlive(ep_id)) return;
+  Endpoint gone = Forget(ep_id);
+  CloseHandle(gone.ep, force);
+  if (gone.alias != nullptr) CloseHandle(gone.alias, /*force=*/true);
   Defer([this, ep_id, why = std::move(why)] { EndpointGone(ep_id, why); });
 }
 
@@ -544,15 +546,10 @@ void UcxWorkerLoop::HandleEndpointError(ucp_ep_h ep, ucs_status_t status) {
   // From now on nothing may use the endpoint, nor its other handle: forget
   // them at once. They may only be closed, forcefully, and not from inside
   // this callback.
-  auto entry = endpoints_.find(ep_id);
-  ucp_ep_h first = entry->second.ep;
-  ucp_ep_h second = entry->second.alias;
-  ids_.erase(first);
-  if (second != nullptr) ids_.erase(second);
-  endpoints_.erase(entry);
-  Defer([this, first, second, ep_id, why] {
-    CloseHandle(first, /*force=*/true);
-    if (second != nullptr) CloseHandle(second, /*force=*/true);
+  Endpoint gone = Forget(ep_id);
+  Defer([this, gone, ep_id, why] {
+    CloseHandle(gone.ep, /*force=*/true);
+    if (gone.alias != nullptr) CloseHandle(gone.alias, /*force=*/true);
     EndpointGone(ep_id, why);
   });
 }

@@ -191,6 +191,9 @@ class UcxWorkerLoop : public std::enable_shared_from_this<UcxWorkerLoop> {
   };
 
   void ThreadMain();
+  // Removes live endpoint `ep_id` and its handles from the tables and
+  // returns it; the handles are still open.
+  Endpoint Forget(uint64_t ep_id);
   // Runs posted tasks; returns true when any ran. Sets *stop when asked.
   bool RunPosted(bool* stop);
   bool RunDeferred();
