@@ -291,7 +291,8 @@ class CheckpointerImpl : public Checkpointer {
     const bool overlap = ShipWhileSnapshotting(chunks);
     auto job = std::make_shared<SaveJob>(
         SaveJobDeps{servers_.get(), &io_, pool_.get(), &executor_,
-                    shaping_.get(), options_.replicas, overlap},
+                    shaping_.get(), options_.replicas, overlap,
+                    2 * options_.max_inflight_chunks},
         std::move(*job_manifest), std::move(chunks), start, keep_bytes);
     {
       absl::MutexLock lock(&save_mu_);

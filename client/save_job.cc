@@ -159,6 +159,7 @@ void SaveJob::Run() {
     stats.snapshot_s = snapshot_s_;
     stats.staging_limited = staging_limited_;
     stats.bytes_overlapped = overlapped_;
+    stats.peak_chunks_shipping = peak_shipping_;
     stats.staging_bytes = peak_held_ * deps_.pool->slab_bytes();
   }
   if (s.ok()) {
@@ -225,9 +226,8 @@ void SaveJob::StartDraining() {
     absl::MutexLock lock(&mu_);
     draining_ = true;
     held.swap(deferred_);
-    for (auto [i, slab] : held) CountOverlapLocked(i);
   }
-  for (auto [i, slab] : held) Ship(i, slab);
+  for (auto [i, slab] : held) Offer(i, slab);
 }
 
 void SaveJob::ReleaseSlab(char* slab) {
@@ -251,9 +251,38 @@ void SaveJob::ChunkInStaging(size_t i, char* slab, const Status& s) {
       deferred_.emplace_back(i, slab);
       return;
     }
+  }
+  Offer(i, slab);
+}
+
+void SaveJob::Offer(size_t i, char* slab) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (deps_.ship_window != 0 && shipping_ >= deps_.ship_window) {
+      waiting_.emplace_back(i, slab);
+      return;
+    }
+    peak_shipping_ = std::max(peak_shipping_, ++shipping_);
     CountOverlapLocked(i);
   }
   Ship(i, slab);
+}
+
+void SaveJob::Shipped(const Status& s) {
+  std::optional<std::pair<size_t, char*>> next;
+  {
+    absl::MutexLock lock(&mu_);
+    if (waiting_.empty()) {
+      --shipping_;
+    } else {
+      // The slot passes straight to the longest waiting chunk.
+      next = waiting_.front();
+      waiting_.pop_front();
+      CountOverlapLocked(next->first);
+    }
+  }
+  ChunkDone(s);
+  if (next) Ship(next->first, next->second);
 }
 
 void SaveJob::CountOverlapLocked(size_t i) {
@@ -280,7 +309,7 @@ void SaveJob::Ship(size_t i, char* slab) {
       ++self->put_stats_.chunks;
       self->put_stats_.bytes_raw += c.len;
       self->ReleaseSlab(slab);
-      self->ChunkDone(absl::OkStatus());
+      self->Shipped(absl::OkStatus());
       return;
     }
     if (self->keep_bytes_) {
@@ -305,7 +334,7 @@ void SaveJob::Ship(size_t i, char* slab) {
         [self, i, slab, released](const Status& st) {
           if (!*released) self->ReleaseSlab(slab);
           self->outcomes_[i].delta = !self->chunks_[i].ref->base_id().empty();
-          self->ChunkDone(st);
+          self->Shipped(st);
         });
   });
 }

@@ -21,6 +21,7 @@
 
 #include <array>
 #include <chrono>
+#include <deque>
 #include <memory>
 #include <optional>
 #include <vector>
@@ -75,6 +76,12 @@ struct SaveJobDeps {
   // Ship each chunk as soon as it is captured, instead of holding the
   // captured ones back until the whole snapshot is taken.
   bool ship_while_snapshotting = false;
+  // At most this many chunks between the pipeline and their acknowledgement
+  // (fingerprinted, encoded, queued or in flight); the rest wait in staging
+  // in order. It keeps the encoders just ahead of the wire instead of
+  // racing ahead of it: their CPU goes to moving bytes already ready, and
+  // encoded copies never pile up. 0: no bound.
+  size_t ship_window = 0;
 };
 
 class SaveJob : public std::enable_shared_from_this<SaveJob> {
@@ -122,8 +129,13 @@ class SaveJob : public std::enable_shared_from_this<SaveJob> {
   // Whether every server that holds `c`'s previous version is up: only
   // then may an unchanged chunk be referenced instead of shipped.
   bool HomeUp(const SaveChunk& c) const;
-  // Ships chunk `i` from `slab`; CountOverlapLocked(i) first, under mu_.
+  // Ships chunk `i` from `slab` once the ship window has room for it, in
+  // the order offered.
+  void Offer(size_t i, char* slab);
+  // Fingerprints, encodes and puts chunk `i`; it holds a window slot.
   void Ship(size_t i, char* slab);
+  // A shipped chunk is done: frees its window slot for the next one.
+  void Shipped(const Status& s);
   // Counts chunk `i` in SaveStats::bytes_overlapped when it goes to the
   // encoders before the snapshot is complete.
   void CountOverlapLocked(size_t i) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -152,6 +164,10 @@ class SaveJob : public std::enable_shared_from_this<SaveJob> {
   bool draining_ ABSL_GUARDED_BY(mu_) = false;
   uint64_t overlapped_ ABSL_GUARDED_BY(mu_) = 0;  // SaveStats::bytes_overlapped
   std::vector<std::pair<size_t, char*>> deferred_ ABSL_GUARDED_BY(mu_);
+  // Chunks holding a ship window slot, and those waiting for one.
+  size_t shipping_ ABSL_GUARDED_BY(mu_) = 0;
+  size_t peak_shipping_ ABSL_GUARDED_BY(mu_) = 0;
+  std::deque<std::pair<size_t, char*>> waiting_ ABSL_GUARDED_BY(mu_);
   uint64_t held_ ABSL_GUARDED_BY(mu_) = 0;       // slabs held now
   uint64_t peak_held_ ABSL_GUARDED_BY(mu_) = 0;  // most slabs held at once
 };

@@ -99,6 +99,30 @@ TEST_F(AsyncSaveTest, StateFourTimesThePoolSavesWithinThePool) {
   EXPECT_EQ(LoadBack(*ck, 3, t.size()), before);
 }
 
+// The encoders work at most 2 x max_inflight_chunks ahead of the
+// acknowledgements. With zstd each chunk is encoded into a buffer of its
+// own and its slab goes back to the pool, so nothing else would bound how
+// many encoded chunks wait for the wire.
+TEST_F(AsyncSaveTest, EncodersStayWithinTheShipWindow) {
+  CheckpointerOptions o;
+  o.chunk_size = 256 << 10;
+  o.max_inflight_chunks = 2;
+  o.codec = "zstd";
+  auto ck = Open(o);
+  std::vector<char> t(16 << 20);  // 64 chunks, all captured before draining
+  FillPattern(t, 7);
+  const std::vector<char> before = t;
+  ASSERT_TRUE(ck->Register({"t", "U8", {int64_t(t.size())}, t.data()}).ok());
+  auto h = ck->Save(7);
+  ASSERT_TRUE(h.ok());
+  ASSERT_TRUE(h->Wait().ok());
+  SaveStats s = h->stats();
+  EXPECT_EQ(s.chunks, 64u);
+  EXPECT_GE(s.peak_chunks_shipping, 1u);
+  EXPECT_LE(s.peak_chunks_shipping, 2 * o.max_inflight_chunks);
+  EXPECT_EQ(LoadBack(*ck, 7, t.size()), before);
+}
+
 // Saves 32 MiB in 1 MiB chunks (the pool holds them all) with
 // `snapshot_overlap`, overwrites the tensor as soon as Save() returns, and
 // checks that the state at Save() is what loads back. Returns the stats.

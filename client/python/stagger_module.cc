@@ -100,6 +100,7 @@ PYBIND11_MODULE(_stagger, m) {
         d["staging_bytes"] = s.staging_bytes;
         d["staging_limited"] = s.staging_limited;
         d["bytes_overlapped"] = s.bytes_overlapped;
+        d["peak_chunks_shipping"] = s.peak_chunks_shipping;
         d["chunks_unchanged"] = s.chunks_unchanged;
         d["chunks_delta"] = s.chunks_delta;
         d["bytes_snapshotted"] = s.bytes_snapshotted;

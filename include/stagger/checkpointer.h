@@ -55,6 +55,10 @@ struct SaveStats {
   // snapshot was complete (CheckpointerOptions::snapshot_overlap, or a
   // pool that ran dry).
   uint64_t bytes_overlapped = 0;
+  // Most chunks at once between the encoders and their acknowledgement
+  // (fingerprinted, encoded, queued or on the wire): at most twice
+  // CheckpointerOptions::max_inflight_chunks.
+  uint64_t peak_chunks_shipping = 0;
   // QoS: time the sender held chunks back for the training job's
   // collectives, the pacing rate it ended with (0: not paced), and the idle
   // windows between collectives it sent in.

@@ -46,8 +46,10 @@ struct CheckpointerOptions {
   uint64_t delta_memory_bytes = 0;
   int delta_chain_max = 8;
   int zstd_level = 1;
-  size_t max_inflight_chunks = 16;  // chunks sent and not yet acked
-  double rpc_timeout_s = 60;        // per control-plane call
+  // Chunks sent and not yet acknowledged durable. The encoders work at
+  // most as many chunks again ahead of them.
+  size_t max_inflight_chunks = 16;
+  double rpc_timeout_s = 60;  // per control-plane call
   // PEM file of the CA that signed the servers' certificates: the control
   // plane (gRPC) then runs over TLS (stagger-server --tls-cert/--tls-key).
   // Empty: plaintext. The data plane (UCX) is not encrypted either way.

@@ -34,6 +34,8 @@ def test_embedded_round_trip_and_steps(tmp_path):
     assert stats["bytes_raw"] == sum(v.nbytes for v in s1.values())
     assert stats["chunks"] == 19 + 1 + 1 + 1
     assert 0 < stats["bytes_shipped"] <= stats["bytes_raw"]
+    # At most 2 x max_inflight_chunks (default 16) ahead of the acks.
+    assert 1 <= stats["peak_chunks_shipping"] <= 32
     ck.save(s2, step=5).wait()
     assert ck.steps() == [1, 5]
 
