@@ -2,7 +2,9 @@
 # bench/gpu/bundle.sh DIR [BUILD_DIR]: packs the CUDA tests and bench_gpu,
 # already built here with CUDA, together with the shared libraries they need
 # beyond the C runtime, into DIR, for a GPU machine that cannot install
-# stagger's build dependencies. There: `bash DIR/run_prebuilt.sh` from the
+# stagger's build dependencies. bench_throughput and stagger-server go in
+# too where they are built in BUILD_DIR (the host throughput benchmark, on
+# the GPU machine's cores). There: `bash DIR/run_prebuilt.sh` from the
 # repository root (it reads bench/gpu/torch_async_save.py), OUT=dir for logs.
 set -euo pipefail
 DIR=${1:?usage: bundle.sh DIR [BUILD_DIR]}
@@ -13,6 +15,11 @@ BINS=("$BUILD/bin/bench_gpu" "$BUILD/tests/cuda_test" "$BUILD/tests/cuda_save_te
 for b in "${BINS[@]}"; do
   [ -x "$b" ] || { echo "bundle: $b missing (build with CUDA first)" >&2; exit 1; }
 done
+if [ -x "$BUILD/bin/bench_throughput" ] && [ -x "$BUILD/bin/stagger-server" ]; then
+  BINS+=("$BUILD/bin/bench_throughput" "$BUILD/bin/stagger-server")
+else
+  echo "bundle: no bench_throughput + stagger-server in $BUILD/bin; the throughput benchmark is left out" >&2
+fi
 rm -rf "$DIR"
 mkdir -p "$DIR/bin" "$DIR/lib"
 for b in "${BINS[@]}"; do strip -o "$DIR/bin/$(basename "$b")" "$b"; done

@@ -2,8 +2,9 @@
 # bench/gpu/run.sh OUTDIR: on a machine with an NVIDIA GPU, build stagger
 # with CUDA (Release, build-gpu/), run the CUDA tests, the GPU benchmark
 # (bench_gpu, sizes 1,4,16 GiB) and, where torch is installed, the
-# torch.distributed.checkpoint.async_save peer; then the rest of the build
-# and the full test suite with the time that is left. Every step runs under
+# torch.distributed.checkpoint.async_save peer; the host throughput
+# benchmark (bench_throughput, raw) on this many-core host; then the rest of
+# the build and the full test suite with the time that is left. Every step runs under
 # `timeout`, logs to OUTDIR/<step>.log and is recorded in a summary table
 # printed last (also OUTDIR/summary.txt). A failing step does not stop the
 # run. The whole run stays under STAGGER_GPU_BUDGET_S (default 450 s).
@@ -153,9 +154,20 @@ if timeout 120 python3 -c 'import torch, torch.distributed.checkpoint as d; asse
 else
   record torch_async_save "SKIPPED" 0 "torch with CUDA and dcp.async_save not importable: $(tail -1 "$OUT/torch-probe.log" | cut -c1-80)"
 fi
+
+# --- 7. host throughput on a many-core host --------------------------------
+# bench_throughput's target (durable >= 0.85x min(disk, UCX loopback)) is
+# capped on two cores, where `auto` holds shipping back during the
+# snapshot; here `auto` ships while the copies run.
+step build-throughput 200 cmake --build "$BUILD" -j"$JOBS" --target bench_throughput stagger-server
+if [ $? -eq 0 ]; then
+  step bench_throughput 150 "$BUILD/bin/bench_throughput" --codecs raw \
+    --iterations 3 --data "$BENCH_TMP" --json "$OUT/bench_throughput.json"
+  note "bench_throughput.log (raw, 3 rounds, data dir on the build's disk)"
+fi
 rm -rf "$BENCH_TMP"
 
-# --- 7. everything else ---------------------------------------------------
+# --- 8. everything else ---------------------------------------------------
 step build-all 300 cmake --build "$BUILD" -j"$JOBS"
 step ctest-all 300 ctest --test-dir "$BUILD" -E '^cuda_test\.' -j"$(( JOBS > 8 ? 8 : JOBS ))" --output-on-failure --timeout 120
 if [ -f "$OUT/ctest-all.log" ]; then
@@ -172,7 +184,7 @@ fi
     printf "%-18s %-16s %6s  %s\n" "${NAMES[$i]}" "${STATES[$i]}" "${SECS[$i]}" "${NOTES[$i]}"
   done
   echo "total: $(( SECONDS - START )) s"
-  for f in bench_gpu torch_async_save; do
+  for f in bench_gpu torch_async_save bench_throughput; do
     if [ -f "$OUT/$f.log" ]; then
       r=$(grep '^RESULT' "$OUT/$f.log" | tail -1)
       [ -n "$r" ] && echo "$r"
@@ -180,6 +192,9 @@ fi
   done
   if [ -f "$OUT/bench_gpu.log" ]; then
     echo "targets: stall <= 1.1x pinned D2H floor (ratio above); async_save blocking >= 3x stagger's stall (torch ratio)"
+  fi
+  if [ -f "$OUT/bench_throughput.log" ]; then
+    echo "target: durable throughput >= 0.85x min(disk, link) (throughput ratio)"
   fi
 } | tee "$OUT/summary.txt"
 exit 0
