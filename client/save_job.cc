@@ -221,13 +221,16 @@ void SaveJob::ChunkCaptured(const Status& s) {
 }
 
 void SaveJob::StartDraining() {
-  std::vector<std::pair<size_t, char*>> held;
+  std::vector<std::pair<size_t, char*>> now;
   {
     absl::MutexLock lock(&mu_);
     draining_ = true;
-    held.swap(deferred_);
+    for (auto [i, slab] : deferred_) {
+      if (TakeSlotLocked(i, slab)) now.emplace_back(i, slab);
+    }
+    deferred_.clear();
   }
-  for (auto [i, slab] : held) Offer(i, slab);
+  for (auto [i, slab] : now) Ship(i, slab);
 }
 
 void SaveJob::ReleaseSlab(char* slab) {
@@ -251,21 +254,19 @@ void SaveJob::ChunkInStaging(size_t i, char* slab, const Status& s) {
       deferred_.emplace_back(i, slab);
       return;
     }
-  }
-  Offer(i, slab);
-}
-
-void SaveJob::Offer(size_t i, char* slab) {
-  {
-    absl::MutexLock lock(&mu_);
-    if (deps_.ship_window != 0 && shipping_ >= deps_.ship_window) {
-      waiting_.emplace_back(i, slab);
-      return;
-    }
-    peak_shipping_ = std::max(peak_shipping_, ++shipping_);
-    CountOverlapLocked(i);
+    if (!TakeSlotLocked(i, slab)) return;
   }
   Ship(i, slab);
+}
+
+bool SaveJob::TakeSlotLocked(size_t i, char* slab) {
+  if (deps_.ship_window != 0 && shipping_ >= deps_.ship_window) {
+    waiting_.emplace_back(i, slab);
+    return false;
+  }
+  peak_shipping_ = std::max(peak_shipping_, ++shipping_);
+  CountOverlapLocked(i);
+  return true;
 }
 
 void SaveJob::Shipped(const Status& s) {

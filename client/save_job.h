@@ -129,9 +129,9 @@ class SaveJob : public std::enable_shared_from_this<SaveJob> {
   // Whether every server that holds `c`'s previous version is up: only
   // then may an unchanged chunk be referenced instead of shipped.
   bool HomeUp(const SaveChunk& c) const;
-  // Ships chunk `i` from `slab` once the ship window has room for it, in
-  // the order offered.
-  void Offer(size_t i, char* slab);
+  // Takes a ship window slot for chunk `i` (true: Ship it now), or queues
+  // it behind the chunks already waiting for one (false).
+  bool TakeSlotLocked(size_t i, char* slab) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Fingerprints, encodes and puts chunk `i`; it holds a window slot.
   void Ship(size_t i, char* slab);
   // A shipped chunk is done: frees its window slot for the next one.

@@ -109,7 +109,7 @@ TEST_F(AsyncSaveTest, EncodersStayWithinTheShipWindow) {
   o.max_inflight_chunks = 2;
   o.codec = "zstd";
   auto ck = Open(o);
-  std::vector<char> t(16 << 20);  // 64 chunks, all captured before draining
+  std::vector<char> t(16 << 20);  // 64 chunks
   FillPattern(t, 7);
   const std::vector<char> before = t;
   ASSERT_TRUE(ck->Register({"t", "U8", {int64_t(t.size())}, t.data()}).ok());
