@@ -157,8 +157,9 @@ fi
 
 # --- 7. host throughput on a many-core host --------------------------------
 # bench_throughput's target (durable >= 0.85x min(disk, UCX loopback)) is
-# capped on two cores, where `auto` holds shipping back during the
-# snapshot; here `auto` ships while the copies run.
+# out of reach on two cores, where `auto` holds shipping back during the
+# snapshot and the cores bound the drain; here `auto` ships while the
+# copies run and the hashes and the transport have cores of their own.
 step build-throughput 200 cmake --build "$BUILD" -j"$JOBS" --target bench_throughput stagger-server
 if [ $? -eq 0 ]; then
   step bench_throughput 150 "$BUILD/bin/bench_throughput" --codecs raw \
