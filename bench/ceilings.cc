@@ -248,7 +248,7 @@ Result<LinkResult> MeasureUcxLoopback(uint64_t bytes, uint64_t message,
   auto t = transport::NewUcxTransport();
   if (!t.ok()) return WithContext(t.status(), "UCX transport");
   ReplyAtOnce handler;
-  auto listener = (*t)->Listen("127.0.0.1:0", &handler);
+  auto listener = (*t)->Listen("ucx:", &handler);
   if (!listener.ok()) return WithContext(listener.status(), "UCX listen");
   auto conn = (*t)->Connect((*listener)->address());
   if (!conn.ok()) return WithContext(conn.status(), "UCX connect");

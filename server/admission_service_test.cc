@@ -185,7 +185,7 @@ class AdmissionServiceTest : public ::testing::TestWithParam<Kind> {
     transport::ListenOptions options;
     options.admission = watched_.get();
     auto l = transport_->Listen(
-        GetParam() == Kind::kUcx ? "127.0.0.1:0" : "inproc:", service_.get(),
+        GetParam() == Kind::kUcx ? "ucx:" : "inproc:", service_.get(),
         options);
     ASSERT_TRUE(l.ok()) << l.status();
     listener_ = std::move(*l);

@@ -1,12 +1,13 @@
 // stagger-server: the storage daemon.
 //
-//   stagger-server --data DIR --listen HOST:PORT [--data-listen HOST:PORT]
+//   stagger-server --data DIR --listen HOST:PORT
 //                  [--keep-last N] [--gc-grace-s S] [--segment-mib M]
 //                  [--compact-threshold F] [--compact-mib-per-s R]
 //                  [--ingest-budget-mib B]
 //
 // Prints exactly one line to stdout once it accepts requests:
-//   stagger-server ready grpc=HOST:PORT data=HOST:PORT
+//   stagger-server ready grpc=HOST:PORT data=ucx:HEX
+// (data: the UCX worker address that Hello hands to clients.)
 // SIGTERM or SIGINT: stop accepting, finish in-flight work, exit 0.
 #include <malloc.h>
 #include <signal.h>
@@ -34,9 +35,6 @@ int main(int argc, char** argv) {
   app.add_option("--listen", options.listen,
                  "gRPC control-plane HOST:PORT (port 0 picks a free one)")
       ->capture_default_str();
-  app.add_option("--data-listen", options.data_listen,
-                 "UCX data-plane HOST:PORT (default: the --listen host, any "
-                 "free port)");
   app.add_option("--read-threads", options.read_threads,
                  "threads serving chunk reads")
       ->check(CLI::Range(1, 64))

@@ -129,23 +129,15 @@ Result<std::unique_ptr<Server>> Server::Start(const ServerOptions& options) {
   STAGGER_ASSIGN_OR_RETURN(auto creds, ServerCredentials(options));
   STAGGER_ASSIGN_OR_RETURN(auto grpc_hp,
                            transport::SplitHostPort(options.listen));
-  std::string data_listen = options.data_listen.empty()
-                                ? absl::StrCat(grpc_hp.first, ":0")
-                                : options.data_listen;
+  // UCX listens at its worker's address, handed out by Hello alone.
+  std::string data_listen =
+      options.data_listen.empty() ? "ucx:" : options.data_listen;
   std::unique_ptr<Authorizer> auth;
   if (!options.auth_tokens_file.empty()) {
     STAGGER_ASSIGN_OR_RETURN(auth,
                              Authorizer::FromFile(options.auth_tokens_file));
   } else if (!options.insecure) {
-    std::vector<std::string> hosts = {grpc_hp.first};
-    // An in-process data plane ("inproc:NAME") reaches no network.
-    if (!absl::StartsWith(data_listen, "inproc:")) {
-      STAGGER_ASSIGN_OR_RETURN(auto data_hp,
-                               transport::SplitHostPort(data_listen));
-      hosts.push_back(data_hp.first);
-    }
-    for (const std::string& host : hosts) {
-      if (IsLoopbackHost(host)) continue;
+    if (const std::string& host = grpc_hp.first; !IsLoopbackHost(host)) {
       return absl::InvalidArgumentError(absl::StrCat(
           "listening on ", host,
           " without --auth-tokens would let anyone who reaches it read, "
@@ -195,8 +187,14 @@ Result<std::unique_ptr<Server>> Server::Start(const ServerOptions& options) {
 
   transport::Transport* transport = options.transport;
   if (transport == nullptr) {
+    transport::UcxTransportOptions ucx;
+    if (impl->auth == nullptr && !options.insecure) {
+      // Without tokens the data plane stays where the control plane is:
+      // UCX's tcp transport listens on the loopback device alone.
+      ucx.net_devices = "lo";
+    }
     STAGGER_ASSIGN_OR_RETURN(impl->owned_transport,
-                             transport::NewUcxTransport());
+                             transport::NewUcxTransport(ucx));
     transport = impl->owned_transport.get();
   }
   transport::ListenOptions listen_options;

@@ -31,7 +31,10 @@ class FileSystem;
 struct ServerOptions {
   std::string data_dir;                   // created if missing
   std::string listen = "127.0.0.1:7700";  // gRPC host:port; port 0 = any
-  std::string data_listen;                // UCX host:port; default host:0
+  // Where the data plane listens: "" or "ucx:" (the UCX worker, whose
+  // address Hello hands out), or "inproc:NAME" with an in-process
+  // `transport`.
+  std::string data_listen;
   // Data-plane transport; nullptr = UCX, owned by the server.
   transport::Transport* transport = nullptr;
   int read_threads = 2;

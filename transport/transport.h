@@ -66,7 +66,7 @@ class Connection {
   Result<Message> CallSync(uint16_t op, std::string_view header,
                            std::string_view payload);
 
-  // "host:port" (UCX) or "inproc:name" of the peer.
+  // The address given to Connect(): "ucx:..." or "inproc:name".
   virtual std::string peer() const = 0;
 };
 
@@ -144,7 +144,7 @@ struct ListenOptions {
 class Listener {
  public:
   virtual ~Listener() = default;
-  // "host:port" actually bound (port resolved when 0 was asked for), or
+  // What Connect() takes: "ucx:" and the worker's address in hex (UCX), or
   // "inproc:name".
   virtual std::string address() const = 0;
 };
@@ -152,8 +152,9 @@ class Listener {
 class Transport {
  public:
   virtual ~Transport() = default;
-  // Listens on `address` ("host:port", port 0 picks a free one; or
-  // "inproc:name"). `handler` must outlive the listener.
+  // Listens on `address` ("ucx:" for UCX: at a new worker's address; or
+  // "inproc:name", "inproc:" for a fresh name). `handler` must outlive the
+  // listener.
   virtual Result<std::unique_ptr<Listener>> Listen(
       const std::string& address, RequestHandler* handler,
       const ListenOptions& options) = 0;

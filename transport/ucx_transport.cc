@@ -1,5 +1,7 @@
 #include "transport/ucx_transport.h"
 
+#include <unistd.h>
+
 #include <memory>
 #include <string>
 #include <utility>
@@ -18,6 +20,14 @@ using transport_internal::UcxContext;
 using transport_internal::UcxLoopOptions;
 using transport_internal::UcxServerLoop;
 
+// "host pid N": how this process introduces itself to listeners (their log
+// lines name it).
+std::string ProcessName() {
+  char host[64] = {0};
+  gethostname(host, sizeof host - 1);
+  return absl::StrCat(host, " pid ", getpid());
+}
+
 class UcxListener final : public Listener {
  public:
   explicit UcxListener(std::shared_ptr<UcxServerLoop> loop)
@@ -31,8 +41,8 @@ class UcxListener final : public Listener {
 
 class UcxConnection final : public Connection {
  public:
-  explicit UcxConnection(std::shared_ptr<UcxClientLoop> loop)
-      : loop_(std::move(loop)) {}
+  UcxConnection(std::shared_ptr<UcxClientLoop> loop, std::string address)
+      : loop_(std::move(loop)), address_(std::move(address)) {}
   ~UcxConnection() override { loop_->Stop(); }
 
   using Connection::Call;
@@ -40,18 +50,20 @@ class UcxConnection final : public Connection {
             ReplyCallback done, SentCallback sent) override {
     loop_->Call(op, header, payload, std::move(done), std::move(sent));
   }
-  std::string peer() const override { return loop_->peer(); }
-  bool shared_memory() const { return loop_->shared_memory(); }
+  std::string peer() const override { return address_; }
 
  private:
   std::shared_ptr<UcxClientLoop> loop_;
+  const std::string address_;  // as given to Connect()
 };
 
 class UcxTransport final : public Transport {
  public:
   UcxTransport(std::shared_ptr<UcxContext> context,
                const UcxTransportOptions& options)
-      : context_(std::move(context)), options_(options) {
+      : context_(std::move(context)),
+        options_(options),
+        name_(ProcessName()) {
     loop_options_.rndv_threshold = options.rndv_threshold;
     loop_options_.max_inflight_pull_bytes = options.max_inflight_pull_bytes;
     // One pool for all of this transport's listeners and connections, so
@@ -59,7 +71,6 @@ class UcxTransport final : public Transport {
     loop_options_.pull_buffers =
         BufferPool::Create(options.pull_buffer_cache_bytes);
     loop_options_.close_timeout = options.close_timeout;
-    loop_options_.same_host_shared_memory = options.same_host_shared_memory;
   }
 
   Result<std::unique_ptr<Listener>> Listen(
@@ -69,31 +80,37 @@ class UcxTransport final : public Transport {
       return absl::InvalidArgumentError(
           absl::StrCat("listening on ", address, ": no request handler"));
     }
-    STAGGER_ASSIGN_OR_RETURN(auto host_port, SplitHostPort(address));
+    if (address != transport_internal::kWorkerAddressPrefix) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "UCX listens at its worker's address, not at '", address,
+          "': listen on \"ucx:\" (UCX_NET_DEVICES and UCX_TCP_PORT_RANGE "
+          "choose UCX's own interfaces and ports)"));
+    }
     UcxLoopOptions options = loop_options_;
     options.admission = listen_options.admission;
     options.payload_headroom = listen_options.payload_headroom;
-    STAGGER_ASSIGN_OR_RETURN(
-        auto loop, UcxServerLoop::Create(context_, options, host_port.first,
-                                         host_port.second, handler));
+    STAGGER_ASSIGN_OR_RETURN(auto loop,
+                             UcxServerLoop::Create(context_, options, handler));
     return std::unique_ptr<Listener>(new UcxListener(std::move(loop)));
   }
 
   Result<std::unique_ptr<Connection>> Connect(
       const std::string& address) override {
-    STAGGER_ASSIGN_OR_RETURN(auto host_port, SplitHostPort(address));
-    STAGGER_ASSIGN_OR_RETURN(auto addr, transport_internal::ResolveSockAddr(
-                                            host_port.first, host_port.second));
+    STAGGER_ASSIGN_OR_RETURN(std::string worker,
+                             transport_internal::DecodeWorkerAddress(address));
     STAGGER_ASSIGN_OR_RETURN(
         auto loop,
         UcxClientLoop::Connect(context_, loop_options_,
-                               options_.connect_timeout, address, addr));
-    return std::unique_ptr<Connection>(new UcxConnection(std::move(loop)));
+                               options_.connect_timeout,
+                               transport_internal::WorkerLabel(worker), worker,
+                               name_));
+    return std::unique_ptr<Connection>(new UcxConnection(std::move(loop), address));
   }
 
  private:
   const std::shared_ptr<UcxContext> context_;
   const UcxTransportOptions options_;
+  const std::string name_;  // what Connect() calls this process in its hello
   UcxLoopOptions loop_options_;
 };
 
@@ -102,14 +119,9 @@ class UcxTransport final : public Transport {
 Result<std::unique_ptr<Transport>> NewUcxTransport(
     const UcxTransportOptions& options) {
   STAGGER_ASSIGN_OR_RETURN(auto context,
-                           UcxContext::Create(options.same_host_shared_memory));
+                           UcxContext::Create(options.net_devices));
   return std::unique_ptr<Transport>(
       new UcxTransport(std::move(context), options));
-}
-
-bool SendsOverSharedMemory(const Connection& connection) {
-  const auto* ucx = dynamic_cast<const UcxConnection*>(&connection);
-  return ucx != nullptr && ucx->shared_memory();
 }
 
 }  // namespace stagger::transport

@@ -1,7 +1,13 @@
 // The UCX implementation of Transport: active messages over a UCX worker,
-// rendezvous for large payloads, client-server connection set-up over
-// sockets, shared memory between a client and a listener on one host. See
-// README.md for the threads and the object graph.
+// rendezvous for large payloads. See README.md for the threads and the
+// object graph.
+//
+// A listener opens no socket of its own: Listen("ucx:") makes a worker and
+// reports its address ("ucx:" + hex of ucp_worker_get_address), and a client
+// connects to that address (UCP_EP_PARAM_FIELD_REMOTE_ADDRESS). Whoever
+// listens hands the address only to peers it trusts (stagger-server: in the
+// reply to an authenticated Hello). UCX's own transports still listen where
+// they need to (tcp: one port per network device; README.md, "Ports").
 //
 // UCX is configured from the environment (UCX_TLS, UCX_NET_DEVICES, ...);
 // on one host UCX_TLS=sm,tcp is the expected setting. No UCX type appears in
@@ -12,6 +18,7 @@
 #include <chrono>
 #include <cstddef>
 #include <memory>
+#include <string>
 
 #include "stagger/status.h"
 #include "transport/transport.h"
@@ -37,12 +44,10 @@ struct UcxTransportOptions {
   // Upper bound on how long destroying a Listener or Connection waits for
   // its endpoints to close cleanly.
   std::chrono::milliseconds close_timeout{2000};
-  // A client on the listener's host, run by the same user in the same
-  // namespaces, sends its requests over shared memory instead of the
-  // socket (README.md: "Shared memory on one host"). Both sides must allow
-  // it; UCX_TLS must include sm. Off until it is shown to make saves
-  // faster (README.md says what was measured).
-  bool same_host_shared_memory = false;
+  // UCX's network devices (UCX_NET_DEVICES syntax, e.g. "lo" or
+  // "mlx5_0:1,eth0"); "" leaves UCX_NET_DEVICES (or UCX's default: all)
+  // in force. UCX's tcp transport listens on one port per device.
+  std::string net_devices;
 };
 
 // Creates the UCX context. FAILED_PRECONDITION or INTERNAL when UCX cannot
@@ -56,11 +61,6 @@ struct UcxTransportOptions {
 // shutdown then finishes after the callback returns.
 Result<std::unique_ptr<Transport>> NewUcxTransport(
     const UcxTransportOptions& options = {});
-
-// Whether `connection`, made by a UCX transport, sends its requests over
-// shared memory by now (same_host_shared_memory; the switch happens shortly
-// after Connect returns). False for any other connection.
-bool SendsOverSharedMemory(const Connection& connection);
 
 }  // namespace stagger::transport
 

@@ -60,24 +60,20 @@ class RawPeer {
   }
 
   void Connect(const std::string& address) {
-    auto ctx = transport_internal::UcxContext::Create(
-        /*same_host_shared_memory=*/false);
+    auto ctx = transport_internal::UcxContext::Create();
     ASSERT_TRUE(ctx.ok()) << ctx.status();
     context_ = *ctx;
     auto worker = transport_internal::CreateWorker(*context_);
     ASSERT_TRUE(worker.ok()) << worker.status();
     worker_ = std::move(*worker);
-    auto hp = SplitHostPort(address);
-    ASSERT_TRUE(hp.ok());
-    auto addr = transport_internal::ResolveSockAddr(hp->first, hp->second);
-    ASSERT_TRUE(addr.ok());
+    auto worker_address = transport_internal::DecodeWorkerAddress(address);
+    ASSERT_TRUE(worker_address.ok()) << worker_address.status();
     ucp_ep_params_t params{};
-    params.field_mask =
-        UCP_EP_PARAM_FIELD_FLAGS | UCP_EP_PARAM_FIELD_SOCK_ADDR |
-        UCP_EP_PARAM_FIELD_ERR_HANDLER | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
-    params.flags = UCP_EP_PARAMS_FLAGS_CLIENT_SERVER;
-    params.sockaddr.addr = addr->get();
-    params.sockaddr.addrlen = addr->length;
+    params.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS |
+                        UCP_EP_PARAM_FIELD_ERR_HANDLER |
+                        UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
+    params.address =
+        reinterpret_cast<const ucp_address_t*>(worker_address->data());
     params.err_mode = UCP_ERR_HANDLING_MODE_PEER;
     params.err_handler.cb = [](void* arg, ucp_ep_h, ucs_status_t st) {
       static_cast<RawPeer*>(arg)->error_ = st;
@@ -100,6 +96,25 @@ class RawPeer {
     ASSERT_EQ(ucp_worker_set_am_recv_handler(worker_.get(), &am), UCS_OK);
   }
 
+  // Connect(), then the handshake a well-behaved client makes: a kHello,
+  // answered by a kHelloAck.
+  void ConnectAndHello(const std::string& address) {
+    ASSERT_NO_FATAL_FAILURE(Connect(address));
+    auto own = transport_internal::WorkerAddress(worker_.get());
+    ASSERT_TRUE(own.ok()) << own.status();
+    const std::string body = transport_internal::EncodeHello({*own, "raw"});
+    Frame hello;
+    hello.kind = FrameKind::kHello;
+    hello.header_len = static_cast<uint32_t>(body.size());
+    std::string bytes(kFrameBytes, '\0');
+    EncodeFrame(hello, bytes.data());
+    ASSERT_EQ(Send(bytes + body, "", /*rndv=*/false), UCS_OK);
+    const std::string ack = WaitForMessage();
+    ASSERT_GE(ack.size(), kFrameBytes);
+    EXPECT_EQ(static_cast<FrameKind>(ack[4]), FrameKind::kHelloAck);
+    received_.clear();
+  }
+
   // Drives the worker until an AM arrived or 10 s pass; returns its AM
   // header ("" when none came).
   std::string WaitForMessage() {
@@ -118,6 +133,23 @@ class RawPeer {
     p.flags = UCP_AM_SEND_FLAG_REPLY | (rndv ? UCP_AM_SEND_FLAG_RNDV : 0);
     return Wait(ucp_am_send_nbx(ep_, kAmId, am_header.data(), am_header.size(),
                                 data.data(), data.size(), &p));
+  }
+
+  // Drives the worker until the listener sent a kClose frame (it drops this
+  // peer) or the endpoint failed, or 10 s pass; returns whether either came.
+  bool WaitForClose() {
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    auto closed = [this] {
+      for (const std::string& m : received_) {
+        if (m.size() >= kFrameBytes &&
+            static_cast<FrameKind>(m[4]) == FrameKind::kClose) {
+          return true;
+        }
+      }
+      return error_ != UCS_OK;
+    };
+    while (!closed() && std::chrono::steady_clock::now() < deadline) Drive();
+    return closed();
   }
 
   // Drives the worker until the endpoint reports an error or 10 s pass;
@@ -174,7 +206,7 @@ class UcxTransportTest : public ::testing::Test {
     auto t = NewUcxTransport();
     ASSERT_TRUE(t.ok()) << t.status();
     transport_ = std::move(*t);
-    auto l = transport_->Listen("127.0.0.1:0", &handler_);
+    auto l = transport_->Listen("ucx:", &handler_);
     ASSERT_TRUE(l.ok()) << l.status();
     listener_ = std::move(*l);
   }
@@ -196,51 +228,51 @@ class UcxTransportTest : public ::testing::Test {
 
 TEST_F(UcxTransportTest, GarbageHeaderClosesOnlyThatConnection) {
   RawPeer peer;
-  ASSERT_NO_FATAL_FAILURE(peer.Connect(listener_->address()));
+  ASSERT_NO_FATAL_FAILURE(peer.ConnectAndHello(listener_->address()));
   std::mt19937 rng(7);
   std::string junk(40, '\0');
   for (char& c : junk) c = static_cast<char>(rng());
   EXPECT_EQ(peer.Send(junk, "data", /*rndv=*/false), UCS_OK);
-  EXPECT_NE(peer.WaitForError(), UCS_OK);
+  EXPECT_TRUE(peer.WaitForClose());
   EXPECT_EQ(handler_.requests(), 0);
   ExpectStillServing();
 }
 
 TEST_F(UcxTransportTest, InconsistentLengthsCloseTheConnection) {
   RawPeer peer;
-  ASSERT_NO_FATAL_FAILURE(peer.Connect(listener_->address()));
+  ASSERT_NO_FATAL_FAILURE(peer.ConnectAndHello(listener_->address()));
   Frame f;
   f.kind = FrameKind::kRequest;
   f.header_len = 100;  // only 3 header bytes follow
   f.payload_len = 4;
   EXPECT_EQ(peer.Send(FrameBytes(f) + "abc", "data", false), UCS_OK);
-  EXPECT_NE(peer.WaitForError(), UCS_OK);
+  EXPECT_TRUE(peer.WaitForClose());
   EXPECT_EQ(handler_.requests(), 0);
   ExpectStillServing();
 }
 
 TEST_F(UcxTransportTest, MalformedRendezvousIsRefusedAndClosed) {
   RawPeer peer;
-  ASSERT_NO_FATAL_FAILURE(peer.Connect(listener_->address()));
+  ASSERT_NO_FATAL_FAILURE(peer.ConnectAndHello(listener_->address()));
   Frame f;
   f.kind = FrameKind::kRequest;
   f.payload_len = 12;  // but 1 MiB arrives
   std::string data(1 << 20, 'x');
   ucs_status_t sent = peer.Send(FrameBytes(f), data, /*rndv=*/true);
   EXPECT_NE(sent, UCS_OK);  // the listener refused the data
-  EXPECT_NE(peer.WaitForError(), UCS_OK);
+  EXPECT_TRUE(peer.WaitForClose());
   EXPECT_EQ(handler_.requests(), 0);
   ExpectStillServing();
 }
 
 TEST_F(UcxTransportTest, ReplyFrameSentToListenerClosesTheConnection) {
   RawPeer peer;
-  ASSERT_NO_FATAL_FAILURE(peer.Connect(listener_->address()));
+  ASSERT_NO_FATAL_FAILURE(peer.ConnectAndHello(listener_->address()));
   Frame f;
   f.kind = FrameKind::kReply;
   f.request_id = 1;
   EXPECT_EQ(peer.Send(FrameBytes(f), "", false), UCS_OK);
-  EXPECT_NE(peer.WaitForError(), UCS_OK);
+  EXPECT_TRUE(peer.WaitForClose());
   EXPECT_EQ(handler_.requests(), 0);
   ExpectStillServing();
 }
@@ -248,7 +280,7 @@ TEST_F(UcxTransportTest, ReplyFrameSentToListenerClosesTheConnection) {
 TEST_F(UcxTransportTest, WellFormedRawRequestIsServed) {
   // Guards the tests above: the raw peer itself is able to talk.
   RawPeer peer;
-  ASSERT_NO_FATAL_FAILURE(peer.Connect(listener_->address()));
+  ASSERT_NO_FATAL_FAILURE(peer.ConnectAndHello(listener_->address()));
   Frame f;
   f.kind = FrameKind::kRequest;
   f.request_id = 1;
@@ -261,31 +293,46 @@ TEST_F(UcxTransportTest, WellFormedRawRequestIsServed) {
   EXPECT_EQ(handler_.requests(), 1);
 }
 
+TEST_F(UcxTransportTest, FramesBeforeTheHelloNeverReachTheHandler) {
+  // A peer that connects to the worker's address but skips the handshake:
+  // its requests are dropped, and the listener goes on serving.
+  RawPeer peer;
+  ASSERT_NO_FATAL_FAILURE(peer.Connect(listener_->address()));
+  Frame f;
+  f.kind = FrameKind::kRequest;
+  f.request_id = 1;
+  f.header_len = 2;
+  f.payload_len = 4;
+  EXPECT_EQ(peer.Send(FrameBytes(f) + "hi", "data", false), UCS_OK);
+  std::string junk(40, '\x5a');
+  EXPECT_EQ(peer.Send(junk, "data", false), UCS_OK);
+  ExpectStillServing();
+  EXPECT_EQ(handler_.requests(), 1);  // ExpectStillServing's own call
+}
+
+TEST(UcxConnectTest, MalformedWorkerAddressesAreInvalidArgument) {
+  auto t = NewUcxTransport();
+  ASSERT_TRUE(t.ok()) << t.status();
+  for (const char* bad : {"127.0.0.1:7700", "ucx:", "ucx:abc", "ucx:zz",
+                          "UCX:00"}) {
+    EXPECT_EQ((*t)->Connect(bad).status().code(),
+              absl::StatusCode::kInvalidArgument)
+        << bad;
+  }
+  EXPECT_EQ((*t)->Connect("ucx:" + std::string(40000, '0')).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
 TEST(UcxConnectTest, ListenerThatNeverAnswersTimesOutWithUnavailable) {
-  // A bare UCX listener that is never progressed: the TCP connection is
-  // accepted by the kernel but the handshake is never answered.
-  auto ctx = transport_internal::UcxContext::Create(
-      /*same_host_shared_memory=*/false);
+  // A bare UCX worker that is never progressed: UCX's own connection to it
+  // is accepted by the kernel, but the handshake is never answered.
+  auto ctx = transport_internal::UcxContext::Create();
   ASSERT_TRUE(ctx.ok()) << ctx.status();
   auto worker = transport_internal::CreateWorker(**ctx);
   ASSERT_TRUE(worker.ok()) << worker.status();
-  auto addr = transport_internal::ResolveSockAddr("127.0.0.1", 0);
-  ASSERT_TRUE(addr.ok());
-  ucp_listener_params_t params{};
-  params.field_mask = UCP_LISTENER_PARAM_FIELD_SOCK_ADDR |
-                      UCP_LISTENER_PARAM_FIELD_CONN_HANDLER;
-  params.sockaddr.addr = addr->get();
-  params.sockaddr.addrlen = addr->length;
-  params.conn_handler.cb = [](ucp_conn_request_h, void*) {};
-  params.conn_handler.arg = nullptr;
-  ucp_listener_h raw = nullptr;
-  ASSERT_EQ(ucp_listener_create(worker->get(), &params, &raw), UCS_OK);
-  transport_internal::ListenerPtr listener(raw);
-  ucp_listener_attr_t attr{};
-  attr.field_mask = UCP_LISTENER_ATTR_FIELD_SOCKADDR;
-  ASSERT_EQ(ucp_listener_query(raw, &attr), UCS_OK);
-  const std::string address = absl::StrCat(
-      "127.0.0.1:", transport_internal::SockAddrFrom(attr.sockaddr).port());
+  auto bytes = transport_internal::WorkerAddress(worker->get());
+  ASSERT_TRUE(bytes.ok()) << bytes.status();
+  const std::string address = transport_internal::EncodeWorkerAddress(*bytes);
 
   UcxTransportOptions options;
   options.connect_timeout = std::chrono::milliseconds(300);
@@ -297,7 +344,10 @@ TEST(UcxConnectTest, ListenerThatNeverAnswersTimesOutWithUnavailable) {
   auto took = std::chrono::steady_clock::now() - start;
   EXPECT_EQ(conn.status().code(), absl::StatusCode::kUnavailable)
       << conn.status();
-  EXPECT_NE(conn.status().message().find(address), std::string::npos);
+  EXPECT_NE(
+      conn.status().message().find(transport_internal::WorkerLabel(*bytes)),
+      std::string::npos)
+      << conn.status();
   EXPECT_LT(took, std::chrono::seconds(3));
 }
 
@@ -307,7 +357,7 @@ TEST(UcxAdmissionTest, PullsBeyondTheInflightLimitWaitAndComplete) {
   auto t = NewUcxTransport(options);
   ASSERT_TRUE(t.ok()) << t.status();
   CountingEcho handler;
-  auto listener = (*t)->Listen("127.0.0.1:0", &handler);
+  auto listener = (*t)->Listen("ucx:", &handler);
   ASSERT_TRUE(listener.ok()) << listener.status();
   auto conn = (*t)->Connect((*listener)->address());
   ASSERT_TRUE(conn.ok()) << conn.status();
@@ -358,7 +408,7 @@ TEST(UcxHeadroomTest, PulledPayloadsLeaveTheAskedRoomInFront) {
   HeadroomProbe handler;
   ListenOptions lo;
   lo.payload_headroom = 64;
-  auto listener = (*t)->Listen("127.0.0.1:0", &handler, lo);
+  auto listener = (*t)->Listen("ucx:", &handler, lo);
   ASSERT_TRUE(listener.ok()) << listener.status();
   auto conn = (*t)->Connect((*listener)->address());
   ASSERT_TRUE(conn.ok()) << conn.status();

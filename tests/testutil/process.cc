@@ -11,8 +11,12 @@
 #include <chrono>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
+#include <set>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 
 namespace stagger::testutil {
 namespace {
@@ -110,6 +114,65 @@ Result<std::unique_ptr<ServerProcess>> ServerProcess::Start(
 
 ServerProcess::~ServerProcess() {
   if (pid_ > 0) Stop(SIGKILL);
+}
+
+bool ServerProcess::Alive() {
+  if (pid_ <= 0) return false;
+  int status = 0;
+  if (waitpid(pid_, &status, WNOHANG) == pid_) {
+    pid_ = -1;
+    return false;
+  }
+  return true;
+}
+
+std::vector<ListeningPort> ListeningPorts(pid_t pid) {
+  std::set<std::string> inodes;
+  const std::string fd_dir = absl::StrCat("/proc/", pid, "/fd");
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(fd_dir, ec)) {
+    std::error_code link_ec;
+    const std::string target =
+        std::filesystem::read_symlink(e.path(), link_ec).string();
+    if (absl::StartsWith(target, "socket:[")) {
+      inodes.insert(target.substr(8, target.size() - 9));
+    }
+  }
+  std::vector<ListeningPort> out;
+  for (bool v6 : {false, true}) {
+    std::ifstream f(v6 ? "/proc/net/tcp6" : "/proc/net/tcp");
+    std::string line;
+    std::getline(f, line);  // the column names
+    while (std::getline(f, line)) {
+      std::vector<std::string> col =
+          absl::StrSplit(line, ' ', absl::SkipEmpty());
+      if (col.size() < 10 || col[3] != "0A" || inodes.count(col[9]) == 0) {
+        continue;
+      }
+      const size_t colon = col[1].find(':');
+      ListeningPort p;
+      p.v6 = v6;
+      p.port = static_cast<uint16_t>(std::stoul(col[1].substr(colon + 1),
+                                                nullptr, 16));
+      std::string hex = col[1].substr(0, colon);
+      if (v6 && absl::StartsWith(hex, "0000000000000000FFFF0000")) {
+        // An IPv4-mapped address: IPv4 clients reach it.
+        hex = hex.substr(24);
+        p.v6 = false;
+      }
+      if (!p.v6) {
+        const uint32_t a = static_cast<uint32_t>(std::stoul(hex, nullptr, 16));
+        p.host = absl::StrCat(a & 0xff, ".", (a >> 8) & 0xff, ".",
+                              (a >> 16) & 0xff, ".", a >> 24);
+      } else {
+        p.host = hex.find_first_not_of('0') == std::string::npos ? "::"
+                 : hex == "00000000000000000000000001000000"   ? "::1"
+                                                               : hex;
+      }
+      out.push_back(p);
+    }
+  }
+  return out;
 }
 
 int ServerProcess::Stop(int sig) {

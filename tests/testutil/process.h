@@ -4,6 +4,7 @@
 
 #include <sys/types.h>
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -43,11 +44,24 @@ class ServerProcess {
   const std::string& metrics() const { return metrics_; }
   // Sends `sig` and waits for the process; returns its wait status.
   int Stop(int sig);
+  pid_t pid() const { return pid_; }
+  // Whether the process is still running (it is reaped if it ended).
+  bool Alive();
 
  private:
   pid_t pid_ = -1;
   std::string grpc_, data_, metrics_;
 };
+
+// A TCP socket in LISTEN state.
+struct ListeningPort {
+  std::string host;  // numeric; "0.0.0.0" or "::" for any address
+  uint16_t port = 0;
+  bool v6 = false;
+};
+// Every TCP socket `pid` holds open in LISTEN state (from /proc/<pid>/fd
+// and /proc/net/tcp{,6}).
+std::vector<ListeningPort> ListeningPorts(pid_t pid);
 
 struct RunResult {
   int exit_code = -1;  // -1 when killed by a signal

@@ -52,7 +52,9 @@ Result<Frame> ParseFrame(const void* am_header, size_t am_header_len,
   Frame f;
   uint8_t kind = Get<uint8_t>(in, 4);
   if (kind < static_cast<uint8_t>(FrameKind::kRequest) ||
-      kind > static_cast<uint8_t>(FrameKind::kShmHelloAck)) {
+      kind > static_cast<uint8_t>(FrameKind::kClose) ||
+      (kind > static_cast<uint8_t>(FrameKind::kHelloAck) &&
+       kind < static_cast<uint8_t>(FrameKind::kClose))) {
     return Malformed(absl::StrCat("unknown kind ", kind));
   }
   f.kind = static_cast<FrameKind>(kind);
@@ -85,6 +87,32 @@ Result<Frame> ParseFrame(const void* am_header, size_t am_header_len,
                                   " bytes, frame says ", want_data));
   }
   return f;
+}
+
+std::string EncodeHello(const Hello& hello) {
+  std::string out(4, '\0');
+  Put(out.data(), 0, static_cast<uint32_t>(hello.worker_address.size()));
+  out += hello.worker_address;
+  out += hello.rest;
+  return out;
+}
+
+Result<Hello> DecodeHello(std::string_view header) {
+  if (header.size() < 4) {
+    return absl::DataLossError(
+        absl::StrCat("hello of ", header.size(), " bytes: no address length"));
+  }
+  const uint32_t n =
+      Get<uint32_t>(reinterpret_cast<const unsigned char*>(header.data()), 0);
+  if (n == 0 || n > (16u << 10) || n > header.size() - 4) {
+    return absl::DataLossError(absl::StrCat(
+        "hello announces a worker address of ", n, " bytes in ",
+        header.size() - 4, " (1 to 16384 expected)"));
+  }
+  Hello out;
+  out.worker_address = std::string(header.substr(4, n));
+  out.rest = std::string(header.substr(4 + n));
+  return out;
 }
 
 }  // namespace stagger::transport_internal

@@ -22,6 +22,8 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
+#include <string_view>
 
 #include "stagger/status.h"
 
@@ -38,11 +40,12 @@ enum class FrameKind : uint8_t {
   kReply = 2,        // server -> client: the reply to request_id
   kNoReply = 3,      // server -> client: request_id will never get a reply
   kHello = 4,        // client -> server: connection handshake
-  kHelloAck = 5,     // server -> client: handshake answer (may carry a
-                     // shared-memory offer, same_host.h)
-  kShmHello = 6,     // client -> server, on the shared-memory endpoint: the
-                     // offer's token, to pair it with the connection
-  kShmHelloAck = 7,  // server -> client: paired; send on shared memory now
+  kHelloAck = 5,     // server -> client: handshake answer
+  // 6 and 7 were a shared-memory pairing, removed; never sent.
+  kClose = 8,        // either side: this side closes the connection; the
+                     // header says why. Endpoints made from a worker address
+                     // tell the peer nothing when closed while the process
+                     // lives (it would learn from UCX's keepalive, 20 s+).
 };
 
 struct Frame {
@@ -65,6 +68,21 @@ void EncodeFrame(const Frame& frame, char* out);
 // to what arrived. DATA_LOSS naming the first violation otherwise.
 Result<Frame> ParseFrame(const void* am_header, size_t am_header_len,
                          size_t data_len);
+
+// The header of a kHello: who is calling, so that the listener
+// can make an endpoint of its own back to it (UCX destroys the endpoints it
+// made for a peer by itself, without a word, when that peer fails; only an
+// endpoint the listener created is safe to keep).
+//   u32 address length | the sender worker's address | rest
+// little-endian; `rest` is the client's name (for log lines).
+struct Hello {
+  std::string worker_address;
+  std::string rest;
+};
+std::string EncodeHello(const Hello& hello);
+// DATA_LOSS naming what is wrong unless `header` is one Hello whose address
+// is 1 to 16 KiB long.
+Result<Hello> DecodeHello(std::string_view header);
 
 }  // namespace stagger::transport_internal
 

@@ -78,7 +78,8 @@ TEST(FrameTest, RejectsMalformedFrames) {
   std::string bad_magic = ok;
   bad_magic[0] = 'X';
   ExpectDataLoss(bad_magic, 4, "magic");
-  for (char kind : {char{0}, char{8}, char{-1}}) {
+  // 6 and 7 are retired kinds.
+  for (char kind : {char{0}, char{6}, char{7}, char{9}, char{-1}}) {
     std::string k = ok;
     k[4] = kind;
     ExpectDataLoss(k, 4, "kind");
@@ -124,6 +125,24 @@ TEST(FrameTest, RandomBytesNeverParseInconsistently) {
     EXPECT_EQ(data_len, r->payload_len + in_data);
   }
   EXPECT_LT(accepted, 20000);
+}
+
+TEST(HelloTest, RoundTripsAndRefusesMalformedHeaders) {
+  const std::string address(300, '\x7f');
+  auto h = DecodeHello(EncodeHello({address, "host pid 1"}));
+  ASSERT_TRUE(h.ok()) << h.status();
+  EXPECT_EQ(h->worker_address, address);
+  EXPECT_EQ(h->rest, "host pid 1");
+  std::string no_rest = EncodeHello({"a", ""});
+  ASSERT_TRUE(DecodeHello(no_rest).ok());
+  for (const std::string& bad :
+       {std::string(), std::string("\x01\x00\x00"),
+        std::string("\x00\x00\x00\x00rest", 8),  // no address
+        std::string("\x05\x00\x00\x00" "abc", 7),  // announces more
+        std::string("\x01\x40\x00\x00", 4) + std::string(16385, 'x')}) {
+    EXPECT_EQ(DecodeHello(bad).status().code(), absl::StatusCode::kDataLoss)
+        << bad.size();
+  }
 }
 
 }  // namespace

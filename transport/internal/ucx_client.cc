@@ -5,7 +5,6 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
-#include "transport/internal/same_host.h"
 #include "transport/internal/ucx_status.h"
 #include "util/log.h"
 
@@ -38,7 +37,8 @@ Status CheckSizes(std::string_view header, std::string_view payload) {
 
 Result<std::shared_ptr<UcxClientLoop>> UcxClientLoop::Connect(
     std::shared_ptr<UcxContext> context, UcxLoopOptions options,
-    std::chrono::milliseconds timeout, std::string peer, const SockAddr& addr) {
+    std::chrono::milliseconds timeout, std::string peer,
+    const std::string& worker_address, const std::string& name) {
   std::shared_ptr<UcxClientLoop> loop(
       new UcxClientLoop(std::move(context), options, std::move(peer)));
   const std::string where = absl::StrCat("connecting to ", loop->peer_);
@@ -46,21 +46,21 @@ Result<std::shared_ptr<UcxClientLoop>> UcxClientLoop::Connect(
 
   // The loop thread is not running yet, so this thread may drive the worker.
   ucp_ep_params_t params{};
-  params.field_mask = UCP_EP_PARAM_FIELD_FLAGS | UCP_EP_PARAM_FIELD_SOCK_ADDR |
+  params.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS |
                       UCP_EP_PARAM_FIELD_ERR_HANDLER |
                       UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
-  params.flags = UCP_EP_PARAMS_FLAGS_CLIENT_SERVER;
-  params.sockaddr.addr = addr.get();
-  params.sockaddr.addrlen = addr.length;
+  params.address = reinterpret_cast<const ucp_address_t*>(worker_address.data());
   params.err_mode = UCP_ERR_HANDLING_MODE_PEER;
   params.err_handler = loop->ErrorHandler();
   ucp_ep_h ep = nullptr;
   ucs_status_t st = ucp_ep_create(loop->worker(), &params, &ep);
   if (st != UCS_OK) return AsUnavailable(FromUcs(st, where));
   loop->ep_id_ = loop->AddEndpoint(ep, loop->peer_);
-  // The listener answers the hello once its endpoint exists; until then we
-  // do not know that anybody listens.
-  loop->Send(loop->ep_id_, FrameKind::kHello, 0, 0, {}, {}, Buffer(),
+  // The listener adopts the endpoint UCX made for us when the hello comes;
+  // until it answers we do not know that the worker is still there.
+  STAGGER_ASSIGN_OR_RETURN(loop->own_address_, WorkerAddress(loop->worker()));
+  loop->Send(loop->ep_id_, FrameKind::kHello, 0, 0,
+             EncodeHello({loop->own_address_, name}), {}, Buffer(),
              [](Status) {});  // a failure shows up as an endpoint error
   loop->Start();
 
@@ -122,7 +122,7 @@ void UcxClientLoop::StartCall(uint16_t op, const std::string& header,
   uint64_t id = next_request_id_++;
   pending_[id].done = std::move(done);
   pending_[id].on_sent = std::move(sent);
-  Send(shared_memory_ ? shm_ep_id_ : ep_id_, FrameKind::kRequest, op, id,
+  Send(ep_id_, FrameKind::kRequest, op, id,
        header, payload, Buffer(), [this, id](Status s) { OnSent(id, s); });
 }
 
@@ -166,14 +166,6 @@ void UcxClientLoop::OnMessage(uint64_t ep_id, const Frame& frame,
   switch (frame.kind) {
     case FrameKind::kHelloAck:
       ReportConnect(absl::OkStatus());
-      if (options().same_host_shared_memory) TakeOffer(header);
-      return;
-    case FrameKind::kShmHelloAck:
-      if (shm_ep_id_ != 0 && EndpointAlive(shm_ep_id_)) {
-        shared_memory_ = true;
-        log::Debug("stagger/transport",
-                   absl::StrCat(peer_, ": requests go over shared memory"));
-      }
       return;
     case FrameKind::kReply: {
       Message reply;
@@ -192,59 +184,13 @@ void UcxClientLoop::OnMessage(uint64_t ep_id, const Frame& frame,
           absl::StrCat(peer_, ": unexpected frame kind ",
                        static_cast<int>(frame.kind), " from the server"));
       LogWarning(absl::StrCat(why.message(), "; closing the connection"));
-      CloseEndpoint(ep_id, why, /*force=*/true);
+      Expel(ep_id, why);
       return;
     }
   }
 }
 
-void UcxClientLoop::TakeOffer(absl::string_view header) {
-  auto offer = DecodeShmOffer(header);
-  if (!offer.ok()) {
-    if (!absl::IsNotFound(offer.status())) {
-      LogWarning(absl::StrCat(peer_, ": ", offer.status().message(),
-                              "; staying on the network transport"));
-    }
-    return;
-  }
-  const std::string key = SameHostKey();
-  if (key.empty() || offer->host_key != key) return;  // not this host
-  ucp_ep_params_t params{};
-  params.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS |
-                      UCP_EP_PARAM_FIELD_ERR_HANDLER |
-                      UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
-  params.address =
-      reinterpret_cast<const ucp_address_t*>(offer->worker_address.data());
-  params.err_mode = UCP_ERR_HANDLING_MODE_PEER;
-  params.err_handler = ErrorHandler();
-  ucp_ep_h ep = nullptr;
-  ucs_status_t st = ucp_ep_create(worker(), &params, &ep);
-  if (st != UCS_OK) {
-    LogWarning(absl::StrCat(
-        FromUcs(st, absl::StrCat(peer_, ": shared-memory endpoint")).message(),
-        "; staying on the network transport"));
-    return;
-  }
-  if (!UsesSharedMemory(ep)) {
-    // UCX_TLS without sm, or shared memory unreachable after all: a second
-    // network endpoint would gain nothing.
-    CloseHandle(ep, /*force=*/true);
-    return;
-  }
-  shm_ep_id_ = AddEndpoint(ep, absl::StrCat(peer_, " (shared memory)"));
-  Send(shm_ep_id_, FrameKind::kShmHello, 0, 0, EncodeShmToken(offer->token), {},
-       Buffer(), [](Status) {});  // a failure shows up as an endpoint error
-}
-
 void UcxClientLoop::OnEndpointDown(uint64_t ep_id, const Status& why) {
-  if (ep_id == shm_ep_id_ && !shared_memory_) {
-    // Never used for a request: the connection goes on over the network.
-    shm_ep_id_ = 0;
-    return;
-  }
-  // Either endpoint down takes the connection down: close the other one.
-  const uint64_t other = ep_id == ep_id_ ? shm_ep_id_ : ep_id_;
-  if (other != 0) CloseEndpoint(other, why, /*force=*/true);
   if (down_.ok()) down_ = AsUnavailable(why);
   ReportConnect(down_);
   std::vector<uint64_t> ids;
@@ -255,12 +201,6 @@ void UcxClientLoop::OnEndpointDown(uint64_t ep_id, const Status& why) {
   // Calls whose send is still in flight finish when UCX completes it (the
   // endpoint's requests are purged as it closes).
   for (uint64_t id : ids) MaybeFinish(id);
-  if (shared_memory_) {
-    // UCX 1.13 may never complete a shared-memory send to a dead peer,
-    // even on a forced close: end the loop, which waits close_timeout at
-    // most, destroys the worker and then finishes every call.
-    RequestStop();
-  }
 }
 
 void UcxClientLoop::OnStopped() {

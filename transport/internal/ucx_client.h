@@ -26,13 +26,14 @@ namespace stagger::transport_internal {
 
 class UcxClientLoop final : public UcxWorkerLoop {
  public:
-  // Connects to `peer` (resolved to `addr`) and waits for the listener's
-  // handshake answer at most `timeout`. UNAVAILABLE naming the peer when the
-  // connection is refused, fails or times out.
+  // Connects to the listener worker at `worker_address` (its bytes), called
+  // `peer` in messages, introduces itself as `name` and waits for the
+  // listener's handshake answer at most `timeout`. UNAVAILABLE naming the
+  // peer when the worker is unreachable, gone or does not answer in time.
   static Result<std::shared_ptr<UcxClientLoop>> Connect(
       std::shared_ptr<UcxContext> context, UcxLoopOptions options,
       std::chrono::milliseconds timeout, std::string peer,
-      const SockAddr& addr);
+      const std::string& worker_address, const std::string& name);
 
   // See transport::Connection::Call. `done` runs on the progress thread, or
   // on the caller's thread when the connection is already shut down.
@@ -40,8 +41,6 @@ class UcxClientLoop final : public UcxWorkerLoop {
             transport::ReplyCallback done, transport::SentCallback sent);
 
   const std::string& peer() const { return peer_; }
-  // True once requests travel over shared memory (same_host.h).
-  bool shared_memory() const { return shared_memory_.load(); }
 
  private:
   struct PendingCall {
@@ -64,11 +63,6 @@ class UcxClientLoop final : public UcxWorkerLoop {
   void MaybeFinish(uint64_t request_id);
   void ReportConnect(const Status& status);
 
-  // Takes the listener's shared-memory offer (a kHelloAck header), when it
-  // is one this process can take: a second endpoint, made from the
-  // listener worker's address, introduced with kShmHello (same_host.h).
-  void TakeOffer(absl::string_view header);
-
   void OnMessage(uint64_t ep_id, const Frame& frame, std::string header,
                  transport::Buffer payload) override;
   void OnEndpointDown(uint64_t ep_id, const Status& why) override;
@@ -80,14 +74,12 @@ class UcxClientLoop final : public UcxWorkerLoop {
   absl::Notification connected_;
   Status connect_status_;
 
-  // Whether requests travel over shared memory; any thread.
-  std::atomic<bool> shared_memory_{false};
+  // This worker's address, sent in each hello (the listener answers on an
+  // endpoint of its own made from it).
+  std::string own_address_;
 
   // Progress thread only.
   uint64_t ep_id_ = 0;
-  // The shared-memory endpoint (0: none); requests go out on it once the
-  // listener paired it (shared_memory_).
-  uint64_t shm_ep_id_ = 0;
   Status down_;  // why the endpoint went away; OK while it is up
   uint64_t next_request_id_ = 1;
   std::map<uint64_t, PendingCall> pending_;

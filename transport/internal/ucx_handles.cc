@@ -1,13 +1,10 @@
 #include "transport/internal/ucx_handles.h"
 
-#include <arpa/inet.h>
-#include <netdb.h>
-#include <netinet/in.h>
-
-#include <cstdio>
-#include <cstdlib>
 #include <cstring>
 
+#include "absl/strings/ascii.h"
+#include "absl/strings/escaping.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "transport/internal/ucx_status.h"
 
@@ -15,17 +12,18 @@ namespace stagger::transport_internal {
 
 namespace {
 
-// A context with features AM and WAKEUP; with `mm_error_handling`, the
-// shared-memory transports' peer-failure handling turned on.
-Result<ucp_context_h> InitContext(bool mm_error_handling) {
+// A context with features AM and WAKEUP; with `net_devices`, only those
+// network devices.
+Result<ucp_context_h> InitContext(const std::string& net_devices) {
   ucp_config_t* config = nullptr;
   ucs_status_t st = ucp_config_read(nullptr, nullptr, &config);
   if (st != UCS_OK) return FromUcs(st, "reading UCX configuration");
-  if (mm_error_handling) {
-    st = ucp_config_modify(config, "MM_ERROR_HANDLING", "y");
+  if (!net_devices.empty()) {
+    st = ucp_config_modify(config, "NET_DEVICES", net_devices.c_str());
     if (st != UCS_OK) {
       ucp_config_release(config);
-      return FromUcs(st, "configuring UCX shared-memory error handling");
+      return FromUcs(st, absl::StrCat("limiting UCX to the network devices '",
+                                      net_devices, "'"));
     }
   }
   ucp_params_t params{};
@@ -42,45 +40,11 @@ Result<ucp_context_h> InitContext(bool mm_error_handling) {
   return context;
 }
 
-// What `print` writes to a stream (UCX's print_info functions), or "".
-template <typename Print>
-std::string Printed(Print print) {
-  char* text = nullptr;
-  size_t size = 0;
-  FILE* stream = open_memstream(&text, &size);
-  if (stream == nullptr) return "";
-  print(stream);
-  fclose(stream);
-  std::string out(text, size);
-  free(text);
-  return out;
-}
-
-// Whether the context has a posix or sysv resource (ucp_context_print_info:
-// UCX 1.13 has no query for them).
-bool HasSharedMemoryResource(ucp_context_h context) {
-  const std::string info =
-      Printed([context](FILE* f) { ucp_context_print_info(context, f); });
-  return info.find("-- posix/") != std::string::npos ||
-         info.find("-- sysv/") != std::string::npos;
-}
-
 }  // namespace
 
 Result<std::shared_ptr<UcxContext>> UcxContext::Create(
-    bool same_host_shared_memory) {
-  const bool mm_error_handling =
-      same_host_shared_memory && getenv("UCX_MM_ERROR_HANDLING") == nullptr &&
-      getenv("UCX_POSIX_ERROR_HANDLING") == nullptr &&
-      getenv("UCX_SYSV_ERROR_HANDLING") == nullptr;
-  STAGGER_ASSIGN_OR_RETURN(ucp_context_h context,
-                           InitContext(mm_error_handling));
-  if (mm_error_handling && !HasSharedMemoryResource(context)) {
-    // No transport took the setting (UCX_TLS without sm), and UCX would
-    // warn about that on stdout for every worker: start again without it.
-    ucp_cleanup(context);
-    STAGGER_ASSIGN_OR_RETURN(context, InitContext(false));
-  }
+    const std::string& net_devices) {
+  STAGGER_ASSIGN_OR_RETURN(ucp_context_h context, InitContext(net_devices));
   return std::shared_ptr<UcxContext>(new UcxContext(context));
 }
 
@@ -106,85 +70,37 @@ Result<std::string> WorkerAddress(ucp_worker_h worker) {
   return out;
 }
 
-bool UsesSharedMemory(ucp_ep_h ep) {
-  const std::string info = Printed([ep](FILE* f) { ucp_ep_print_info(ep, f); });
-  size_t at = 0;
-  while ((at = info.find("lane[", at)) != std::string::npos) {
-    const size_t end = info.find('\n', at);
-    const std::string line = info.substr(at, end - at);
-    for (const char* tl : {":posix/", ":sysv/", ":xpmem/", ":knem/", ":cma/"}) {
-      if (line.find(tl) != std::string::npos) return true;
+std::string EncodeWorkerAddress(absl::string_view bytes) {
+  return absl::StrCat(kWorkerAddressPrefix, absl::BytesToHexString(bytes));
+}
+
+Result<std::string> DecodeWorkerAddress(absl::string_view text) {
+  if (!absl::StartsWith(text, kWorkerAddressPrefix)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "UCX address '", text.substr(0, 40),
+        "' does not start with \"ucx:\" (a UCX listener has no socket "
+        "address: connect to the address it reports)"));
+  }
+  absl::string_view hex = text.substr(kWorkerAddressPrefix.size());
+  if (hex.empty() || hex.size() % 2 != 0 ||
+      hex.size() > 2 * kMaxWorkerAddressBytes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "UCX address of ", hex.size(), " hex digits: expected an even number "
+        "from 2 to ", 2 * kMaxWorkerAddressBytes));
+  }
+  for (char c : hex) {
+    if (!absl::ascii_isxdigit(static_cast<unsigned char>(c))) {
+      return absl::InvalidArgumentError(
+          "UCX address holds a character that is not a hex digit");
     }
-    at = end;
   }
-  return false;
+  return absl::HexStringToBytes(hex);
 }
 
-uint16_t SockAddr::port() const {
-  if (storage.ss_family == AF_INET) {
-    return ntohs(reinterpret_cast<const sockaddr_in*>(&storage)->sin_port);
-  }
-  if (storage.ss_family == AF_INET6) {
-    return ntohs(reinterpret_cast<const sockaddr_in6*>(&storage)->sin6_port);
-  }
-  return 0;
-}
-
-std::string SockAddr::ToString() const {
-  char text[INET6_ADDRSTRLEN] = {};
-  if (storage.ss_family == AF_INET) {
-    const auto* in = reinterpret_cast<const sockaddr_in*>(&storage);
-    inet_ntop(AF_INET, &in->sin_addr, text, sizeof(text));
-    return absl::StrCat(text, ":", port());
-  }
-  if (storage.ss_family == AF_INET6) {
-    const auto* in6 = reinterpret_cast<const sockaddr_in6*>(&storage);
-    inet_ntop(AF_INET6, &in6->sin6_addr, text, sizeof(text));
-    return absl::StrCat("[", text, "]:", port());
-  }
-  return "<unknown address family>";
-}
-
-Result<SockAddr> ResolveSockAddr(const std::string& host, uint16_t port) {
-  addrinfo hints{};
-  hints.ai_family = AF_UNSPEC;
-  hints.ai_socktype = SOCK_STREAM;
-  addrinfo* found = nullptr;
-  int rc = getaddrinfo(host.c_str(), nullptr, &hints, &found);
-  if (rc != 0 || found == nullptr) {
-    // A resolver that is temporarily unreachable is worth a retry; a name
-    // that does not exist is the caller's mistake.
-    std::string why =
-        absl::StrCat("cannot resolve host \"", host, "\": ", gai_strerror(rc));
-    return rc == EAI_AGAIN ? absl::UnavailableError(why)
-                           : absl::InvalidArgumentError(why);
-  }
-  SockAddr out;
-  for (addrinfo* ai = found; ai != nullptr; ai = ai->ai_next) {
-    if (ai->ai_family != AF_INET && ai->ai_family != AF_INET6) continue;
-    std::memcpy(&out.storage, ai->ai_addr, ai->ai_addrlen);
-    out.length = ai->ai_addrlen;
-    break;
-  }
-  freeaddrinfo(found);
-  if (out.length == 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("host \"", host, "\" has no IPv4 or IPv6 address"));
-  }
-  if (out.storage.ss_family == AF_INET) {
-    reinterpret_cast<sockaddr_in*>(&out.storage)->sin_port = htons(port);
-  } else {
-    reinterpret_cast<sockaddr_in6*>(&out.storage)->sin6_port = htons(port);
-  }
-  return out;
-}
-
-SockAddr SockAddrFrom(const sockaddr_storage& storage) {
-  SockAddr out;
-  out.storage = storage;
-  out.length = storage.ss_family == AF_INET6 ? sizeof(sockaddr_in6)
-                                             : sizeof(sockaddr_in);
-  return out;
+std::string WorkerLabel(absl::string_view bytes) {
+  uint32_t h = 2166136261u;  // FNV-1a: the same label in every process
+  for (unsigned char c : bytes) h = (h ^ c) * 16777619u;
+  return absl::StrCat("ucx worker ", absl::Hex(h, absl::kZeroPad8));
 }
 
 }  // namespace stagger::transport_internal

@@ -1,5 +1,8 @@
-// UcxServerLoop: the progress loop behind a UCX Listener. It owns the
-// ucp_listener and the server endpoints it accepts, answers handshakes, and
+// UcxServerLoop: the progress loop behind a UCX Listener. It has no socket
+// listener: clients connect to its worker's address (ucp_worker_get_address,
+// handed out by whoever created the listener: the server's authenticated
+// control plane) and introduce each endpoint with a kHello. It owns the
+// endpoints UCX made for them, answers the handshakes, and
 // hands requests to the RequestHandler with a ReplyChannel that finds its
 // endpoint again by id (so a reply for a closed endpoint is dropped, never
 // sent on a dead handle).
@@ -11,7 +14,6 @@
 
 #include <memory>
 #include <string>
-#include <unordered_map>
 
 #include "transport/internal/ucx_worker_loop.h"
 #include "transport/transport.h"
@@ -20,15 +22,13 @@ namespace stagger::transport_internal {
 
 class UcxServerLoop final : public UcxWorkerLoop {
  public:
-  // Listens on host:port (port 0 picks a free one) and starts the progress
-  // thread. UNAVAILABLE when the address is in use, INVALID_ARGUMENT when the
-  // host does not resolve.
+  // Creates the worker and starts the progress thread. INTERNAL (from
+  // FromUcs) when UCX cannot make a worker or tell its address.
   static Result<std::shared_ptr<UcxServerLoop>> Create(
       std::shared_ptr<UcxContext> context, UcxLoopOptions options,
-      const std::string& host, uint16_t port,
       transport::RequestHandler* handler);
 
-  // "host:port" with the port actually bound.
+  // The worker's address, as Connect() takes it (EncodeWorkerAddress).
   const std::string& address() const { return address_; }
 
   // Sends the reply to `request_id` on `ep_id`; silently dropped when the
@@ -47,23 +47,12 @@ class UcxServerLoop final : public UcxWorkerLoop {
 
   void OnMessage(uint64_t ep_id, const Frame& frame, std::string header,
                  transport::Buffer payload) override;
-  void OnEndpointDown(uint64_t ep_id, const Status& why) override;
-  void OnStrayHello(ucp_ep_h ep, std::string header) override;
-  void OnShutdown() override { listener_.reset(); }
-  void Accept(ucp_conn_request_h request);
-  // The kHelloAck header for a new connection `ep_id`: a shared-memory
-  // offer (same_host.h), or "" when shared memory is off.
-  std::string OfferFor(uint64_t ep_id);
-  static void ConnCallback(ucp_conn_request_h request, void* arg);
+  void OnStrayHello(FrameKind kind, std::string header) override;
+  // A new client's kHello: an endpoint back to it, and the answer on it.
+  void Accept(const Hello& hello);
 
   transport::RequestHandler* const handler_;
-  ListenerPtr listener_;
   std::string address_;
-  // Shared-memory offers; host_key_ is "" when they are off.
-  std::string host_key_;
-  std::string worker_address_;
-  std::unordered_map<uint64_t, uint64_t> offered_;   // token -> ep_id
-  std::unordered_map<uint64_t, uint64_t> token_of_;  // ep_id -> token
 };
 
 }  // namespace stagger::transport_internal

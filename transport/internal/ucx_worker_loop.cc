@@ -173,6 +173,29 @@ void UcxWorkerLoop::WaitForEvents(int timeout_ms) {
   }
 }
 
+void UcxWorkerLoop::SayGoodbye(
+    const std::vector<std::pair<uint64_t, std::string>>& open) {
+  // A peer connected through a worker address hears nothing of a forced
+  // close while this process lives: tell it first, waiting a little for
+  // the frames to leave (a peer that does not read them learns later).
+  auto left = std::make_shared<size_t>(0);
+  for (const auto& [id, peer] : open) {
+    ++*left;
+    Send(id, FrameKind::kClose, 0, 0, "shutting down", {}, Buffer(),
+         [left](Status) { --*left; });
+  }
+  const auto deadline = std::chrono::steady_clock::now() +
+                        std::min<std::chrono::milliseconds>(
+                            options_.close_timeout,
+                            std::chrono::milliseconds(200));
+  while (*left > 0 && std::chrono::steady_clock::now() < deadline) {
+    while (ucp_worker_progress(worker()) != 0) {
+    }
+    RunDeferred();
+    if (*left > 0 && ucp_worker_arm(worker()) == UCS_OK) WaitForEvents(10);
+  }
+}
+
 void UcxWorkerLoop::Shutdown() {
   std::vector<Task> last;
   {
@@ -199,6 +222,7 @@ void UcxWorkerLoop::Shutdown() {
   // means anyway.
   std::vector<std::pair<uint64_t, std::string>> open;
   for (const auto& [id, ep] : endpoints_) open.emplace_back(id, ep.peer);
+  SayGoodbye(open);
   for (const auto& [id, peer] : open) {
     CloseEndpoint(
         id, Unavailable(absl::StrCat("connection to ", peer), "closed locally"),
@@ -265,7 +289,6 @@ UcxWorkerLoop::Endpoint UcxWorkerLoop::Forget(uint64_t ep_id) {
   Endpoint gone = std::move(it->second);
   endpoints_.erase(it);
   ids_.erase(gone.ep);
-  if (gone.alias != nullptr) ids_.erase(gone.alias);
   return gone;
 }
 
@@ -273,34 +296,35 @@ void UcxWorkerLoop::CloseEndpoint(uint64_t ep_id, Status why, bool force) {
   if (!EndpointAlive(ep_id)) return;
   Endpoint gone = Forget(ep_id);
   CloseHandle(gone.ep, force);
-  if (gone.alias != nullptr) CloseHandle(gone.alias, /*force=*/true);
   Defer([this, ep_id, why = std::move(why)] { EndpointGone(ep_id, why); });
 }
 
-bool UcxWorkerLoop::AttachAlias(uint64_t ep_id, ucp_ep_h alias) {
-  auto it = endpoints_.find(ep_id);
-  if (it == endpoints_.end() || it->second.alias != nullptr ||
-      ids_.count(alias) != 0) {
-    if (ids_.count(alias) == 0) CloseHandle(alias, /*force=*/true);
-    return false;
-  }
-  // UCX made this endpoint without an error handler; give it ours.
+ucp_ep_h UcxWorkerLoop::ConnectTo(const std::string& address,
+                                  absl::string_view whose) {
   ucp_ep_params_t params{};
-  params.field_mask = UCP_EP_PARAM_FIELD_ERR_HANDLER;
+  params.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS |
+                      UCP_EP_PARAM_FIELD_ERR_HANDLER |
+                      UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
+  params.address = reinterpret_cast<const ucp_address_t*>(address.data());
+  params.err_mode = UCP_ERR_HANDLING_MODE_PEER;
   params.err_handler = ErrorHandler();
-  ucs_status_ptr_t req = ucp_ep_modify_nb(alias, &params);
-  if (UCS_PTR_IS_ERR(req)) {
-    LogWarning(FromUcs(UCS_PTR_STATUS(req),
-                       absl::StrCat("taking the shared-memory endpoint of ",
-                                    it->second.peer))
-                   .message());
-    CloseHandle(alias, /*force=*/true);
-    return false;
+  ucp_ep_h ep = nullptr;
+  ucs_status_t st = ucp_ep_create(worker(), &params, &ep);
+  if (st != UCS_OK) {
+    LogWarning(
+        FromUcs(st, absl::StrCat("connecting back to ", whose)).message());
+    return nullptr;
   }
-  if (UCS_PTR_IS_PTR(req)) ucp_request_free(req);  // released when done
-  it->second.alias = alias;
-  ids_.emplace(alias, ep_id);
-  return true;
+  return ep;
+}
+
+void UcxWorkerLoop::Expel(uint64_t ep_id, Status why) {
+  if (!EndpointAlive(ep_id)) return;
+  std::string reason(why.message().substr(0, 1024));
+  Send(ep_id, FrameKind::kClose, 0, 0, reason, {}, Buffer(),
+       [this, ep_id, why](Status) {
+         CloseEndpoint(ep_id, why, /*force=*/true);
+       });
 }
 
 void UcxWorkerLoop::EndpointGone(uint64_t ep_id, const Status& why) {
@@ -465,6 +489,14 @@ void UcxWorkerLoop::FinishPull(PullOp* raw, Status status) {
 void UcxWorkerLoop::Deliver(uint64_t ep_id, const Frame& frame,
                             std::string header, Buffer payload) {
   if (stopping_ || !EndpointAlive(ep_id)) return;
+  if (frame.kind == FrameKind::kClose) {
+    CloseEndpoint(ep_id,
+                  Unavailable(PeerOf(ep_id),
+                              absl::StrCat("closed by the peer: ",
+                                           header.substr(0, 1024))),
+                  /*force=*/true);
+    return;
+  }
   OnMessage(ep_id, frame, std::move(header), std::move(payload));
 }
 
@@ -479,15 +511,16 @@ ucs_status_t UcxWorkerLoop::HandleAm(const void* header, size_t header_length,
   }
   if (ep_id == 0 && !stopping_ && !rndv &&
       (param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP) != 0) {
-    // A peer's shared-memory endpoint introducing itself (same_host.h).
+    // A peer that connected to this worker's address introducing itself.
+    // Anything else from an unknown endpoint is dropped.
     Result<Frame> hello = ParseFrame(header, header_length, length);
-    if (hello.ok() && hello->kind == FrameKind::kShmHello &&
+    if (hello.ok() && hello->kind == FrameKind::kHello &&
         !hello->header_in_data()) {
       std::string h(static_cast<const char*>(header) + kFrameBytes,
                     hello->header_len);
-      ucp_ep_h ep = param->reply_ep;
-      Defer([this, ep, h = std::move(h)]() mutable {
-        OnStrayHello(ep, std::move(h));
+      const FrameKind kind = hello->kind;
+      Defer([this, kind, h = std::move(h)]() mutable {
+        OnStrayHello(kind, std::move(h));
       });
       return UCS_OK;
     }
@@ -500,7 +533,7 @@ ucs_status_t UcxWorkerLoop::HandleAm(const void* header, size_t header_length,
   if (!frame.ok()) {
     Status why = Unavailable(PeerOf(ep_id), frame.status().message());
     LogWarning(absl::StrCat(why.message(), "; closing the connection"));
-    Defer([this, ep_id, why] { CloseEndpoint(ep_id, why, /*force=*/true); });
+    Defer([this, ep_id, why] { Expel(ep_id, why); });
     return rndv ? UCS_ERR_INVALID_PARAM : UCS_OK;
   }
   std::string msg_header;
@@ -549,7 +582,6 @@ void UcxWorkerLoop::HandleEndpointError(ucp_ep_h ep, ucs_status_t status) {
   Endpoint gone = Forget(ep_id);
   Defer([this, gone, ep_id, why] {
     CloseHandle(gone.ep, /*force=*/true);
-    if (gone.alias != nullptr) CloseHandle(gone.alias, /*force=*/true);
     EndpointGone(ep_id, why);
   });
 }

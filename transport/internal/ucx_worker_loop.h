@@ -73,9 +73,6 @@ struct UcxLoopOptions {
   // keeping up to pull_buffer_cache_bytes.
   std::shared_ptr<transport::BufferPool> pull_buffers;
   size_t pull_buffer_cache_bytes = 128ull << 20;
-  // Listener: offer shared memory to clients on this host; client: take
-  // such an offer (same_host.h).
-  bool same_host_shared_memory = false;
 };
 
 class UcxWorkerLoop : public std::enable_shared_from_this<UcxWorkerLoop> {
@@ -121,16 +118,19 @@ class UcxWorkerLoop : public std::enable_shared_from_this<UcxWorkerLoop> {
   bool EndpointAlive(uint64_t ep_id) const;
   // The peer's "host:port", or "" when the endpoint is gone.
   std::string PeerOf(uint64_t ep_id) const;
-  // Closes the endpoint (forcefully, or after flushing), and its alias if
-  // it has one, and then runs OnEndpointDown(ep_id, why). No-op when it is
+  // Closes the endpoint (forcefully, or after flushing), and then runs OnEndpointDown(ep_id, why). No-op when it is
   // already gone.
   void CloseEndpoint(uint64_t ep_id, Status why, bool force);
-  // Makes `alias` (an endpoint UCX created for a peer's shared-memory
-  // endpoint) a second handle of `ep_id`: messages from it count as
-  // ep_id's, an error on either fails both, and closing ep_id closes both.
-  // Sends still go out on ep_id's own handle. False (and `alias` is
-  // closed) when ep_id is gone or already has one.
-  bool AttachAlias(uint64_t ep_id, ucp_ep_h alias);
+  // Tells the peer of `ep_id` why it is being dropped (a kClose frame) and
+  // closes the endpoint once that has been sent. For a peer that broke the
+  // protocol.
+  void Expel(uint64_t ep_id, Status why);
+  // An endpoint of this loop's own (error mode PEER, its error handler) to
+  // the worker at `address` (its bytes), not yet in any table; nullptr,
+  // with a warning naming `whose`, when UCX refuses. A peer that connected
+  // to this worker is answered on such an endpoint: the one UCX made for
+  // it is destroyed by UCX when the peer fails, without a callback.
+  ucp_ep_h ConnectTo(const std::string& address, absl::string_view whose);
   // Asks the progress thread to end the loop (as Stop() does) without
   // waiting for it; for hooks, which run on that thread.
   void RequestStop();
@@ -156,12 +156,11 @@ class UcxWorkerLoop : public std::enable_shared_from_this<UcxWorkerLoop> {
                          transport::Buffer payload) = 0;
   // The endpoint failed or was closed; it is already gone.
   virtual void OnEndpointDown(uint64_t ep_id, const Status& why) {}
-  // A kShmHello frame arrived from an endpoint in no table (one UCX created
-  // for a peer's shared-memory endpoint); `header` is its message header.
-  // The default closes `ep`.
-  virtual void OnStrayHello(ucp_ep_h ep, std::string header) {
-    CloseHandle(ep, /*force=*/true);
-  }
+  // A kHello frame arrived from an endpoint in no table (one
+  // UCX created for a peer that connected to this worker's address; not
+  // ours to keep or close); `header` is its message header. The default
+  // ignores it.
+  virtual void OnStrayHello(FrameKind kind, std::string header) {}
   // Shutdown began: no more posted tasks will run; endpoints still open.
   virtual void OnShutdown() {}
   // The worker is destroyed; last chance to complete outstanding work.
@@ -187,7 +186,6 @@ class UcxWorkerLoop : public std::enable_shared_from_this<UcxWorkerLoop> {
   struct Endpoint {
     ucp_ep_h ep;
     std::string peer;
-    ucp_ep_h alias = nullptr;  // AttachAlias
   };
 
   void ThreadMain();
@@ -199,6 +197,9 @@ class UcxWorkerLoop : public std::enable_shared_from_this<UcxWorkerLoop> {
   bool RunDeferred();
   void WaitForEvents(int timeout_ms);
   void Shutdown();
+  // Sends a kClose to each of `open` (id, peer) and progresses until they
+  // left or a short while passed.
+  void SayGoodbye(const std::vector<std::pair<uint64_t, std::string>>& open);
   bool StartPulls();  // true when it started or dropped any
   void FinishSend(SendOp* op, Status status);
   void FinishPull(PullOp* op, Status status);
