@@ -155,12 +155,19 @@ class CheckpointerImpl : public Checkpointer {
     if (!std::isfinite(so.deadline_s)) {
       return absl::InvalidArgumentError("SaveOptions.deadline_s is not finite");
     }
+    // A server that restarted since the last save is found now, not by a
+    // failed put; with too few servers left, wait a little for them (a
+    // restart takes seconds), never beyond the save's deadline.
+    servers_->NoteBrokenConnections();
     if (servers_->up() < options_.replicas) {
+      double wait_s = options_.server_wait_s;
+      const double deadline_s =
+          so.deadline_s >= 0 ? so.deadline_s : options_.qos_deadline_s;
+      if (deadline_s > 0) wait_s = std::min(wait_s, deadline_s);
       // Fails before anything is copied: no server could take the copies.
-      return absl::UnavailableError(absl::StrCat(
-          "save of step ", step, " needs ", options_.replicas,
-          " servers up for its copies; ", servers_->up(), " of ",
-          servers_->size(), " are (down: ", servers_->DownList(), ")"));
+      STAGGER_RETURN_IF_ERROR(WithContext(
+          servers_->AwaitUp(options_.replicas, absl::Seconds(wait_s)),
+          absl::StrCat("save of step ", step)));
     }
     {
       absl::MutexLock lock(&save_mu_);
@@ -641,6 +648,10 @@ Status ValidateOptions(const CheckpointerOptions& o) {
   STAGGER_RETURN_IF_ERROR(ValidateSnapshotOverlap(o.snapshot_overlap));
   if (!(o.rpc_timeout_s > 0)) {
     return absl::InvalidArgumentError("rpc_timeout_s must be positive");
+  }
+  if (!(o.server_wait_s >= 0) || !std::isfinite(o.server_wait_s)) {
+    return absl::InvalidArgumentError(
+        "server_wait_s must be a finite number of seconds >= 0");
   }
   return absl::OkStatus();
 }

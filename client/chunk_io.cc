@@ -350,7 +350,13 @@ void ChunkIo::FetchFrom(std::shared_ptr<FetchAttempt> a) {
     return;
   }
   ServerConn* server = item.servers[a->next++];
-  server->data->Call(
+  std::shared_ptr<transport::Connection> data = server->Data();
+  if (data == nullptr) {
+    ServerSet::MarkDown(server, absl::UnavailableError("not connected"));
+    FetchFrom(std::move(a));  // the next server, or the error
+    return;
+  }
+  data->Call(
       static_cast<uint16_t>(DataOp::kGetChunk),
       format::EncodeGetChunk({job_, a->id}), std::string_view(),
       [this, a, server](Result<transport::Message> reply) {
@@ -470,7 +476,12 @@ Status ChunkIo::FetchSync(ServerConn* server_conn, const format::ChunkId& id,
                           size_t raw_length, char* out, int depth_left,
                           const std::vector<ServerConn*>& others) {
   ServerConn& server = *server_conn;
-  auto reply = server.data->CallSync(static_cast<uint16_t>(DataOp::kGetChunk),
+  std::shared_ptr<transport::Connection> data = server.Data();
+  if (data == nullptr) {
+    return absl::UnavailableError(
+        absl::StrCat("server ", server.address, " is not connected"));
+  }
+  auto reply = data->CallSync(static_cast<uint16_t>(DataOp::kGetChunk),
                                      format::EncodeGetChunk({job_, id}),
                                      std::string_view());
   if (!reply.ok() && IsServerGone(reply.status())) {

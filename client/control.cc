@@ -102,6 +102,11 @@ template <typename Call>
 Status OnEveryServer(ServerSet& servers, const std::string& job, Call call) {
   Status not_found, other;
   bool any = false;
+  if (servers.up() == 0) {
+    // Before "no server is up": one probe of each (a restarted server is
+    // back at once; the error below names the rest).
+    servers.AwaitUp(1, absl::ZeroDuration()).IgnoreError();
+  }
   for (ServerConn* s : servers.Coordinators(job)) {
     if (s->down) continue;
     Status st = call(*s);

@@ -68,7 +68,16 @@ void Sender::Send(std::shared_ptr<SendItem> p) {
   // Sent and reply callbacks run one after the other on the transport's
   // thread; a call that fails before its payload left has no sent one.
   auto left = std::make_shared<bool>(false);
-  p->server->data->Call(
+  std::shared_ptr<transport::Connection> data = p->server->Data();
+  if (data == nullptr) {
+    OnWireLeft(0);
+    p->done(WithContext(absl::UnavailableError(absl::StrCat(
+                            "server ", p->server->address, " is not connected")),
+                        p->what));
+    OnSendDone(wire_bytes, 0);
+    return;
+  }
+  data->Call(
       static_cast<uint16_t>(format::DataOp::kPutChunk), p->header, p->payload,
       [this, p, wire_bytes, sent_ns, left](Result<transport::Message> reply) {
         if (!*left) OnWireLeft(0);

@@ -68,7 +68,7 @@ TEST(SenderTest, UntilTheLinkRateIsKnownOneChunkIsOnTheWire) {
   server.address = "held";
   auto held = std::make_unique<HeldConnection>();
   HeldConnection* conn = held.get();
-  server.data = std::move(held);
+  server.SetData(std::move(held));
   const std::string payload(64 << 10, 'x');
   absl::Mutex mu;
   int done = 0;

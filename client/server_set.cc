@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <chrono>
 #include <fstream>
+#include <random>
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
@@ -19,6 +20,35 @@ Status FromGrpc(const grpc::Status& s, std::string_view what) {
   if (s.ok()) return absl::OkStatus();
   return Status(static_cast<absl::StatusCode>(s.error_code()),
                 absl::StrCat(AsAbsl(what), ": ", s.error_message()));
+}
+
+Status ServerSet::Dial(ServerConn* conn, double timeout_s) {
+  const std::string& addr = conn->address;
+  grpc::ClientContext ctx;
+  PrepareCall(*conn, &ctx, timeout_s);
+  pb::HelloRequest req;
+  req.set_client("stagger client");
+  pb::HelloReply reply;
+  STAGGER_RETURN_IF_ERROR(FromGrpc(conn->stub->Hello(&ctx, req, &reply),
+                                   absl::StrCat("server ", addr)));
+  const std::string where = absl::StrCat("data plane of server ", addr);
+  auto connected = transport_->Connect(reply.data_address());
+  if (!connected.ok()) return WithContext(connected.status(), where);
+  if (!reply.data_key().empty()) {
+    // Binds this connection to our token's grant on the server.
+    auto r = (*connected)
+                 ->CallSync(static_cast<uint16_t>(format::DataOp::kAuth),
+                            reply.data_key(), std::string_view());
+    Status a = r.status();
+    if (a.ok()) {
+      auto d = format::DecodeReply(r->header);
+      a = d.ok() ? d->status : d.status();
+    }
+    STAGGER_RETURN_IF_ERROR(
+        WithContext(a, absl::StrCat(where, ": key from Hello")));
+  }
+  conn->SetData(std::shared_ptr<transport::Connection>(std::move(*connected)));
+  return absl::OkStatus();
 }
 
 Result<std::shared_ptr<ServerSet>> ServerSet::Connect(
@@ -42,52 +72,26 @@ Result<std::shared_ptr<ServerSet>> ServerSet::Connect(
   STAGGER_ASSIGN_OR_RETURN(std::vector<std::string> addrs, ParseList(servers));
   auto set = std::shared_ptr<ServerSet>(new ServerSet());
   set->timeout_s_ = timeout_s;
+  set->transport_ = transport;
+  set->tls_ca_file_ = tls_ca_file;
   for (const std::string& addr : addrs) {
     auto conn = std::make_unique<ServerConn>();
     conn->address = addr;
     grpc::ChannelArguments args;
     args.SetMaxReceiveMessageSize(256 << 20);
     args.SetMaxSendMessageSize(256 << 20);
+    // A restarted server is found again within a few seconds, not after
+    // gRPC's default backoff of up to two minutes.
+    args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 250);
+    args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 250);
+    args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 2000);
     auto channel = grpc::CreateCustomChannel(addr, creds, args);
     conn->stub = pb::Stagger::NewStub(channel);
     conn->token = token;
-    grpc::ClientContext ctx;
-    PrepareCall(*conn, &ctx, std::min(timeout_s, 30.0));
-    pb::HelloRequest req;
-    req.set_client("stagger client");
-    pb::HelloReply reply;
-    Status s = FromGrpc(conn->stub->Hello(&ctx, req, &reply),
-                        absl::StrCat("server ", addr));
-    std::unique_ptr<transport::Connection> data;
-    if (s.ok()) {
-      auto connected = transport->Connect(reply.data_address());
-      if (connected.ok() && !reply.data_key().empty()) {
-        // Binds this connection to our token's grant on the server.
-        auto r = (*connected)
-                     ->CallSync(static_cast<uint16_t>(format::DataOp::kAuth),
-                                reply.data_key(), std::string_view());
-        Status a = r.status();
-        if (a.ok()) {
-          auto d = format::DecodeReply(r->header);
-          a = d.ok() ? d->status : d.status();
-        }
-        if (!a.ok()) {
-          connected = WithContext(
-              a, absl::StrCat("data plane of server ", addr, " at ",
-                              reply.data_address(), ": key from Hello"));
-        }
-      }
-      if (connected.ok()) {
-        data = std::move(*connected);
-      } else {
-        s = WithContext(connected.status(),
-                        absl::StrCat("data plane of server ", addr, " at ",
-                                     reply.data_address()));
-      }
-    }
+    Status s = set->Dial(conn.get(), std::min(timeout_s, 30.0));
     if (!s.ok() && IsServerGone(s) && tolerate_down) {
       // Placement ranks it still (the others' order must not change); it is
-      // skipped as down.
+      // skipped as down until a probe finds it.
       MarkDown(conn.get(), s);
       set->servers_.push_back(std::move(conn));
       continue;
@@ -109,14 +113,102 @@ Result<std::shared_ptr<ServerSet>> ServerSet::Connect(
       }
       return s;
     }
-    conn->data = std::move(data);
     set->servers_.push_back(std::move(conn));
   }
   if (set->up() == 0) {
     return absl::UnavailableError(
         absl::StrCat("no server answers: ", set->DownList()));
   }
+  set->prober_ = std::thread([raw = set.get()] { raw->ProbeLoop(); });
   return set;
+}
+
+ServerSet::~ServerSet() {
+  {
+    absl::MutexLock l(&probe_mu_);
+    stopping_ = true;
+  }
+  if (prober_.joinable()) prober_.join();
+}
+
+Status ServerSet::Revive(ServerConn* s) {
+  Status st = Dial(s, std::min(timeout_s_, 2.0));
+  if (!st.ok()) return st;
+  absl::Duration down_for;
+  {
+    absl::MutexLock l(&s->mu);
+    down_for = absl::Now() - s->down_since;
+    s->down = false;
+  }
+  log::Info("stagger", absl::StrCat("server ", s->address, " is back after ",
+                                    absl::FormatDuration(absl::Trunc(
+                                        down_for, absl::Milliseconds(10)))));
+  return absl::OkStatus();
+}
+
+void ServerSet::ProbeLoop() {
+  std::mt19937_64 rng(std::random_device{}());
+  for (;;) {
+    {
+      absl::MutexLock l(&probe_mu_);
+      // Wakes every 50 ms to look for servers due; stops at once.
+      probe_mu_.AwaitWithTimeout(absl::Condition(&stopping_),
+                                 absl::Milliseconds(50));
+      if (stopping_) return;
+    }
+    for (auto& s : servers_) {
+      if (!s->down) continue;
+      {
+        absl::MutexLock l(&s->mu);
+        if (absl::Now() < s->next_probe) continue;
+      }
+      if (Revive(s.get()).ok()) continue;
+      absl::MutexLock l(&s->mu);
+      // 0.25 s doubling to 30 s, each wait drawn from [0.5, 1.0] of it so
+      // that the clients of a job do not probe in step.
+      s->backoff = std::min(absl::Seconds(30), s->backoff * 2);
+      std::uniform_real_distribution<double> jitter(0.5, 1.0);
+      s->next_probe = absl::Now() + s->backoff * jitter(rng);
+    }
+  }
+}
+
+void ServerSet::NoteBrokenConnections() {
+  for (auto& s : servers_) {
+    if (s->down) continue;
+    std::shared_ptr<transport::Connection> data = s->Data();
+    if (data != nullptr && data->broken()) {
+      MarkDown(s.get(), absl::UnavailableError(absl::StrCat(
+                            "server ", s->address,
+                            ": its data connection was lost")));
+    }
+  }
+}
+
+Status ServerSet::AwaitUp(size_t needed, absl::Duration wait) {
+  const absl::Time until = absl::Now() + wait;
+  for (;;) {
+    for (auto& s : servers_) {
+      if (s->down) Revive(s.get()).IgnoreError();  // why is in DownList
+    }
+    if (up() >= needed) return absl::OkStatus();
+    if (absl::Now() >= until) break;
+    absl::SleepFor(std::min(absl::Milliseconds(100), until - absl::Now()));
+  }
+  std::string down;
+  for (auto& s : servers_) {
+    if (!s->down) continue;
+    absl::MutexLock l(&s->mu);
+    absl::StrAppend(
+        &down, down.empty() ? "" : ", ", s->address, " (down for ",
+        absl::FormatDuration(
+            absl::Trunc(absl::Now() - s->down_since, absl::Milliseconds(100))),
+        ": ", s->down_reason, ")");
+  }
+  return absl::UnavailableError(absl::StrCat(
+      "needs ", needed, " servers up; ", up(), " of ", size(),
+      " are after waiting ", absl::FormatDuration(wait), " (down: ", down,
+      "; retried in the background)"));
 }
 
 void PrepareCall(const ServerConn& to, grpc::ClientContext* ctx,
@@ -179,6 +271,9 @@ void ServerSet::MarkDown(ServerConn* s, const Status& why) {
   absl::MutexLock l(&s->mu);
   if (s->down) return;
   s->down_reason = std::string(why.message());
+  s->down_since = absl::Now();
+  s->backoff = absl::Milliseconds(250);
+  s->next_probe = s->down_since + s->backoff;
   s->down = true;
   log::Warning("stagger", absl::StrCat("server ", s->address,
                                        " marked down: ", why.message()));

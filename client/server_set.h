@@ -6,20 +6,27 @@
 //
 // With replicas, each chunk lives on the first R servers of its ranking
 // (rendezvous scores of its slot over every server, highest first) that
-// are up; a server found dead is marked down for the life of the set and
-// the next one in the ranking takes its place.
+// are up; a server found dead is marked down and the next one in the
+// ranking takes its place. Down is not forever: a background thread
+// re-probes each down server (Hello, then a new data connection with a new
+// key) with capped exponential backoff, 0.25 s doubling to 30 s with
+// jitter, and a server that answers is used again; AwaitUp() probes at
+// once for callers that cannot go on without it.
 //
 // Thread-safety: the server list is immutable after Connect; down marks
-// are atomic; all methods are thread-safe.
+// are atomic; a server's data connection is swapped under its mutex; all
+// methods are thread-safe.
 #ifndef STAGGER_CLIENT_SERVER_SET_H_
 #define STAGGER_CLIENT_SERVER_SET_H_
 
 #include <atomic>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "format/chunk_id.h"
 #include "proto/stagger.grpc.pb.h"
 #include "stagger/status.h"
@@ -30,13 +37,29 @@ namespace stagger::client {
 struct ServerConn {
   std::string address;  // gRPC host:port as given
   std::unique_ptr<pb::Stagger::Stub> stub;
-  std::unique_ptr<transport::Connection> data;
-  // Found dead (did not answer at Connect, or a call failed as a dead
-  // server's do): skipped from then on.
   std::string token;  // sent with every control-plane call (may be empty)
+  // Found dead (did not answer, or a call failed as a dead server's do):
+  // skipped until a probe finds it back.
   std::atomic<bool> down{false};
   absl::Mutex mu;
   std::string down_reason ABSL_GUARDED_BY(mu);
+  absl::Time down_since ABSL_GUARDED_BY(mu);
+  absl::Time next_probe ABSL_GUARDED_BY(mu);
+  absl::Duration backoff ABSL_GUARDED_BY(mu);
+
+  // The data-plane connection; nullptr while the server has never been
+  // reached. A caller holds its own reference for as long as it uses it.
+  std::shared_ptr<transport::Connection> Data() {
+    absl::MutexLock l(&mu);
+    return data_;
+  }
+  void SetData(std::shared_ptr<transport::Connection> data) {
+    absl::MutexLock l(&mu);
+    data_ = std::move(data);
+  }
+
+ private:
+  std::shared_ptr<transport::Connection> data_ ABSL_GUARDED_BY(mu);
 };
 
 // Sets the call's deadline (`timeout_s` from now) and its token metadata.
@@ -77,9 +100,19 @@ class ServerSet {
   // Every server, ranked for `job`'s manifests: the first R that are up
   // are its coordinators.
   std::vector<ServerConn*> Coordinators(const std::string& job) const;
+  ~ServerSet();
   // Marks `s` down because of `why` (once; later calls are ignored) and
-  // logs it.
+  // logs it; the background prober takes it from there.
   static void MarkDown(ServerConn* s, const Status& why);
+  // Marks down every server whose data connection has failed (a server that
+  // restarted or died since the last call), so that the next call goes to
+  // a fresh connection or to the next server instead of failing.
+  void NoteBrokenConnections();
+  // Probes every down server at once, and again every 100 ms, until at
+  // least `needed` are up or `wait` has passed. OK when `needed` are up;
+  // otherwise UNAVAILABLE naming each down server, how long it has been
+  // down and why, and that it is being retried in the background.
+  Status AwaitUp(size_t needed, absl::Duration wait);
   size_t up() const;
   // "a (reason), b (reason)": the servers marked down.
   std::string DownList() const;
@@ -87,8 +120,21 @@ class ServerSet {
 
  private:
   std::vector<ServerConn*> Rank(std::string_view key) const;
+  // Hello, then the data connection and its key; on success `s` has a new
+  // connection (not yet marked up).
+  Status Dial(ServerConn* s, double timeout_s);
+  // One probe of a down server: on success it is up again.
+  Status Revive(ServerConn* s);
+  void ProbeLoop();
+
   std::vector<std::unique_ptr<ServerConn>> servers_;
   double timeout_s_ = 60;
+  transport::Transport* transport_ = nullptr;
+  std::string tls_ca_file_;
+
+  absl::Mutex probe_mu_;
+  bool stopping_ ABSL_GUARDED_BY(probe_mu_) = false;
+  std::thread prober_;
 };
 
 // grpc::Status -> Status with the same code; the message names `what`.

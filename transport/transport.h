@@ -66,6 +66,11 @@ class Connection {
   Result<Message> CallSync(uint16_t op, std::string_view header,
                            std::string_view payload);
 
+  // True once the connection has failed or been closed by the peer: every
+  // call from now on fails with UNAVAILABLE, and a new Connect() is the
+  // way back. Any thread.
+  virtual bool broken() const { return false; }
+
   // The address given to Connect(): "ucx:..." or "inproc:name".
   virtual std::string peer() const = 0;
 };

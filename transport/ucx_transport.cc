@@ -51,6 +51,7 @@ class UcxConnection final : public Connection {
     loop_->Call(op, header, payload, std::move(done), std::move(sent));
   }
   std::string peer() const override { return address_; }
+  bool broken() const override { return loop_->broken(); }
 
  private:
   std::shared_ptr<UcxClientLoop> loop_;

@@ -26,6 +26,11 @@ struct CheckpointerOptions {
   // goes on while at least one server answers (the others are marked
   // down); loads read any copy. With 1, every server must answer at Open.
   uint32_t replicas = 1;
+  // A save that starts while fewer than `replicas` servers are up waits up
+  // to this long (and never past its deadline) for a down server to come
+  // back before it fails with UNAVAILABLE naming the servers down. Down
+  // servers are re-probed in the background all the time.
+  double server_wait_s = 5;
 
   uint64_t chunk_size = 4ull << 20;  // bytes per chunk, 4 KiB .. 64 MiB
   // "auto": per chunk, byte-grouped zstd for floating-point tensors (the

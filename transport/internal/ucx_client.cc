@@ -191,6 +191,7 @@ void UcxClientLoop::OnMessage(uint64_t ep_id, const Frame& frame,
 }
 
 void UcxClientLoop::OnEndpointDown(uint64_t ep_id, const Status& why) {
+  broken_ = true;
   if (down_.ok()) down_ = AsUnavailable(why);
   ReportConnect(down_);
   std::vector<uint64_t> ids;
@@ -204,6 +205,7 @@ void UcxClientLoop::OnEndpointDown(uint64_t ep_id, const Status& why) {
 }
 
 void UcxClientLoop::OnStopped() {
+  broken_ = true;
   Status closed = down_.ok() ? absl::UnavailableError(absl::StrCat(
                                    "connection to ", peer_, " was closed"))
                              : down_;

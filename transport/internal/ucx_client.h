@@ -41,6 +41,8 @@ class UcxClientLoop final : public UcxWorkerLoop {
             transport::ReplyCallback done, transport::SentCallback sent);
 
   const std::string& peer() const { return peer_; }
+  // True once the endpoint failed or the loop stopped. Any thread.
+  bool broken() const { return broken_.load(); }
 
  private:
   struct PendingCall {
@@ -73,6 +75,8 @@ class UcxClientLoop final : public UcxWorkerLoop {
   // Handshake outcome, read by Connect() once connected_ is notified.
   absl::Notification connected_;
   Status connect_status_;
+
+  std::atomic<bool> broken_{false};
 
   // This worker's address, sent in each hello (the listener answers on an
   // endpoint of its own made from it).
