@@ -481,9 +481,9 @@ Status ChunkIo::FetchSync(ServerConn* server_conn, const format::ChunkId& id,
     return absl::UnavailableError(
         absl::StrCat("server ", server.address, " is not connected"));
   }
-  auto reply = data->CallSync(static_cast<uint16_t>(DataOp::kGetChunk),
-                                     format::EncodeGetChunk({job_, id}),
-                                     std::string_view());
+  auto reply =
+      data->CallSync(static_cast<uint16_t>(DataOp::kGetChunk),
+                     format::EncodeGetChunk({job_, id}), std::string_view());
   if (!reply.ok() && IsServerGone(reply.status())) {
     ServerSet::MarkDown(server_conn, reply.status());
   }

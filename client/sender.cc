@@ -71,9 +71,10 @@ void Sender::Send(std::shared_ptr<SendItem> p) {
   std::shared_ptr<transport::Connection> data = p->server->Data();
   if (data == nullptr) {
     OnWireLeft(0);
-    p->done(WithContext(absl::UnavailableError(absl::StrCat(
-                            "server ", p->server->address, " is not connected")),
-                        p->what));
+    p->done(
+        WithContext(absl::UnavailableError(absl::StrCat(
+                        "server ", p->server->address, " is not connected")),
+                    p->what));
     OnSendDone(wire_bytes, 0);
     return;
   }

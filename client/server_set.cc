@@ -178,9 +178,9 @@ void ServerSet::NoteBrokenConnections() {
     if (s->down) continue;
     std::shared_ptr<transport::Connection> data = s->Data();
     if (data != nullptr && data->broken()) {
-      MarkDown(s.get(), absl::UnavailableError(absl::StrCat(
-                            "server ", s->address,
-                            ": its data connection was lost")));
+      MarkDown(s.get(),
+               absl::UnavailableError(absl::StrCat(
+                   "server ", s->address, ": its data connection was lost")));
     }
   }
 }
@@ -199,16 +199,15 @@ Status ServerSet::AwaitUp(size_t needed, absl::Duration wait) {
   for (auto& s : servers_) {
     if (!s->down) continue;
     absl::MutexLock l(&s->mu);
-    absl::StrAppend(
-        &down, down.empty() ? "" : ", ", s->address, " (down for ",
-        absl::FormatDuration(
-            absl::Trunc(absl::Now() - s->down_since, absl::Milliseconds(100))),
-        ": ", s->down_reason, ")");
+    absl::StrAppend(&down, down.empty() ? "" : ", ", s->address, " (down for ",
+                    absl::FormatDuration(absl::Trunc(
+                        absl::Now() - s->down_since, absl::Milliseconds(100))),
+                    ": ", s->down_reason, ")");
   }
-  return absl::UnavailableError(absl::StrCat(
-      "needs ", needed, " servers up; ", up(), " of ", size(),
-      " are after waiting ", absl::FormatDuration(wait), " (down: ", down,
-      "; retried in the background)"));
+  return absl::UnavailableError(
+      absl::StrCat("needs ", needed, " servers up; ", up(), " of ", size(),
+                   " are after waiting ", absl::FormatDuration(wait),
+                   " (down: ", down, "; retried in the background)"));
 }
 
 void PrepareCall(const ServerConn& to, grpc::ClientContext* ctx,

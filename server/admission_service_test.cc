@@ -185,8 +185,7 @@ class AdmissionServiceTest : public ::testing::TestWithParam<Kind> {
     transport::ListenOptions options;
     options.admission = watched_.get();
     auto l = transport_->Listen(
-        GetParam() == Kind::kUcx ? "ucx:" : "inproc:", service_.get(),
-        options);
+        GetParam() == Kind::kUcx ? "ucx:" : "inproc:", service_.get(), options);
     ASSERT_TRUE(l.ok()) << l.status();
     listener_ = std::move(*l);
   }

@@ -61,8 +61,7 @@ int Dial(const ListeningPort& p) {
     int err = 0;
     socklen_t err_len = sizeof err;
     if (errno != EINPROGRESS || poll(&pfd, 1, 500) != 1 ||
-        getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &err_len) != 0 ||
-        err != 0) {
+        getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &err_len) != 0 || err != 0) {
       close(fd);
       return -1;
     }
@@ -140,7 +139,8 @@ std::vector<std::string> LyingHeaders() {
       "GET /metrics HTTP/1.1\r\nContent-Length: 99999999\r\n\r\nx",
       "POST / HTTP/1.1\r\nContent-Length: -5\r\n\r\n" + std::string(2048, 'p'),
       "GET /" + std::string(70000, 'a') + " HTTP/1.1\r\n\r\n",
-      std::string(16, '\0') + Le32(8) + std::string(1024, 'z'),  // 16 + 8 + 1 KiB
+      std::string(16, '\0') + Le32(8) +
+          std::string(1024, 'z'),  // 16 + 8 + 1 KiB
       stg(8, 0) + "abc",
       stg(0xffffffff, 0xffffffffffffffffull) + std::string(100, 's'),
       stg(4, 3) + std::string(4096, 'q'),
@@ -157,7 +157,8 @@ TEST(HostilePortsTest, EveryListeningPortSurvivesStrangersBytes) {
   // data plane has no socket listener of its own.
   ASSERT_GE(ports.size(), 3u);
   std::string listed;
-  for (const auto& p : ports) absl::StrAppend(&listed, p.host, ":", p.port, " ");
+  for (const auto& p : ports)
+    absl::StrAppend(&listed, p.host, ":", p.port, " ");
   for (const auto& p : ports) {
     EXPECT_TRUE(p.host == "127.0.0.1" || p.host == "::1")
         << "without --auth-tokens the server listens on loopback only: "

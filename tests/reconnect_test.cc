@@ -70,8 +70,7 @@ TEST_P(ReconnectTest, NextSaveSucceedsAfterTheServerRestarts) {
 INSTANTIATE_TEST_SUITE_P(Signals, ReconnectTest,
                          ::testing::Values(SIGTERM, SIGKILL),
                          [](const auto& info) {
-                           return info.param == SIGTERM ? "Sigterm"
-                                                        : "Sigkill";
+                           return info.param == SIGTERM ? "Sigterm" : "Sigkill";
                          });
 
 }  // namespace

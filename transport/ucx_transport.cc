@@ -62,9 +62,7 @@ class UcxTransport final : public Transport {
  public:
   UcxTransport(std::shared_ptr<UcxContext> context,
                const UcxTransportOptions& options)
-      : context_(std::move(context)),
-        options_(options),
-        name_(ProcessName()) {
+      : context_(std::move(context)), options_(options), name_(ProcessName()) {
     loop_options_.rndv_threshold = options.rndv_threshold;
     loop_options_.max_inflight_pull_bytes = options.max_inflight_pull_bytes;
     // One pool for all of this transport's listeners and connections, so
@@ -100,12 +98,11 @@ class UcxTransport final : public Transport {
     STAGGER_ASSIGN_OR_RETURN(std::string worker,
                              transport_internal::DecodeWorkerAddress(address));
     STAGGER_ASSIGN_OR_RETURN(
-        auto loop,
-        UcxClientLoop::Connect(context_, loop_options_,
-                               options_.connect_timeout,
-                               transport_internal::WorkerLabel(worker), worker,
-                               name_));
-    return std::unique_ptr<Connection>(new UcxConnection(std::move(loop), address));
+        auto loop, UcxClientLoop::Connect(
+                       context_, loop_options_, options_.connect_timeout,
+                       transport_internal::WorkerLabel(worker), worker, name_));
+    return std::unique_ptr<Connection>(
+        new UcxConnection(std::move(loop), address));
   }
 
  private:

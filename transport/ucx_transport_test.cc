@@ -313,8 +313,8 @@ TEST_F(UcxTransportTest, FramesBeforeTheHelloNeverReachTheHandler) {
 TEST(UcxConnectTest, MalformedWorkerAddressesAreInvalidArgument) {
   auto t = NewUcxTransport();
   ASSERT_TRUE(t.ok()) << t.status();
-  for (const char* bad : {"127.0.0.1:7700", "ucx:", "ucx:abc", "ucx:zz",
-                          "UCX:00"}) {
+  for (const char* bad :
+       {"127.0.0.1:7700", "ucx:", "ucx:abc", "ucx:zz", "UCX:00"}) {
     EXPECT_EQ((*t)->Connect(bad).status().code(),
               absl::StatusCode::kInvalidArgument)
         << bad;

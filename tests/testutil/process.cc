@@ -152,8 +152,8 @@ std::vector<ListeningPort> ListeningPorts(pid_t pid) {
       const size_t colon = col[1].find(':');
       ListeningPort p;
       p.v6 = v6;
-      p.port = static_cast<uint16_t>(std::stoul(col[1].substr(colon + 1),
-                                                nullptr, 16));
+      p.port = static_cast<uint16_t>(
+          std::stoul(col[1].substr(colon + 1), nullptr, 16));
       std::string hex = col[1].substr(0, colon);
       if (v6 && absl::StartsWith(hex, "0000000000000000FFFF0000")) {
         // An IPv4-mapped address: IPv4 clients reach it.
@@ -166,8 +166,8 @@ std::vector<ListeningPort> ListeningPorts(pid_t pid) {
                               (a >> 16) & 0xff, ".", a >> 24);
       } else {
         p.host = hex.find_first_not_of('0') == std::string::npos ? "::"
-                 : hex == "00000000000000000000000001000000"   ? "::1"
-                                                               : hex;
+                 : hex == "00000000000000000000000001000000"     ? "::1"
+                                                                 : hex;
       }
       out.push_back(p);
     }

@@ -105,9 +105,9 @@ Result<Hello> DecodeHello(std::string_view header) {
   const uint32_t n =
       Get<uint32_t>(reinterpret_cast<const unsigned char*>(header.data()), 0);
   if (n == 0 || n > (16u << 10) || n > header.size() - 4) {
-    return absl::DataLossError(absl::StrCat(
-        "hello announces a worker address of ", n, " bytes in ",
-        header.size() - 4, " (1 to 16384 expected)"));
+    return absl::DataLossError(
+        absl::StrCat("hello announces a worker address of ", n, " bytes in ",
+                     header.size() - 4, " (1 to 16384 expected)"));
   }
   Hello out;
   out.worker_address = std::string(header.substr(4, n));

@@ -36,16 +36,16 @@ inline constexpr size_t kFrameBytes = 28;
 inline constexpr uint8_t kFrameHeaderInData = 0x1;
 
 enum class FrameKind : uint8_t {
-  kRequest = 1,      // client -> server: a Call()
-  kReply = 2,        // server -> client: the reply to request_id
-  kNoReply = 3,      // server -> client: request_id will never get a reply
-  kHello = 4,        // client -> server: connection handshake
-  kHelloAck = 5,     // server -> client: handshake answer
+  kRequest = 1,   // client -> server: a Call()
+  kReply = 2,     // server -> client: the reply to request_id
+  kNoReply = 3,   // server -> client: request_id will never get a reply
+  kHello = 4,     // client -> server: connection handshake
+  kHelloAck = 5,  // server -> client: handshake answer
   // 6 and 7 were a shared-memory pairing, removed; never sent.
-  kClose = 8,        // either side: this side closes the connection; the
-                     // header says why. Endpoints made from a worker address
-                     // tell the peer nothing when closed while the process
-                     // lives (it would learn from UCX's keepalive, 20 s+).
+  kClose = 8,  // either side: this side closes the connection; the
+               // header says why. Endpoints made from a worker address
+               // tell the peer nothing when closed while the process
+               // lives (it would learn from UCX's keepalive, 20 s+).
 };
 
 struct Frame {

@@ -138,7 +138,9 @@ TEST(HelloTest, RoundTripsAndRefusesMalformedHeaders) {
   for (const std::string& bad :
        {std::string(), std::string("\x01\x00\x00"),
         std::string("\x00\x00\x00\x00rest", 8),  // no address
-        std::string("\x05\x00\x00\x00" "abc", 7),  // announces more
+        std::string("\x05\x00\x00\x00"
+                    "abc",
+                    7),  // announces more
         std::string("\x01\x40\x00\x00", 4) + std::string(16385, 'x')}) {
     EXPECT_EQ(DecodeHello(bad).status().code(), absl::StatusCode::kDataLoss)
         << bad.size();

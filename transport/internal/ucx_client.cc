@@ -49,7 +49,8 @@ Result<std::shared_ptr<UcxClientLoop>> UcxClientLoop::Connect(
   params.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS |
                       UCP_EP_PARAM_FIELD_ERR_HANDLER |
                       UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
-  params.address = reinterpret_cast<const ucp_address_t*>(worker_address.data());
+  params.address =
+      reinterpret_cast<const ucp_address_t*>(worker_address.data());
   params.err_mode = UCP_ERR_HANDLING_MODE_PEER;
   params.err_handler = loop->ErrorHandler();
   ucp_ep_h ep = nullptr;
@@ -122,8 +123,8 @@ void UcxClientLoop::StartCall(uint16_t op, const std::string& header,
   uint64_t id = next_request_id_++;
   pending_[id].done = std::move(done);
   pending_[id].on_sent = std::move(sent);
-  Send(ep_id_, FrameKind::kRequest, op, id,
-       header, payload, Buffer(), [this, id](Status s) { OnSent(id, s); });
+  Send(ep_id_, FrameKind::kRequest, op, id, header, payload, Buffer(),
+       [this, id](Status s) { OnSent(id, s); });
 }
 
 void UcxClientLoop::OnSent(uint64_t request_id, const Status& status) {

@@ -84,9 +84,11 @@ Result<std::string> DecodeWorkerAddress(absl::string_view text) {
   absl::string_view hex = text.substr(kWorkerAddressPrefix.size());
   if (hex.empty() || hex.size() % 2 != 0 ||
       hex.size() > 2 * kMaxWorkerAddressBytes) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "UCX address of ", hex.size(), " hex digits: expected an even number "
-        "from 2 to ", 2 * kMaxWorkerAddressBytes));
+    return absl::InvalidArgumentError(
+        absl::StrCat("UCX address of ", hex.size(),
+                     " hex digits: expected an even number "
+                     "from 2 to ",
+                     2 * kMaxWorkerAddressBytes));
   }
   for (char c : hex) {
     if (!absl::ascii_isxdigit(static_cast<unsigned char>(c))) {

@@ -1,6 +1,6 @@
 // RAII owners of UCX handles and the text form of worker addresses (what
-// listeners hand out and clients connect to). Endpoints are not wrapped here: closing one
-// is asynchronous and is driven by UcxWorkerLoop, which owns them.
+// listeners hand out and clients connect to). Endpoints are not wrapped here:
+// closing one is asynchronous and is driven by UcxWorkerLoop, which owns them.
 //
 // Thread-safety: UcxContext may be shared by workers on different threads
 // (it is created with mt_workers_shared). A worker or listener handle is used
@@ -49,7 +49,6 @@ Result<WorkerPtr> CreateWorker(const UcxContext& context);
 // The worker's address (ucp_worker_get_address), for an endpoint made from
 // it.
 Result<std::string> WorkerAddress(ucp_worker_h worker);
-
 
 // The text form of a worker address, as a UCX Listener reports it and
 // Connect() takes it: "ucx:" and the address bytes in lower-case hex.

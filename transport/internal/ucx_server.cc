@@ -68,8 +68,8 @@ void UcxServerLoop::OnStrayHello(FrameKind kind, std::string header) {
   if (stopping()) return;
   auto hello = DecodeHello(header);
   if (!hello.ok()) {
-    LogWarning(absl::StrCat(address_.substr(0, 12), "...: ",
-                            hello.status().message(), "; ignored"));
+    LogWarning(absl::StrCat(address_.substr(0, 12),
+                            "...: ", hello.status().message(), "; ignored"));
     return;
   }
   if (kind == FrameKind::kHello) Accept(*hello);
@@ -88,8 +88,7 @@ void UcxServerLoop::OnMessage(uint64_t ep_id, const Frame& frame,
                               std::string header, Buffer payload) {
   switch (frame.kind) {
     case FrameKind::kHello:
-      Send(ep_id, FrameKind::kHelloAck, 0, frame.request_id, {},
-           {}, Buffer(),
+      Send(ep_id, FrameKind::kHelloAck, 0, frame.request_id, {}, {}, Buffer(),
            [](Status) {});  // a failure shows up as an endpoint error
       return;
     case FrameKind::kRequest: {

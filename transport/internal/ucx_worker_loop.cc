@@ -184,10 +184,10 @@ void UcxWorkerLoop::SayGoodbye(
     Send(id, FrameKind::kClose, 0, 0, "shutting down", {}, Buffer(),
          [left](Status) { --*left; });
   }
-  const auto deadline = std::chrono::steady_clock::now() +
-                        std::min<std::chrono::milliseconds>(
-                            options_.close_timeout,
-                            std::chrono::milliseconds(200));
+  const auto deadline =
+      std::chrono::steady_clock::now() +
+      std::min<std::chrono::milliseconds>(options_.close_timeout,
+                                          std::chrono::milliseconds(200));
   while (*left > 0 && std::chrono::steady_clock::now() < deadline) {
     while (ucp_worker_progress(worker()) != 0) {
     }
@@ -490,11 +490,11 @@ void UcxWorkerLoop::Deliver(uint64_t ep_id, const Frame& frame,
                             std::string header, Buffer payload) {
   if (stopping_ || !EndpointAlive(ep_id)) return;
   if (frame.kind == FrameKind::kClose) {
-    CloseEndpoint(ep_id,
-                  Unavailable(PeerOf(ep_id),
-                              absl::StrCat("closed by the peer: ",
-                                           header.substr(0, 1024))),
-                  /*force=*/true);
+    CloseEndpoint(
+        ep_id,
+        Unavailable(PeerOf(ep_id), absl::StrCat("closed by the peer: ",
+                                                header.substr(0, 1024))),
+        /*force=*/true);
     return;
   }
   OnMessage(ep_id, frame, std::move(header), std::move(payload));

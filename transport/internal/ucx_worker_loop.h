@@ -118,8 +118,8 @@ class UcxWorkerLoop : public std::enable_shared_from_this<UcxWorkerLoop> {
   bool EndpointAlive(uint64_t ep_id) const;
   // The peer's "host:port", or "" when the endpoint is gone.
   std::string PeerOf(uint64_t ep_id) const;
-  // Closes the endpoint (forcefully, or after flushing), and then runs OnEndpointDown(ep_id, why). No-op when it is
-  // already gone.
+  // Closes the endpoint (forcefully, or after flushing), and then runs
+  // OnEndpointDown(ep_id, why). No-op when it is already gone.
   void CloseEndpoint(uint64_t ep_id, Status why, bool force);
   // Tells the peer of `ep_id` why it is being dropped (a kClose frame) and
   // closes the endpoint once that has been sent. For a peer that broke the
