@@ -102,6 +102,9 @@ template <typename Call>
 Status OnEveryServer(ServerSet& servers, const std::string& job, Call call) {
   Status not_found, other;
   bool any = false;
+  // A server that restarted since the last call is dialled afresh (loads
+  // fetch over the data connection right after this).
+  servers.NoteBrokenConnections();
   if (servers.up() == 0) {
     // Before "no server is up": one probe of each (a restarted server is
     // back at once; the error below names the rest).

@@ -75,7 +75,7 @@ void Sender::Send(std::shared_ptr<SendItem> p) {
         WithContext(absl::UnavailableError(absl::StrCat(
                         "server ", p->server->address, " is not connected")),
                     p->what));
-    OnSendDone(wire_bytes, 0);
+    OnSendDone(0, 0);  // nothing crossed the wire: no rate sample
     return;
   }
   data->Call(

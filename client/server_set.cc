@@ -22,10 +22,12 @@ Status FromGrpc(const grpc::Status& s, std::string_view what) {
                 absl::StrCat(AsAbsl(what), ": ", s.error_message()));
 }
 
-Status ServerSet::Dial(ServerConn* conn, double timeout_s) {
+Status ServerSet::Dial(ServerConn* conn, double timeout_s,
+                       bool wait_for_ready) {
   const std::string& addr = conn->address;
   grpc::ClientContext ctx;
   PrepareCall(*conn, &ctx, timeout_s);
+  ctx.set_wait_for_ready(wait_for_ready);
   pb::HelloRequest req;
   req.set_client("stagger client");
   pb::HelloReply reply;
@@ -73,7 +75,6 @@ Result<std::shared_ptr<ServerSet>> ServerSet::Connect(
   auto set = std::shared_ptr<ServerSet>(new ServerSet());
   set->timeout_s_ = timeout_s;
   set->transport_ = transport;
-  set->tls_ca_file_ = tls_ca_file;
   for (const std::string& addr : addrs) {
     auto conn = std::make_unique<ServerConn>();
     conn->address = addr;
@@ -88,7 +89,8 @@ Result<std::shared_ptr<ServerSet>> ServerSet::Connect(
     auto channel = grpc::CreateCustomChannel(addr, creds, args);
     conn->stub = pb::Stagger::NewStub(channel);
     conn->token = token;
-    Status s = set->Dial(conn.get(), std::min(timeout_s, 30.0));
+    Status s = set->Dial(conn.get(), std::min(timeout_s, 30.0),
+                         /*wait_for_ready=*/false);
     if (!s.ok() && IsServerGone(s) && tolerate_down) {
       // Placement ranks it still (the others' order must not change); it is
       // skipped as down until a probe finds it.
@@ -132,7 +134,21 @@ ServerSet::~ServerSet() {
 }
 
 Status ServerSet::Revive(ServerConn* s) {
-  Status st = Dial(s, std::min(timeout_s_, 2.0));
+  if (s->probing.exchange(true)) {
+    return absl::UnavailableError(
+        absl::StrCat("server ", s->address, ": a probe is under way"));
+  }
+  // Waits for the channel: right after a restart it is still in its
+  // reconnect backoff, and a call without waiting fails at once. A call
+  // that went out on the connection to the old process fails with "Socket
+  // closed" before the channel knows it is gone: the second try waits for
+  // the new connection.
+  const double timeout_s = std::min(timeout_s_, 2.0);
+  Status st = Dial(s, timeout_s, /*wait_for_ready=*/true);
+  if (absl::IsUnavailable(st)) {
+    st = Dial(s, timeout_s, /*wait_for_ready=*/true);
+  }
+  s->probing = false;
   if (!st.ok()) return st;
   absl::Duration down_for;
   {

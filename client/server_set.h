@@ -46,6 +46,9 @@ struct ServerConn {
   absl::Time down_since ABSL_GUARDED_BY(mu);
   absl::Time next_probe ABSL_GUARDED_BY(mu);
   absl::Duration backoff ABSL_GUARDED_BY(mu);
+  // A probe of this server is running (the prober's or AwaitUp's): one at
+  // a time, so that a server is never dialled twice at once.
+  std::atomic<bool> probing{false};
 
   // The data-plane connection; nullptr while the server has never been
   // reached. A caller holds its own reference for as long as it uses it.
@@ -121,8 +124,9 @@ class ServerSet {
  private:
   std::vector<ServerConn*> Rank(std::string_view key) const;
   // Hello, then the data connection and its key; on success `s` has a new
-  // connection (not yet marked up).
-  Status Dial(ServerConn* s, double timeout_s);
+  // connection (not yet marked up). With `wait_for_ready`, Hello waits
+  // (within `timeout_s`) for a channel that is reconnecting.
+  Status Dial(ServerConn* s, double timeout_s, bool wait_for_ready);
   // One probe of a down server: on success it is up again.
   Status Revive(ServerConn* s);
   void ProbeLoop();
@@ -130,7 +134,6 @@ class ServerSet {
   std::vector<std::unique_ptr<ServerConn>> servers_;
   double timeout_s_ = 60;
   transport::Transport* transport_ = nullptr;
-  std::string tls_ca_file_;
 
   absl::Mutex probe_mu_;
   bool stopping_ ABSL_GUARDED_BY(probe_mu_) = false;

@@ -65,6 +65,17 @@ TEST_P(ReconnectTest, NextSaveSucceedsAfterTheServerRestarts) {
   testutil::FillPattern(want, testutil::WeightSeed(0, 1));
   EXPECT_TRUE(w == want);
   EXPECT_EQ((*ck)->Metrics().servers_down, 0u);
+
+  // Restarted again, and this time the first call is a load.
+  (*server)->Stop(GetParam());
+  server = testutil::ServerProcess::Start(data, {"--listen", grpc});
+  ASSERT_TRUE(server.ok()) << server.status();
+  std::fill(w.begin(), w.end(), 0);
+  auto latest = (*ck)->Load(kLatestStep);
+  ASSERT_TRUE(latest.ok()) << latest.status();
+  EXPECT_EQ(*latest, 2);
+  testutil::FillPattern(want, testutil::WeightSeed(0, 2));
+  EXPECT_TRUE(w == want);
 }
 
 INSTANTIATE_TEST_SUITE_P(Signals, ReconnectTest,

@@ -45,20 +45,12 @@ Result<std::shared_ptr<UcxClientLoop>> UcxClientLoop::Connect(
   STAGGER_RETURN_IF_ERROR(WithContext(loop->Init(), where));
 
   // The loop thread is not running yet, so this thread may drive the worker.
-  ucp_ep_params_t params{};
-  params.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS |
-                      UCP_EP_PARAM_FIELD_ERR_HANDLER |
-                      UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
-  params.address =
-      reinterpret_cast<const ucp_address_t*>(worker_address.data());
-  params.err_mode = UCP_ERR_HANDLING_MODE_PEER;
-  params.err_handler = loop->ErrorHandler();
-  ucp_ep_h ep = nullptr;
-  ucs_status_t st = ucp_ep_create(loop->worker(), &params, &ep);
-  if (st != UCS_OK) return AsUnavailable(FromUcs(st, where));
+  STAGGER_ASSIGN_OR_RETURN(ucp_ep_h ep,
+                           loop->ConnectTo(worker_address, loop->peer_));
   loop->ep_id_ = loop->AddEndpoint(ep, loop->peer_);
-  // The listener adopts the endpoint UCX made for us when the hello comes;
-  // until it answers we do not know that the worker is still there.
+  // The hello carries our address: the listener answers on an endpoint of
+  // its own made from it. Until it answers we do not know that the worker
+  // is still there.
   STAGGER_ASSIGN_OR_RETURN(loop->own_address_, WorkerAddress(loop->worker()));
   loop->Send(loop->ep_id_, FrameKind::kHello, 0, 0,
              EncodeHello({loop->own_address_, name}), {}, Buffer(),

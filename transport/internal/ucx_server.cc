@@ -77,9 +77,12 @@ void UcxServerLoop::OnStrayHello(FrameKind kind, std::string header) {
 
 void UcxServerLoop::Accept(const Hello& hello) {
   std::string name = ClientName(hello.rest);
-  ucp_ep_h ep = ConnectTo(hello.worker_address, name);
-  if (ep == nullptr) return;
-  const uint64_t ep_id = AddEndpoint(ep, std::move(name));
+  Result<ucp_ep_h> ep = ConnectTo(hello.worker_address, name);
+  if (!ep.ok()) {
+    LogWarning(absl::StrCat(ep.status().message(), "; hello ignored"));
+    return;
+  }
+  const uint64_t ep_id = AddEndpoint(*ep, std::move(name));
   Send(ep_id, FrameKind::kHelloAck, 0, 0, {}, {}, Buffer(),
        [](Status) {});  // a failure shows up as an endpoint error
 }

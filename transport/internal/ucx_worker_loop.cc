@@ -299,8 +299,8 @@ void UcxWorkerLoop::CloseEndpoint(uint64_t ep_id, Status why, bool force) {
   Defer([this, ep_id, why = std::move(why)] { EndpointGone(ep_id, why); });
 }
 
-ucp_ep_h UcxWorkerLoop::ConnectTo(const std::string& address,
-                                  absl::string_view whose) {
+Result<ucp_ep_h> UcxWorkerLoop::ConnectTo(const std::string& address,
+                                          absl::string_view whose) {
   ucp_ep_params_t params{};
   params.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS |
                       UCP_EP_PARAM_FIELD_ERR_HANDLER |
@@ -311,9 +311,10 @@ ucp_ep_h UcxWorkerLoop::ConnectTo(const std::string& address,
   ucp_ep_h ep = nullptr;
   ucs_status_t st = ucp_ep_create(worker(), &params, &ep);
   if (st != UCS_OK) {
-    LogWarning(
-        FromUcs(st, absl::StrCat("connecting back to ", whose)).message());
-    return nullptr;
+    Status why = FromUcs(st, absl::StrCat("connecting to ", whose));
+    return why.code() == absl::StatusCode::kUnavailable
+               ? why
+               : absl::UnavailableError(why.message());
   }
   return ep;
 }

@@ -126,11 +126,12 @@ class UcxWorkerLoop : public std::enable_shared_from_this<UcxWorkerLoop> {
   // protocol.
   void Expel(uint64_t ep_id, Status why);
   // An endpoint of this loop's own (error mode PEER, its error handler) to
-  // the worker at `address` (its bytes), not yet in any table; nullptr,
-  // with a warning naming `whose`, when UCX refuses. A peer that connected
-  // to this worker is answered on such an endpoint: the one UCX made for
-  // it is destroyed by UCX when the peer fails, without a callback.
-  ucp_ep_h ConnectTo(const std::string& address, absl::string_view whose);
+  // the worker at `address` (its bytes), not yet in any table; UNAVAILABLE
+  // naming `whose` when UCX refuses. A peer that connected to this worker
+  // is answered on such an endpoint: the one UCX made for it is destroyed
+  // by UCX when the peer fails, without a callback.
+  Result<ucp_ep_h> ConnectTo(const std::string& address,
+                             absl::string_view whose);
   // Asks the progress thread to end the loop (as Stop() does) without
   // waiting for it; for hooks, which run on that thread.
   void RequestStop();
