@@ -277,15 +277,21 @@ TEST_F(UcxTransportTest, ReplyFrameSentToListenerClosesTheConnection) {
   ExpectStillServing();
 }
 
-TEST_F(UcxTransportTest, WellFormedRawRequestIsServed) {
-  // Guards the tests above: the raw peer itself is able to talk.
-  RawPeer peer;
-  ASSERT_NO_FATAL_FAILURE(peer.ConnectAndHello(listener_->address()));
+// A well-formed request: header "hi", payload "data".
+Frame HiRequest() {
   Frame f;
   f.kind = FrameKind::kRequest;
   f.request_id = 1;
   f.header_len = 2;
   f.payload_len = 4;
+  return f;
+}
+
+TEST_F(UcxTransportTest, WellFormedRawRequestIsServed) {
+  // Guards the tests above: the raw peer itself is able to talk.
+  RawPeer peer;
+  ASSERT_NO_FATAL_FAILURE(peer.ConnectAndHello(listener_->address()));
+  const Frame f = HiRequest();
   EXPECT_EQ(peer.Send(FrameBytes(f) + "hi", "data", false), UCS_OK);
   Frame want = f;
   want.kind = FrameKind::kReply;
@@ -298,11 +304,7 @@ TEST_F(UcxTransportTest, FramesBeforeTheHelloNeverReachTheHandler) {
   // its requests are dropped, and the listener goes on serving.
   RawPeer peer;
   ASSERT_NO_FATAL_FAILURE(peer.Connect(listener_->address()));
-  Frame f;
-  f.kind = FrameKind::kRequest;
-  f.request_id = 1;
-  f.header_len = 2;
-  f.payload_len = 4;
+  const Frame f = HiRequest();
   EXPECT_EQ(peer.Send(FrameBytes(f) + "hi", "data", false), UCS_OK);
   std::string junk(40, '\x5a');
   EXPECT_EQ(peer.Send(junk, "data", false), UCS_OK);
