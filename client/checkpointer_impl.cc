@@ -36,6 +36,9 @@ namespace stagger {
 SaveHandle::SaveHandle(std::shared_ptr<State> state)
     : state_(std::move(state)) {}
 Status SaveHandle::Wait() const { return state_->Wait(); }
+std::optional<Status> SaveHandle::Wait(absl::Duration timeout) const {
+  return state_->WaitFor(timeout);
+}
 bool SaveHandle::Done() const { return state_->Done(); }
 SaveStats SaveHandle::stats() const { return state_->stats(); }
 int64_t SaveHandle::step() const { return state_->step(); }
@@ -371,12 +374,17 @@ class CheckpointerImpl : public Checkpointer {
     return absl::OkStatus();
   }
 
-  void WaitAll() override {
+  void WaitAll() override { WaitAll(absl::InfiniteDuration()); }
+
+  bool WaitAll(absl::Duration timeout) override {
     absl::MutexLock lock(&save_mu_);
     shaping_->CallerWaits(true);
-    save_mu_.Await(absl::Condition(
-        +[](int* n) { return *n == 0; }, &outstanding_));
+    const bool idle = save_mu_.AwaitWithTimeout(
+        absl::Condition(
+            +[](int* n) { return *n == 0; }, &outstanding_),
+        timeout);
     shaping_->CallerWaits(false);
+    return idle;
   }
 
   Result<int64_t> Load(int64_t step) override {

@@ -2,8 +2,10 @@
 // is what gets saved, whatever the training loop does afterwards.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cstring>
 #include <numeric>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -208,6 +210,28 @@ TEST_F(AsyncSaveTest, BusyCheckpointerFailsFastWhenAsked) {
   auto third = ck->Save(3);  // room again
   ASSERT_TRUE(third.ok()) << third.status();
   EXPECT_TRUE(third->Wait().ok());
+}
+
+TEST_F(AsyncSaveTest, TimedWaitsReturnWhileAPacedSaveRuns) {
+  CheckpointerOptions o;
+  o.qos_deadline_s = 2;  // 8 MiB paced over about two seconds
+  auto ck = Open(o);
+  std::vector<char> t(8 << 20);
+  FillPattern(t, 7);
+  ASSERT_TRUE(ck->Register({"t", "U8", {int64_t(t.size())}, t.data()}).ok());
+  auto h = ck->Save(1);
+  ASSERT_TRUE(h.ok()) << h.status();
+  const auto start = std::chrono::steady_clock::now();
+  EXPECT_FALSE(h->Wait(absl::Milliseconds(50)).has_value());
+  EXPECT_FALSE(ck->WaitAll(absl::Milliseconds(50)));
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(1));
+  EXPECT_FALSE(h->Done());
+  std::optional<Status> outcome = h->Wait(absl::Seconds(60));
+  ASSERT_TRUE(outcome.has_value());
+  EXPECT_TRUE(outcome->ok()) << *outcome;
+  EXPECT_TRUE(ck->WaitAll(absl::ZeroDuration()));
+  EXPECT_EQ(h->Wait(absl::ZeroDuration()).value_or(absl::UnknownError("")),
+            absl::OkStatus());
 }
 
 TEST_F(AsyncSaveTest, SecondSaveWaitsForTheFirstByDefault) {

@@ -3,8 +3,10 @@
 #define STAGGER_CLIENT_INTERNAL_SAVE_STATE_H_
 
 #include <cstdint>
+#include <optional>
 
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "stagger/checkpointer.h"
 
 namespace stagger {
@@ -30,6 +32,15 @@ class SaveHandle::State {
   Status Wait() {
     absl::MutexLock lock(&mu_);
     mu_.Await(absl::Condition(&done_));
+    return status_;
+  }
+  // The outcome, or nullopt when the save is still running after
+  // `timeout`.
+  std::optional<Status> WaitFor(absl::Duration timeout) {
+    absl::MutexLock lock(&mu_);
+    if (!mu_.AwaitWithTimeout(absl::Condition(&done_), timeout)) {
+      return std::nullopt;
+    }
     return status_;
   }
   bool Done() {

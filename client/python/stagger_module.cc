@@ -14,9 +14,14 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <algorithm>
+#include <cmath>
+#include <functional>
+#include <optional>
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
 #include "client/python/tensors.h"
 #include "stagger/checkpointer.h"
 
@@ -54,6 +59,39 @@ struct PySaveHandle {
   std::shared_ptr<Held> held;
 };
 
+// How long a blocking call holds the GIL released before it looks for
+// signals again: Ctrl-C raises KeyboardInterrupt within about this long.
+constexpr absl::Duration kSignalSlice = absl::Milliseconds(100);
+
+// Runs `step(slice)` with the GIL released, in slices of at most
+// kSignalSlice, until it returns true or `timeout` (None: no limit; else
+// seconds >= 0) has passed; between slices it runs Python's signal handlers,
+// so Ctrl-C raises KeyboardInterrupt (what is being waited for goes on).
+// Returns whether `step` returned true.
+bool WaitInSlices(const py::object& timeout,
+                  const std::function<bool(absl::Duration)>& step) {
+  absl::Duration limit = absl::InfiniteDuration();
+  if (!timeout.is_none()) {
+    const double s = timeout.cast<double>();
+    if (!(s >= 0) || !std::isfinite(s)) {
+      throw py::value_error("timeout must be None or a number of seconds >= 0");
+    }
+    limit = absl::Seconds(s);
+  }
+  const absl::Time until = absl::Now() + limit;
+  for (;;) {
+    const absl::Duration left = until - absl::Now();
+    bool done;
+    {
+      py::gil_scoped_release release;
+      done = step(std::max(absl::ZeroDuration(), std::min(kSignalSlice, left)));
+    }
+    if (done) return true;
+    if (PyErr_CheckSignals() != 0) throw py::error_already_set();
+    if (absl::Now() >= until) return false;
+  }
+}
+
 }  // namespace
 }  // namespace stagger
 
@@ -76,15 +114,22 @@ PYBIND11_MODULE(_stagger, m) {
       });
 
   py::class_<PySaveHandle>(m, "SaveHandle")
-      .def("wait",
-           [](PySaveHandle& h) {
-             Status s;
-             {
-               py::gil_scoped_release release;
-               s = h.handle.Wait();
-             }
-             Check(s);
-           })
+      .def(
+          "wait",
+          [](PySaveHandle& h, const py::object& timeout) {
+            std::optional<Status> outcome;
+            const bool done = WaitInSlices(timeout, [&](absl::Duration d) {
+              outcome = h.handle.Wait(d);
+              return outcome.has_value();
+            });
+            if (done) Check(*outcome);
+            return done;
+          },
+          py::arg("timeout") = py::none(),
+          "Block until the save is durable (True) or failed (raises), or "
+          "until `timeout` seconds have passed (False; the save goes on). "
+          "Ctrl-C raises KeyboardInterrupt within about 0.1 s and leaves "
+          "the save running in the background; the handle stays usable.")
       .def("done", [](PySaveHandle& h) { return h.handle.Done(); })
       .def_property_readonly("step",
                              [](PySaveHandle& h) { return h.handle.step(); })
@@ -281,13 +326,16 @@ PYBIND11_MODULE(_stagger, m) {
           "Block until the last save's snapshot is complete.")
       .def(
           "wait_all",
-          [](Checkpointer& ck) {
-            py::gil_scoped_release release;
-            ck.WaitAll();
+          [](Checkpointer& ck, const py::object& timeout) {
+            return WaitInSlices(
+                timeout, [&](absl::Duration d) { return ck.WaitAll(d); });
           },
-          "Block until every save in flight has finished. Meanwhile saves "
-          "stop yielding to predicted collectives (the training loop is "
-          "taken to be stopped); h.wait() does not.")
+          py::arg("timeout") = py::none(),
+          "Block until every save in flight has finished (True), or until "
+          "`timeout` seconds have passed (False). Meanwhile saves stop "
+          "yielding to predicted collectives (the training loop is taken to "
+          "be stopped); h.wait() does not. Ctrl-C raises KeyboardInterrupt "
+          "within about 0.1 s; the saves go on.")
       .def(
           "load",
           [](Checkpointer& ck, const py::dict& tensors, const py::object& step,

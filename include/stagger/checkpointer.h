@@ -18,9 +18,11 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "absl/time/time.h"
 #include "stagger/options.h"
 #include "stagger/status.h"
 #include "stagger/tensor.h"
@@ -109,6 +111,9 @@ class SaveHandle {
   explicit SaveHandle(std::shared_ptr<State> state);
   // Blocks until the save is committed (OK) or failed (its error).
   Status Wait() const;
+  // As Wait(), for at most `timeout`: nullopt when the save is still
+  // running then (it goes on; wait again or drop the handle).
+  std::optional<Status> Wait(absl::Duration timeout) const;
   bool Done() const;
   SaveStats stats() const;
   int64_t step() const;
@@ -163,6 +168,9 @@ class Checkpointer {
   // which is not running any. SaveHandle::Wait() does not do this (a
   // background thread may wait on a handle while training runs).
   virtual void WaitAll() = 0;
+  // As WaitAll(), for at most `timeout`; true when nothing is in flight any
+  // more, false when saves are still running then (they go on).
+  virtual bool WaitAll(absl::Duration timeout) = 0;
 
   // Counters since Open (also served at options.metrics_listen).
   virtual ClientMetrics Metrics() const = 0;

@@ -1,0 +1,91 @@
+"""Bounded and interruptible waits: wait(timeout), Ctrl-C, exit with a save
+in flight. Saves are paced by qos_deadline_s so that they take seconds."""
+import os
+import select
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+import stagger
+
+
+def paced_save(tmp_path, deadline_s):
+    ck = stagger.Checkpointer(servers=f"embedded:{tmp_path}", job="paced",
+                              qos_deadline_s=deadline_s)
+    data = {"a": np.ones(8 << 20, dtype=np.uint8)}
+    return ck, data, ck.save(data, step=1)
+
+
+def test_wait_with_a_timeout_returns_false_while_the_save_runs(tmp_path):
+    ck, data, h = paced_save(tmp_path, 3.0)
+    t = time.monotonic()
+    assert h.wait(timeout=0.1) is False
+    assert 0.05 <= time.monotonic() - t < 1.0
+    assert not h.done()
+    assert ck.wait_all(timeout=0.05) is False
+    with pytest.raises(ValueError):
+        h.wait(timeout=-1)
+    assert h.wait() is True
+    assert h.done()
+    assert h.wait(timeout=0) is True
+    assert ck.wait_all(timeout=0) is True
+    assert ck.steps() == [1]
+
+
+CHILD = r"""
+import sys, time
+import numpy as np
+import stagger
+ck = stagger.Checkpointer(servers="embedded:" + sys.argv[1], job="paced",
+                          qos_deadline_s=30)
+h = ck.save({"a": np.ones(8 << 20, dtype=np.uint8)}, step=1)
+print("waiting", flush=True)
+h.wait()
+"""
+
+
+def read_until(stream, text, timeout_s):
+    """Reads `stream` until `text` appears or `timeout_s` passes; returns
+    what was read and the time it took."""
+    out, start = b"", time.monotonic()
+    while text.encode() not in out and time.monotonic() - start < timeout_s:
+        ready, _, _ = select.select([stream], [], [], 0.05)
+        if ready:
+            chunk = os.read(stream.fileno(), 4096)
+            if not chunk:
+                break
+            out += chunk
+    return out.decode(errors="replace"), time.monotonic() - start
+
+
+def test_ctrl_c_interrupts_wait_then_abandons_the_save_at_exit(tmp_path):
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    child = subprocess.Popen([sys.executable, "-c", CHILD, str(tmp_path)],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             env=env)
+    try:
+        out, _ = read_until(child.stdout, "waiting", 60)
+        assert "waiting" in out
+        time.sleep(0.3)
+        child.send_signal(signal.SIGINT)
+        err, took = read_until(child.stderr, "Ctrl-C abandons", 10)
+        assert "KeyboardInterrupt" in err
+        assert took < 1.0, err
+        # The exit hook says what it waits for, then a second Ctrl-C ends it.
+        assert "waiting at exit for the saves in flight of job 'paced'" in err
+        assert "at most about 30 s" in err
+        child.send_signal(signal.SIGINT)
+        t = time.monotonic()
+        rc = child.wait(timeout=10)
+        took = time.monotonic() - t
+        rest = child.stderr.read().decode()
+        assert (rc, "abandoned" in rest) == (130, True), err + rest
+        assert took < 1.0, err + rest
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
