@@ -3,6 +3,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -14,6 +15,7 @@
 #include "absl/strings/str_format.h"
 #include "client/chunk_io.h"
 #include "client/cli/commands.h"
+#include "client/cli/interrupt.h"
 #include "client/cli/progress.h"
 #include "client/cli/session.h"
 #include "client/control.h"
@@ -24,8 +26,12 @@
 namespace stagger::client {
 namespace {
 
-Status Errno(const std::string& what) {
-  return absl::UnavailableError(absl::StrCat(what, ": ", strerror(errno)));
+// A local file-system error with its own code (PERMISSION_DENIED,
+// RESOURCE_EXHAUSTED for a full disk, FAILED_PRECONDITION for a path that
+// is not a directory, ...): it is no peer's failure.
+Status Errno(const std::string& what, int error = errno) {
+  return Status(absl::ErrnoToStatusCode(error),
+                absl::StrCat(what, ": ", strerror(error)));
 }
 
 // Writes a `size`-byte file at `path` through `fill`, which gets the file's
@@ -35,12 +41,23 @@ Status Errno(const std::string& what) {
 Status WriteMapped(const std::string& path, uint64_t size,
                    const std::function<Status(char*)>& fill) {
   std::string tmp = path + ".partial";
+  RestoreWriting(tmp);
   int fd = open(tmp.c_str(), O_RDWR | O_CREAT | O_TRUNC, 0644);
-  if (fd < 0) return Errno("create " + tmp);
+  if (fd < 0) {
+    Status s = Errno("create " + tmp);
+    RestoreWriting("");
+    return s;
+  }
   Status s;
   void* map = MAP_FAILED;
-  if (ftruncate(fd, static_cast<off_t>(size)) != 0) {
-    s = Errno("resize " + tmp);
+  // The space is taken before the mapping is written: a full disk is then
+  // an error here, not a SIGBUS on some page of the mapping.
+  int rc = size == 0 ? 0 : posix_fallocate(fd, 0, static_cast<off_t>(size));
+  if (rc == EOPNOTSUPP || rc == EINVAL) {
+    rc = ftruncate(fd, static_cast<off_t>(size)) == 0 ? 0 : errno;
+  }
+  if (rc != 0) {
+    s = Errno(absl::StrCat("reserve ", size, " bytes for ", tmp), rc);
   } else {
     map = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     if (map == MAP_FAILED) s = Errno("map " + tmp);
@@ -54,6 +71,8 @@ Status WriteMapped(const std::string& path, uint64_t size,
     s = Errno("rename to " + path);
   }
   if (!s.ok()) unlink(tmp.c_str());
+  RestoreWriting("");
+  if (s.ok()) RestoreWrote();
   return s;
 }
 
@@ -179,11 +198,17 @@ int RunRestore(const RestoreArgs& a) {
   auto reply = CompleteStep(*session, a.job, a.step);
   if (!reply.ok()) return Fail("restore", reply.status());
   std::error_code ec;
+  if (std::filesystem::exists(a.out, ec) &&
+      !std::filesystem::is_directory(a.out, ec)) {
+    return Fail("restore",
+                absl::FailedPreconditionError(absl::StrCat(
+                    "--out ", a.out, " exists and is not a directory")));
+  }
   std::filesystem::create_directories(a.out, ec);
   if (ec) {
-    return Fail("restore", absl::FailedPreconditionError(absl::StrCat(
-                               "cannot create ", a.out, ": ", ec.message())));
+    return Fail("restore", Errno("cannot create --out " + a.out, ec.value()));
   }
+  InstallRestoreInterrupts(a.out, a.consolidate ? 1 : reply->shards_size());
   ChunkIo io(session->executor.get(), a.job, "raw", {}, 16);
   uint64_t bytes = 0;
   uint64_t stored = 0;  // raw bytes of every chunk of the step
