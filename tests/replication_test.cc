@@ -22,6 +22,8 @@
 #include "absl/strings/str_cat.h"
 #include "format/record.h"
 #include "gtest/gtest.h"
+#include "metrics/http_exporter.h"
+#include "metrics/text_format.h"
 #include "stagger/checkpointer.h"
 #include "testutil/pattern.h"
 #include "testutil/process.h"
@@ -140,6 +142,52 @@ TEST_F(ReplicationTest, SaveFailsOverAndEveryStepLoadsFromTheSurvivors) {
 // A server killed at a random point of a save: the save either completes
 // or fails with a clear error, and the newest complete step always loads
 // bit-exactly.
+TEST_F(ReplicationTest, ARestartedServerTakesCopiesOfTheNextSaves) {
+  auto ck = Open();
+  ASSERT_TRUE(ck.ok()) << ck.status();
+  ASSERT_TRUE(SaveStep(**ck, 1).ok());
+
+  // Server a restarts (same port and data) between two saves, now with a
+  // metrics page to count what it receives.
+  const std::string a = servers_[0]->grpc();
+  servers_[0]->Stop(SIGTERM);
+  auto back = ServerProcess::Start(
+      dir_.path() + "/a", {"--listen", a, "--metrics-listen", "127.0.0.1:0"});
+  ASSERT_TRUE(back.ok()) << back.status();
+  servers_[0] = std::move(*back);
+
+  // Step 2 finds a's connection broken and fails its copies over to b and
+  // c; the client's prober brings a back behind it.
+  ASSERT_TRUE(SaveStep(**ck, 2).ok());
+  const auto until =
+      std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while ((*ck)->Metrics().servers_down != 0 &&
+         std::chrono::steady_clock::now() < until) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  ASSERT_EQ((*ck)->Metrics().servers_down, 0u) << "a was never probed back";
+
+  ASSERT_TRUE(SaveStep(**ck, 3).ok());
+  auto page = metrics::HttpGet(servers_[0]->metrics(), "/metrics");
+  ASSERT_TRUE(page.ok()) << page.status();
+  auto written =
+      metrics::SampleValue(*page, "stagger_server_chunks_written_total");
+  ASSERT_TRUE(written.ok()) << written.status();
+  // 26 chunks x 2 copies over 3 servers: a ranks in the first two for some.
+  EXPECT_GT(*written, 0) << "the restarted server took no copy of step 3";
+  std::printf("restarted server a wrote %.0f chunks of step 3\n", *written);
+
+  // Every chunk of step 3 has its two copies.
+  const std::string cli = testutil::BinDir() + "/stagger";
+  testutil::RunResult verify = testutil::RunProcess(
+      {cli, "--server", List(), "verify", "--job", "rep", "--step", "3"});
+  EXPECT_EQ(verify.exit_code, 0) << verify.out;
+  EXPECT_NE(verify.out.find("all 26 chunks good"), std::string::npos)
+      << verify.out;
+  EXPECT_EQ(verify.out.find("DEGRADED"), std::string::npos) << verify.out;
+  ExpectLoads(**ck, kLatestStep, 3);
+}
+
 TEST_F(ReplicationTest, KillDuringSaveNeverLosesTheLastCompleteStep) {
   auto ck = Open();
   ASSERT_TRUE(ck.ok()) << ck.status();

@@ -173,7 +173,8 @@ PYBIND11_MODULE(_stagger, m) {
                        const std::string& metrics_listen,
                        const std::string& tls_ca_file, uint32_t replicas,
                        const std::string& token,
-                       const std::string& snapshot_overlap) {
+                       const std::string& snapshot_overlap,
+                       double server_wait_s) {
              CheckpointerOptions o;
              o.servers = servers;
              o.job = job;
@@ -200,6 +201,7 @@ PYBIND11_MODULE(_stagger, m) {
              o.replicas = replicas;
              o.token = token;
              o.snapshot_overlap = snapshot_overlap;
+             o.server_wait_s = server_wait_s;
              Result<std::unique_ptr<Checkpointer>> ck;
              {
                py::gil_scoped_release release;
@@ -222,6 +224,7 @@ PYBIND11_MODULE(_stagger, m) {
            py::arg("node_rate_limit_file") = "", py::arg("metrics_listen") = "",
            py::arg("tls_ca_file") = "", py::arg("replicas") = 1,
            py::arg("token") = "", py::arg("snapshot_overlap") = "auto",
+           py::arg("server_wait_s") = 5.0,
            "Options as in stagger/options.h (CheckpointerOptions).")
       .def(
           "metrics_address",

@@ -89,3 +89,14 @@ def test_ctrl_c_interrupts_wait_then_abandons_the_save_at_exit(tmp_path):
         if child.poll() is None:
             child.kill()
             child.wait()
+
+
+def test_server_wait_s_is_an_option_and_is_checked(tmp_path):
+    ck = stagger.Checkpointer(servers=f"embedded:{tmp_path}", job="w",
+                              server_wait_s=0.5)
+    ck.save({"a": np.ones(10, dtype=np.uint8)}, step=1).wait()
+    with pytest.raises(stagger.Error) as e:
+        stagger.Checkpointer(servers=f"embedded:{tmp_path}", job="w",
+                             server_wait_s=-1)
+    assert e.value.code == "INVALID_ARGUMENT"
+    assert "server_wait_s" in str(e.value)
