@@ -71,7 +71,7 @@ test-sanitize: deps
 # $(FUZZ_DIR)/crash-*.
 FUZZ_DIR ?= build-fuzz
 FUZZ_SECONDS ?= 60
-FUZZ_TARGETS ?= record manifest frame
+FUZZ_TARGETS ?= record manifest frame ports
 fuzz:
 	@bash scripts/install-deps.sh --fuzz
 	@CC=clang-14 CXX=clang++-14 cmake -S . -B $(FUZZ_DIR) -DCMAKE_BUILD_TYPE=RelWithDebInfo \

@@ -705,6 +705,7 @@ Result<std::unique_ptr<Checkpointer>> NewCheckpointer(
       ServerSet::Connect(servers, transport.get(), options.rpc_timeout_s,
                          options.tls_ca_file,
                          /*tolerate_down=*/options.replicas > 1, token));
+  set->set_wait(absl::Seconds(options.server_wait_s));
   STAGGER_ASSIGN_OR_RETURN(std::unique_ptr<Shaping> shaping,
                            Shaping::Make(options));
   std::unique_ptr<StagingPool> pool;

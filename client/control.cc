@@ -2,6 +2,7 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include <algorithm>
 #include <chrono>
 #include <map>
 #include <optional>
@@ -186,21 +187,38 @@ Result<pb::StepInfo> CommitShard(ServerSet& servers, size_t replicas,
   *req.mutable_manifest() = manifest;
   req.set_chunks_elsewhere(servers.size() > 1);
   std::optional<pb::StepInfo> first;
+  std::vector<ServerConn*> committed_to;
   size_t committed = 0;
-  for (ServerConn* coord : servers.Coordinators(manifest.job())) {
-    if (committed == replicas) break;
-    if (coord->down) continue;
-    pb::CommitShardReply reply;
-    Status s = Unary(servers, *coord, [&](grpc::ClientContext* ctx) {
-      return coord->stub->CommitShard(ctx, req, &reply);
-    });
-    if (IsServerGone(s)) {
-      ServerSet::MarkDown(coord, s);
-      continue;
+  for (int pass = 0; pass < 2 && committed < replicas; ++pass) {
+    if (pass == 1) {
+      // Too few coordinators answered. A server that restarted in the
+      // middle of the commit may have committed and lost its reply: wait
+      // for the servers (server_wait) and commit again. Commits are
+      // idempotent: one that went through answers with the same step.
+      if (servers.wait() <= absl::ZeroDuration() ||
+          !servers.AwaitUp(replicas, servers.wait()).ok()) {
+        break;
+      }
     }
-    STAGGER_RETURN_IF_ERROR(s);
-    if (!first) first = reply.step();
-    ++committed;
+    for (ServerConn* coord : servers.Coordinators(manifest.job())) {
+      if (committed == replicas) break;
+      if (coord->down || std::find(committed_to.begin(), committed_to.end(),
+                                   coord) != committed_to.end()) {
+        continue;
+      }
+      pb::CommitShardReply reply;
+      Status s = Unary(servers, *coord, [&](grpc::ClientContext* ctx) {
+        return coord->stub->CommitShard(ctx, req, &reply);
+      });
+      if (IsServerGone(s)) {
+        ServerSet::MarkDown(coord, s);
+        continue;
+      }
+      STAGGER_RETURN_IF_ERROR(s);
+      if (!first) first = reply.step();
+      committed_to.push_back(coord);
+      ++committed;
+    }
   }
   if (committed < replicas) {
     return absl::UnavailableError(absl::StrCat(

@@ -120,6 +120,10 @@ class ServerSet {
   // "a (reason), b (reason)": the servers marked down.
   std::string DownList() const;
   double timeout_s() const { return timeout_s_; }
+  // How long a caller that cannot go on without a down server waits for it
+  // (CheckpointerOptions::server_wait_s; 0, the default, for the CLI).
+  absl::Duration wait() const { return wait_; }
+  void set_wait(absl::Duration wait) { wait_ = wait; }
 
  private:
   std::vector<ServerConn*> Rank(std::string_view key) const;
@@ -133,6 +137,7 @@ class ServerSet {
 
   std::vector<std::unique_ptr<ServerConn>> servers_;
   double timeout_s_ = 60;
+  absl::Duration wait_ = absl::ZeroDuration();
   transport::Transport* transport_ = nullptr;
 
   absl::Mutex probe_mu_;
