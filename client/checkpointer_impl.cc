@@ -262,6 +262,7 @@ class CheckpointerImpl : public Checkpointer {
           if (i < prev.fingerprints.size()) {
             c.previous_fingerprint = prev.fingerprints[i];
           }
+          c.previous_at_home = i < prev.at_home.size() && prev.at_home[i];
           if (keep_bytes && i < prev.versions.size() &&
               prev.depth[i] < options_.delta_chain_max) {
             c.previous_bytes = prev.versions[i];
@@ -481,6 +482,7 @@ class CheckpointerImpl : public Checkpointer {
     std::vector<int> depth;
     // In-place (device) fingerprints, for CUDA tensors.
     std::vector<std::optional<std::array<uint64_t, 2>>> fingerprints;
+    std::vector<bool> at_home;  // ChunkOutcome::at_home
   };
   void RememberChunks(const pb::ShardManifest& m,
                       const std::vector<ChunkOutcome>& outcomes)
@@ -497,10 +499,12 @@ class CheckpointerImpl : public Checkpointer {
       p.versions.resize(t.chunks_size());
       p.depth.resize(t.chunks_size(), 0);
       p.fingerprints.resize(t.chunks_size());
+      p.at_home.resize(t.chunks_size(), false);
       for (int i = 0; i < t.chunks_size(); ++i, ++k) {
         p.ids[i] = *format::ChunkId::FromBytes(t.chunks(i).id());
         const ChunkOutcome& o = outcomes[k];
         p.fingerprints[i] = o.fingerprint;
+        p.at_home[i] = o.at_home;
         if (o.unchanged && same_layout) continue;  // version and depth stay
         p.versions[i] = o.bytes;
         p.depth[i] = o.delta && same_layout ? p.depth[i] + 1 : 0;

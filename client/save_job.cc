@@ -32,11 +32,15 @@ SaveJob::SaveJob(SaveJobDeps deps, pb::ShardManifest manifest,
   draining_ = deps_.ship_while_snapshotting;
 }
 
-bool SaveJob::HomeUp(const SaveChunk& c) const {
+bool SaveJob::ServersUp(const SaveChunk& c) const {
   for (size_t i = 0; i < deps_.replicas && i < c.servers.size(); ++i) {
     if (c.servers[i]->down) return false;
   }
   return true;
+}
+
+bool SaveJob::HomeUp(const SaveChunk& c) const {
+  return c.previous_at_home && ServersUp(c);
 }
 
 void SaveJob::FingerprintInPlace(std::vector<bool>* unchanged) {
@@ -86,6 +90,7 @@ void SaveJob::Run() {
       put_stats_.bytes_raw += c.len;
       deps_.shaping->Skip(c.len);  // its share of the schedule, not sent
       outcomes_[i].unchanged = true;
+      outcomes_[i].at_home = true;
       ChunkCaptured(absl::OkStatus());
       ChunkDone(absl::OkStatus());
       ++dispatched;
@@ -307,6 +312,7 @@ void SaveJob::Ship(size_t i, char* slab) {
       ++self->put_stats_.chunks_unchanged;
       self->deps_.shaping->Skip(c.len);
       self->outcomes_[i].unchanged = true;
+      self->outcomes_[i].at_home = true;
       ++self->put_stats_.chunks;
       self->put_stats_.bytes_raw += c.len;
       self->ReleaseSlab(slab);
@@ -318,9 +324,14 @@ void SaveJob::Ship(size_t i, char* slab) {
           std::make_shared<const std::string>(slab, c.len);
     }
     std::optional<DeltaBase> delta;
-    if (c.previous && c.previous_bytes && c.previous_bytes->size() == c.len) {
+    const bool home_up = self->HomeUp(c);
+    if (c.previous && c.previous_bytes && c.previous_bytes->size() == c.len &&
+        home_up) {
       delta = DeltaBase{c.previous_bytes, *c.previous};
     }
+    // Home servers up now and still up when the copies are acknowledged:
+    // the copies went to them, not to servers further down the ranking.
+    const bool home_servers_up = self->ServersUp(c);
     auto released = std::make_shared<bool>(false);
     self->deps_.io->PutAsync(
         c.servers, self->deps_.replicas, slab, c.len, id, crc32c,
@@ -332,9 +343,11 @@ void SaveJob::Ship(size_t i, char* slab) {
             self->ReleaseSlab(slab);
           }
         },
-        [self, i, slab, released](const Status& st) {
+        [self, i, slab, released, home_servers_up](const Status& st) {
           if (!*released) self->ReleaseSlab(slab);
           self->outcomes_[i].delta = !self->chunks_[i].ref->base_id().empty();
+          self->outcomes_[i].at_home =
+              st.ok() && home_servers_up && self->ServersUp(self->chunks_[i]);
           self->Shipped(st);
         });
   });

@@ -52,6 +52,10 @@ struct SaveChunk {
   std::optional<format::ChunkId> previous;
   // The previous version's bytes, to encode a delta against (deltas on).
   std::shared_ptr<const std::string> previous_bytes;
+  // Whether the previous version was stored on every one of this slot's
+  // home servers (the first replicas of `servers`): not when it failed over
+  // to others while one of them was down.
+  bool previous_at_home = false;
   // Fingerprint the chunk where it lives (device memory) before copying;
   // when it matches `previous_fingerprint` the chunk is not copied at all.
   bool fingerprint_in_place = false;
@@ -62,6 +66,9 @@ struct SaveChunk {
 struct ChunkOutcome {
   bool unchanged = false;
   bool delta = false;
+  // Stored on every home server of its slot (SaveChunk::previous_at_home
+  // of the next save).
+  bool at_home = false;
   std::shared_ptr<const std::string> bytes;  // kept when deltas are on
   std::optional<std::array<uint64_t, 2>> fingerprint;  // in-place, if taken
 };
@@ -126,9 +133,13 @@ class SaveJob : public std::enable_shared_from_this<SaveJob> {
   // Fingerprints in place the chunks that ask for it; marks in `unchanged`
   // those whose fingerprint matches the previous save's.
   void FingerprintInPlace(std::vector<bool>* unchanged);
-  // Whether every server that holds `c`'s previous version is up: only
-  // then may an unchanged chunk be referenced instead of shipped.
+  // Whether `c`'s previous version is on every home server of its slot and
+  // all of them are up: only then may an unchanged chunk be referenced
+  // instead of shipped, or a changed one be sent as a delta against it (the
+  // server that takes a delta must hold its base).
   bool HomeUp(const SaveChunk& c) const;
+  // Whether every home server of `c`'s slot is up.
+  bool ServersUp(const SaveChunk& c) const;
   // Takes a ship window slot for chunk `i` (true: Ship it now), or queues
   // it behind the chunks already waiting for one (false).
   bool TakeSlotLocked(size_t i, char* slab) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -167,7 +167,8 @@ TEST_F(ReplicationTest, ARestartedServerTakesCopiesOfTheNextSaves) {
   }
   ASSERT_EQ((*ck)->Metrics().servers_down, 0u) << "a was never probed back";
 
-  ASSERT_TRUE(SaveStep(**ck, 3).ok());
+  Status s3 = SaveStep(**ck, 3);
+  ASSERT_TRUE(s3.ok()) << s3;
   auto page = metrics::HttpGet(servers_[0]->metrics(), "/metrics");
   ASSERT_TRUE(page.ok()) << page.status();
   auto written =
