@@ -6,6 +6,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -17,34 +18,54 @@
 namespace stagger {
 namespace {
 
-class ReconnectTest : public ::testing::TestWithParam<int> {};
+// One server (its data in a temporary directory) and one Checkpointer on
+// it, with `bytes` of tensor "w" registered. The parameter is the signal
+// that stops the server.
+class ReconnectTest : public ::testing::TestWithParam<int> {
+ protected:
+  void Start(const std::string& job, size_t bytes, double deadline_s = 0) {
+    data_ = dir_.path() + "/data";
+    auto server = testutil::ServerProcess::Start(data_);
+    ASSERT_TRUE(server.ok()) << server.status();
+    server_ = std::move(*server);
+    grpc_ = server_->grpc();
+    CheckpointerOptions o;
+    o.servers = grpc_;
+    o.job = job;
+    o.qos_deadline_s = deadline_s;
+    auto ck = Checkpointer::Open(o);
+    ASSERT_TRUE(ck.ok()) << ck.status();
+    ck_ = std::move(*ck);
+    w_.resize(bytes);
+    ASSERT_TRUE(ck_->Register({"w", "U8", {int64_t(bytes)}, w_.data()}).ok());
+  }
+  // Stops the server with the test's signal and starts it again on the
+  // same port and data directory.
+  void Restart() {
+    server_->Stop(GetParam());
+    auto server = testutil::ServerProcess::Start(data_, {"--listen", grpc_});
+    ASSERT_TRUE(server.ok()) << server.status();
+    server_ = std::move(*server);
+  }
+
+  testutil::TempDir dir_;
+  std::string data_, grpc_;
+  std::unique_ptr<testutil::ServerProcess> server_;
+  std::unique_ptr<Checkpointer> ck_;
+  std::vector<char> w_;
+};
 
 TEST_P(ReconnectTest, NextSaveSucceedsAfterTheServerRestarts) {
-  testutil::TempDir dir;
-  const std::string data = dir.path() + "/data";
-  auto server = testutil::ServerProcess::Start(data);
-  ASSERT_TRUE(server.ok()) << server.status();
-  const std::string grpc = (*server)->grpc();
-
-  CheckpointerOptions o;
-  o.servers = grpc;
-  o.job = "long-running";
-  auto ck = Checkpointer::Open(o);
-  ASSERT_TRUE(ck.ok()) << ck.status();
-  std::vector<char> w(2 << 20);
-  ASSERT_TRUE((*ck)->Register({"w", "U8", {int64_t(w.size())}, w.data()}).ok());
-  testutil::FillPattern(w, testutil::WeightSeed(0, 1));
-  auto h1 = (*ck)->Save(1);
+  ASSERT_NO_FATAL_FAILURE(Start("long-running", 2 << 20));
+  testutil::FillPattern(w_, testutil::WeightSeed(0, 1));
+  auto h1 = ck_->Save(1);
   ASSERT_TRUE(h1.ok()) << h1.status();
   ASSERT_TRUE(h1->Wait().ok()) << h1->Wait();
 
-  (*server)->Stop(GetParam());
-  server = testutil::ServerProcess::Start(data, {"--listen", grpc});
-  ASSERT_TRUE(server.ok()) << server.status();
+  ASSERT_NO_FATAL_FAILURE(Restart());
   const auto restarted = std::chrono::steady_clock::now();
-
-  testutil::FillPattern(w, testutil::WeightSeed(0, 2));
-  auto h2 = (*ck)->Save(2);
+  testutil::FillPattern(w_, testutil::WeightSeed(0, 2));
+  auto h2 = ck_->Save(2);
   ASSERT_TRUE(h2.ok()) << h2.status();
   ASSERT_TRUE(h2->Wait().ok()) << h2->Wait();
   const double took = std::chrono::duration<double>(
@@ -54,80 +75,64 @@ TEST_P(ReconnectTest, NextSaveSucceedsAfterTheServerRestarts) {
               took);
   EXPECT_LT(took, 10.0);
 
-  auto steps = (*ck)->Steps(/*include_partial=*/false);
+  auto steps = ck_->Steps(/*include_partial=*/false);
   ASSERT_TRUE(steps.ok()) << steps.status();
   ASSERT_EQ(steps->size(), 2u);
   EXPECT_EQ((*steps)[0].step + (*steps)[1].step, 3);
-  std::fill(w.begin(), w.end(), 0);
-  auto loaded = (*ck)->Load(1);
+  std::fill(w_.begin(), w_.end(), 0);
+  auto loaded = ck_->Load(1);
   ASSERT_TRUE(loaded.ok()) << loaded.status();
-  std::vector<char> want(w.size());
+  std::vector<char> want(w_.size());
   testutil::FillPattern(want, testutil::WeightSeed(0, 1));
-  EXPECT_TRUE(w == want);
-  EXPECT_EQ((*ck)->Metrics().servers_down, 0u);
+  EXPECT_TRUE(w_ == want);
+  EXPECT_EQ(ck_->Metrics().servers_down, 0u);
 
   // Restarted again, and this time the first call is a load.
-  (*server)->Stop(GetParam());
-  server = testutil::ServerProcess::Start(data, {"--listen", grpc});
-  ASSERT_TRUE(server.ok()) << server.status();
-  std::fill(w.begin(), w.end(), 0);
-  auto latest = (*ck)->Load(kLatestStep);
+  ASSERT_NO_FATAL_FAILURE(Restart());
+  std::fill(w_.begin(), w_.end(), 0);
+  auto latest = ck_->Load(kLatestStep);
   ASSERT_TRUE(latest.ok()) << latest.status();
   EXPECT_EQ(*latest, 2);
   testutil::FillPattern(want, testutil::WeightSeed(0, 2));
-  EXPECT_TRUE(w == want);
+  EXPECT_TRUE(w_ == want);
 }
 
 TEST_P(ReconnectTest, ARestartInTheMiddleOfASaveFailsOnlyThatSave) {
-  testutil::TempDir dir;
-  const std::string data = dir.path() + "/data";
-  auto server = testutil::ServerProcess::Start(data);
-  ASSERT_TRUE(server.ok()) << server.status();
-  const std::string grpc = (*server)->grpc();
-
-  CheckpointerOptions o;
-  o.servers = grpc;
-  o.job = "mid-save";
-  o.qos_deadline_s = 4;  // 32 MiB paced over seconds: the restart lands in it
-  auto ck = Checkpointer::Open(o);
-  ASSERT_TRUE(ck.ok()) << ck.status();
-  std::vector<char> w(32 << 20);
-  ASSERT_TRUE((*ck)->Register({"w", "U8", {int64_t(w.size())}, w.data()}).ok());
-  testutil::FillPattern(w, testutil::WeightSeed(0, 1));
-  auto h1 = (*ck)->Save(1);
+  // 32 MiB paced over seconds: the restart lands in the save.
+  ASSERT_NO_FATAL_FAILURE(Start("mid-save", 32 << 20, /*deadline_s=*/4));
+  testutil::FillPattern(w_, testutil::WeightSeed(0, 1));
+  auto h1 = ck_->Save(1);
   ASSERT_TRUE(h1.ok()) << h1.status();
   ASSERT_FALSE(h1->Wait(absl::Milliseconds(300)).has_value())
       << "the save ended before the restart";
-  (*server)->Stop(GetParam());
-  server = testutil::ServerProcess::Start(data, {"--listen", grpc});
-  ASSERT_TRUE(server.ok()) << server.status();
+  ASSERT_NO_FATAL_FAILURE(Restart());
 
   // That save either failed, naming the server, or completed.
   Status s1 = h1->Wait();
   if (!s1.ok()) {
     EXPECT_EQ(s1.code(), absl::StatusCode::kUnavailable) << s1;
-    EXPECT_NE(s1.message().find(grpc), std::string::npos) << s1;
+    EXPECT_NE(s1.message().find(grpc_), std::string::npos) << s1;
   }
   std::printf("save in flight across the restart: %s\n",
               s1.ok() ? "completed" : std::string(s1.message()).c_str());
 
   // The next save on the same Checkpointer succeeds, and is complete.
-  testutil::FillPattern(w, testutil::WeightSeed(0, 2));
+  testutil::FillPattern(w_, testutil::WeightSeed(0, 2));
   SaveOptions fast;
   fast.deadline_s = 0;  // not paced
-  auto h2 = (*ck)->Save(2, fast);
+  auto h2 = ck_->Save(2, fast);
   ASSERT_TRUE(h2.ok()) << h2.status();
   ASSERT_TRUE(h2->Wait().ok()) << h2->Wait();
-  auto steps = (*ck)->Steps(/*include_partial=*/false);
+  auto steps = ck_->Steps(/*include_partial=*/false);
   ASSERT_TRUE(steps.ok()) << steps.status();
   ASSERT_FALSE(steps->empty());
   EXPECT_EQ(steps->back().step, 2);
   EXPECT_EQ(steps->size(), s1.ok() ? 2u : 1u);
-  std::fill(w.begin(), w.end(), 0);
-  ASSERT_TRUE((*ck)->Load(2).ok());
-  std::vector<char> want(w.size());
+  std::fill(w_.begin(), w_.end(), 0);
+  ASSERT_TRUE(ck_->Load(2).ok());
+  std::vector<char> want(w_.size());
   testutil::FillPattern(want, testutil::WeightSeed(0, 2));
-  EXPECT_TRUE(w == want);
+  EXPECT_TRUE(w_ == want);
 }
 
 INSTANTIATE_TEST_SUITE_P(Signals, ReconnectTest,
