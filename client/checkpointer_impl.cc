@@ -377,6 +377,17 @@ class CheckpointerImpl : public Checkpointer {
 
   void WaitAll() override { WaitAll(absl::InfiniteDuration()); }
 
+  bool WaitForRoom(absl::Duration timeout) override {
+    absl::MutexLock lock(&save_mu_);
+    // fail_when_busy: Save() does not wait, it fails; nothing to wait for.
+    if (options_.fail_when_busy || HasRoom()) return true;
+    shaping_->CallerWaits(true);
+    const bool room = save_mu_.AwaitWithTimeout(
+        absl::Condition(this, &CheckpointerImpl::HasRoom), timeout);
+    shaping_->CallerWaits(false);
+    return room;
+  }
+
   bool WaitAll(absl::Duration timeout) override {
     absl::MutexLock lock(&save_mu_);
     shaping_->CallerWaits(true);

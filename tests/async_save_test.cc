@@ -224,12 +224,14 @@ TEST_F(AsyncSaveTest, TimedWaitsReturnWhileAPacedSaveRuns) {
   const auto start = std::chrono::steady_clock::now();
   EXPECT_FALSE(h->Wait(absl::Milliseconds(50)).has_value());
   EXPECT_FALSE(ck->WaitAll(absl::Milliseconds(50)));
+  EXPECT_FALSE(ck->WaitForRoom(absl::Milliseconds(50)));  // one at a time
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(1));
   EXPECT_FALSE(h->Done());
   std::optional<Status> outcome = h->Wait(absl::Seconds(60));
   ASSERT_TRUE(outcome.has_value());
   EXPECT_TRUE(outcome->ok()) << *outcome;
   EXPECT_TRUE(ck->WaitAll(absl::ZeroDuration()));
+  EXPECT_TRUE(ck->WaitForRoom(absl::ZeroDuration()));
   EXPECT_EQ(h->Wait(absl::ZeroDuration()).value_or(absl::UnknownError("")),
             absl::OkStatus());
 }

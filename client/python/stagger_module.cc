@@ -285,6 +285,10 @@ PYBIND11_MODULE(_stagger, m) {
              const py::dict& dtypes, uintptr_t cuda_stream, double deadline_s,
              const py::dict& shards) {
             Checkpointer& ck = self.cast<Checkpointer&>();
+            // A save in flight holds this one back: wait for it here, where
+            // Ctrl-C is seen.
+            WaitInSlices(py::none(),
+                         [&](absl::Duration d) { return ck.WaitForRoom(d); });
             auto held = std::make_shared<Held>();
             RegisterAll(ck, tensors, false, dtypes, shards, held.get());
             Result<SaveHandle> h = absl::UnknownError("unset");

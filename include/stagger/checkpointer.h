@@ -171,6 +171,12 @@ class Checkpointer {
   // As WaitAll(), for at most `timeout`; true when nothing is in flight any
   // more, false when saves are still running then (they go on).
   virtual bool WaitAll(absl::Duration timeout) = 0;
+  // Waits at most `timeout` until a Save() would not wait for the saves in
+  // flight (fewer than max_outstanding_saves); true then. Like Save()'s own
+  // wait, it stops the saves in flight from yielding to predicted
+  // collectives meanwhile. With fail_when_busy, true at once (Save() then
+  // fails instead of waiting).
+  virtual bool WaitForRoom(absl::Duration timeout) = 0;
 
   // Counters since Open (also served at options.metrics_listen).
   virtual ClientMetrics Metrics() const = 0;

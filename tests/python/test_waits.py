@@ -62,6 +62,43 @@ def read_until(stream, text, timeout_s):
     return out.decode(errors="replace"), time.monotonic() - start
 
 
+CHILD_SECOND_SAVE = r"""
+import sys, time
+import numpy as np
+import stagger
+ck = stagger.Checkpointer(servers="embedded:" + sys.argv[1], job="paced",
+                          qos_deadline_s=30)
+a = np.ones(8 << 20, dtype=np.uint8)
+ck.save({"a": a}, step=1)
+print("waiting", flush=True)
+try:
+    ck.save({"a": a}, step=2)  # waits for step 1 (max_outstanding_saves=1)
+except KeyboardInterrupt:
+    print("interrupted", flush=True)
+    import os
+    os._exit(0)
+"""
+
+
+def test_ctrl_c_interrupts_a_save_waiting_for_the_one_in_flight(tmp_path):
+    child = subprocess.Popen(
+        [sys.executable, "-c", CHILD_SECOND_SAVE, str(tmp_path)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        out, _ = read_until(child.stdout, "waiting", 60)
+        assert "waiting" in out
+        time.sleep(0.3)
+        child.send_signal(signal.SIGINT)
+        out, took = read_until(child.stdout, "interrupted", 10)
+        assert "interrupted" in out
+        assert took < 1.0
+        assert child.wait(timeout=10) == 0
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+
+
 def test_ctrl_c_interrupts_wait_then_abandons_the_save_at_exit(tmp_path):
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     child = subprocess.Popen([sys.executable, "-c", CHILD, str(tmp_path)],
