@@ -1,5 +1,6 @@
 """Bounded and interruptible waits: wait(timeout), Ctrl-C, exit with a save
 in flight. Saves are paced by qos_deadline_s so that they take seconds."""
+import contextlib
 import os
 import select
 import signal
@@ -80,28 +81,13 @@ except KeyboardInterrupt:
 """
 
 
-def test_ctrl_c_interrupts_a_save_waiting_for_the_one_in_flight(tmp_path):
-    child = subprocess.Popen(
-        [sys.executable, "-c", CHILD_SECOND_SAVE, str(tmp_path)],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    try:
-        out, _ = read_until(child.stdout, "waiting", 60)
-        assert "waiting" in out
-        time.sleep(0.3)
-        child.send_signal(signal.SIGINT)
-        out, took = read_until(child.stdout, "interrupted", 10)
-        assert "interrupted" in out
-        assert took < 1.0
-        assert child.wait(timeout=10) == 0
-    finally:
-        if child.poll() is None:
-            child.kill()
-            child.wait()
-
-
-def test_ctrl_c_interrupts_wait_then_abandons_the_save_at_exit(tmp_path):
+@contextlib.contextmanager
+def interrupted_child(script, tmp_path):
+    """Runs `script` with `tmp_path` as its argument, waits for it to print
+    "waiting", sends it SIGINT 0.3 s later and yields it; kills it at the
+    end if it is still running."""
     env = dict(os.environ, PYTHONUNBUFFERED="1")
-    child = subprocess.Popen([sys.executable, "-c", CHILD, str(tmp_path)],
+    child = subprocess.Popen([sys.executable, "-c", script, str(tmp_path)],
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                              env=env)
     try:
@@ -109,6 +95,23 @@ def test_ctrl_c_interrupts_wait_then_abandons_the_save_at_exit(tmp_path):
         assert "waiting" in out
         time.sleep(0.3)
         child.send_signal(signal.SIGINT)
+        yield child
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+
+
+def test_ctrl_c_interrupts_a_save_waiting_for_the_one_in_flight(tmp_path):
+    with interrupted_child(CHILD_SECOND_SAVE, tmp_path) as child:
+        out, took = read_until(child.stdout, "interrupted", 10)
+        assert "interrupted" in out
+        assert took < 1.0
+        assert child.wait(timeout=10) == 0
+
+
+def test_ctrl_c_interrupts_wait_then_abandons_the_save_at_exit(tmp_path):
+    with interrupted_child(CHILD, tmp_path) as child:
         err, took = read_until(child.stderr, "Ctrl-C abandons", 10)
         assert "KeyboardInterrupt" in err
         assert took < 1.0, err
@@ -122,10 +125,6 @@ def test_ctrl_c_interrupts_wait_then_abandons_the_save_at_exit(tmp_path):
         rest = child.stderr.read().decode()
         assert (rc, "abandoned" in rest) == (130, True), err + rest
         assert took < 1.0, err + rest
-    finally:
-        if child.poll() is None:
-            child.kill()
-            child.wait()
 
 
 def test_server_wait_s_is_an_option_and_is_checked(tmp_path):
