@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -332,6 +333,10 @@ class CheckpointerImpl : public Checkpointer {
   void IterationBegin() override { shaping_->IterationBegin(); }
 
   Status BeforeUpdate() override {
+    return *BeforeUpdate(absl::InfiniteDuration());
+  }
+
+  std::optional<Status> BeforeUpdate(absl::Duration timeout) override {
     auto start = std::chrono::steady_clock::now();
     std::shared_ptr<SaveJob> job;
     {
@@ -339,7 +344,7 @@ class CheckpointerImpl : public Checkpointer {
       job = last_job_;
     }
     if (!job) return absl::OkStatus();
-    Status s = job->WaitSnapshot();
+    std::optional<Status> s = job->WaitSnapshot(timeout);
     const double stall = Seconds(start);
     job->AddStall(stall);
     absl::MutexLock lock(&metrics_mu_);
@@ -400,7 +405,12 @@ class CheckpointerImpl : public Checkpointer {
   }
 
   Result<int64_t> Load(int64_t step) override {
-    Result<int64_t> r = LoadTargets(step);
+    static const std::atomic<bool> kNever{false};
+    return Load(step, kNever);
+  }
+
+  Result<int64_t> Load(int64_t step, const std::atomic<bool>& cancel) override {
+    Result<int64_t> r = LoadTargets(step, cancel);
     absl::MutexLock lock(&metrics_mu_);
     if (r.ok()) {
       ++metrics_.loads;
@@ -412,7 +422,7 @@ class CheckpointerImpl : public Checkpointer {
     return r;
   }
 
-  Result<int64_t> LoadTargets(int64_t step) {
+  Result<int64_t> LoadTargets(int64_t step, const std::atomic<bool>& cancel) {
     std::vector<LoadTarget> targets;
     std::list<std::vector<char>> bounce;  // host copies of CUDA tensors
     std::vector<std::pair<const TensorSpec*, const char*>> device_copies;
@@ -429,7 +439,7 @@ class CheckpointerImpl : public Checkpointer {
     }
     STAGGER_ASSIGN_OR_RETURN(
         int64_t loaded, LoadStep(*servers_, io_, options_.job, options_.rank,
-                                 options_.world_size, step, targets));
+                                 options_.world_size, step, targets, &cancel));
     for (const auto& [spec, host] : device_copies) {
       STAGGER_RETURN_IF_ERROR(WithContext(
           CudaCopyToDevice(spec->device_index, spec->data, host, SizeOf(*spec)),

@@ -307,7 +307,8 @@ struct ChunkIo::FetchAttempt {
 Status ChunkIo::Fetch(
     const std::vector<FetchItem>& items,
     const std::function<void(size_t, const Status&)>& on_result,
-    const std::function<void(uint64_t)>& on_fetched) {
+    const std::function<void(uint64_t)>& on_fetched,
+    const std::atomic<bool>* cancel) {
   for (const FetchItem& item : items) {
     STAGGER_RETURN_IF_ERROR(
         format::ChunkId::FromBytes(item.ref->id()).status());
@@ -316,6 +317,11 @@ Status ChunkIo::Fetch(
   for (size_t i = 0; i < items.size(); ++i) {
     const FetchItem& item = items[i];
     if (!window.Acquire()) break;
+    if (cancel != nullptr && cancel->load()) {
+      window.Release(absl::CancelledError(absl::StrCat(
+          "cancelled after ", i, " of ", items.size(), " chunks were issued")));
+      break;
+    }
     if (item.servers.empty()) {
       window.Release(absl::InternalError("fetch without a server"));
       continue;

@@ -106,10 +106,13 @@ class ChunkIo {
   // first error (all items are attempted when `on_result` is given;
   // otherwise the first error stops issuing new fetches). `on_fetched`
   // (optional) gets the raw bytes of each item fetched intact, from
-  // executor threads (progress reports).
+  // executor threads (progress reports). Once `*cancel` (optional) is true,
+  // no new fetch is issued and the result is CANCELLED after those in
+  // flight have finished.
   Status Fetch(const std::vector<FetchItem>& items,
                const std::function<void(size_t, const Status&)>& on_result,
-               const std::function<void(uint64_t)>& on_fetched = nullptr);
+               const std::function<void(uint64_t)>& on_fetched = nullptr,
+               const std::atomic<bool>* cancel = nullptr);
 
  private:
   struct FetchAttempt;

@@ -214,7 +214,8 @@ Status PlanLoad(const std::vector<LoadTarget>& targets,
 Result<int64_t> LoadStep(ServerSet& servers, ChunkIo& io,
                          const std::string& job, uint32_t rank,
                          uint32_t world_size, int64_t step,
-                         const std::vector<LoadTarget>& targets) {
+                         const std::vector<LoadTarget>& targets,
+                         const std::atomic<bool>* cancel) {
   STAGGER_ASSIGN_OR_RETURN(pb::StepInfo info,
                            CompleteStepInfo(servers, job, step));
   const int64_t number = info.step();
@@ -243,7 +244,8 @@ Result<int64_t> LoadStep(ServerSet& servers, ChunkIo& io,
     STAGGER_RETURN_IF_ERROR(WithContext(
         PlanLoad(targets, Pointers(reply), rank, servers, &plan), what));
   }
-  STAGGER_RETURN_IF_ERROR(WithContext(io.Fetch(plan.items, nullptr), what));
+  STAGGER_RETURN_IF_ERROR(
+      WithContext(io.Fetch(plan.items, nullptr, nullptr, cancel), what));
   return number;
 }
 

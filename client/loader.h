@@ -19,6 +19,7 @@
 #ifndef STAGGER_CLIENT_LOADER_H_
 #define STAGGER_CLIENT_LOADER_H_
 
+#include <atomic>
 #include <cstdint>
 #include <deque>
 #include <string>
@@ -69,11 +70,14 @@ Status PlanLoad(const std::vector<LoadTarget>& targets,
 // the replicated tensors), and all shards only when those do not cover the
 // targets; with another world size, all shards. NOT_FOUND when the step is
 // missing or not complete; otherwise PlanLoad's and the fetches' errors
-// (DATA_LOSS for corrupt chunks; targets may then hold partial data).
+// (DATA_LOSS for corrupt chunks; targets may then hold partial data);
+// CANCELLED once `*cancel` (optional) turns true, after the fetches in
+// flight (targets then hold partial data).
 Result<int64_t> LoadStep(ServerSet& servers, ChunkIo& io,
                          const std::string& job, uint32_t rank,
                          uint32_t world_size, int64_t step,
-                         const std::vector<LoadTarget>& targets);
+                         const std::vector<LoadTarget>& targets,
+                         const std::atomic<bool>* cancel = nullptr);
 
 // True when a rank registering `shape` with this global shape holds the
 // whole global tensor: in a job of several ranks only rank 0 stores it.

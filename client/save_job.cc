@@ -211,6 +211,14 @@ Status SaveJob::WaitSnapshot() {
   return first_error_;
 }
 
+std::optional<Status> SaveJob::WaitSnapshot(absl::Duration timeout) {
+  absl::MutexLock lock(&mu_);
+  if (!mu_.AwaitWithTimeout(absl::Condition(&snapshot_done_), timeout)) {
+    return std::nullopt;
+  }
+  return first_error_;
+}
+
 void SaveJob::ChunkCaptured(const Status& s) {
   bool done = false;
   {

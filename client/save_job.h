@@ -109,6 +109,8 @@ class SaveJob : public std::enable_shared_from_this<SaveJob> {
   // Blocks until every chunk is captured (or the snapshot failed); returns
   // the snapshot's status.
   Status WaitSnapshot();
+  // As WaitSnapshot(), for at most `timeout`; nullopt when not done then.
+  std::optional<Status> WaitSnapshot(absl::Duration timeout);
 
   std::shared_ptr<SaveHandle::State> handle_state() const { return state_; }
   // The manifest; complete (chunk ids filled) once Run() has returned OK.

@@ -2,6 +2,7 @@
 // is what gets saved, whatever the training loop does afterwards.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstring>
 #include <numeric>
@@ -234,6 +235,34 @@ TEST_F(AsyncSaveTest, TimedWaitsReturnWhileAPacedSaveRuns) {
   EXPECT_TRUE(ck->WaitForRoom(absl::ZeroDuration()));
   EXPECT_EQ(h->Wait(absl::ZeroDuration()).value_or(absl::UnknownError("")),
             absl::OkStatus());
+}
+
+TEST_F(AsyncSaveTest, ACancelledLoadFetchesNothingAndLeavesTheCheckpointer) {
+  auto ck = Open();
+  std::vector<char> t(6 << 20);
+  FillPattern(t, 8);
+  ASSERT_TRUE(ck->Register({"t", "U8", {int64_t(t.size())}, t.data()}).ok());
+  ASSERT_TRUE(ck->Save(1).value().Wait().ok());
+  // The timed BeforeUpdate answers once the snapshot is done.
+  std::optional<Status> snapshot = ck->BeforeUpdate(absl::Seconds(60));
+  ASSERT_TRUE(snapshot.has_value());
+  EXPECT_TRUE(snapshot->ok()) << *snapshot;
+
+  std::vector<char> out(t.size(), 0);
+  ck->ClearRegistrations();
+  ASSERT_TRUE(ck->Register({"t", "U8", {int64_t(t.size())}, out.data()}).ok());
+  const std::atomic<bool> cancelled{true};
+  Result<int64_t> r = ck->Load(1, cancelled);
+  ASSERT_FALSE(r.ok());
+  EXPECT_TRUE(absl::IsCancelled(r.status())) << r.status();
+  EXPECT_NE(r.status().message().find("cancelled after 0 of 2 chunks"),
+            std::string::npos)
+      << r.status();
+  EXPECT_EQ(out, std::vector<char>(t.size(), 0));
+  EXPECT_EQ(ck->Metrics().loads_failed, 1u);
+  // The same Checkpointer loads normally afterwards.
+  EXPECT_EQ(ck->Load(1).value_or(-1), 1);
+  EXPECT_EQ(out, t);
 }
 
 TEST_F(AsyncSaveTest, SecondSaveWaitsForTheFirstByDefault) {

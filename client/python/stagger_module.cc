@@ -15,12 +15,15 @@
 #include <pybind11/stl.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <functional>
 #include <optional>
 #include <string>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "client/python/tensors.h"
 #include "stagger/checkpointer.h"
@@ -90,6 +93,42 @@ bool WaitInSlices(const py::object& timeout,
     if (PyErr_CheckSignals() != 0) throw py::error_already_set();
     if (absl::Now() >= until) return false;
   }
+}
+
+// Runs ck.Load(step) on a thread of its own and waits for it in slices.
+// On Ctrl-C the load is cancelled (no new fetches), waited for (the fetches
+// in flight end within about a chunk's transfer) and KeyboardInterrupt is
+// raised; the arrays then hold partial data.
+Result<int64_t> LoadInterruptibly(Checkpointer& ck, int64_t step) {
+  struct Run {
+    absl::Mutex mu;
+    bool done = false;
+    Result<int64_t> result = absl::UnknownError("unset");
+  };
+  Run run;
+  std::atomic<bool> cancel{false};
+  std::thread t([&] {
+    Result<int64_t> r = ck.Load(step, cancel);
+    absl::MutexLock lock(&run.mu);
+    run.result = std::move(r);
+    run.done = true;
+  });
+  auto finished = [&](absl::Duration d) {
+    absl::MutexLock lock(&run.mu);
+    return run.mu.AwaitWithTimeout(absl::Condition(&run.done), d);
+  };
+  try {
+    WaitInSlices(py::none(), finished);
+  } catch (...) {
+    {
+      py::gil_scoped_release release;
+      cancel = true;
+      t.join();
+    }
+    throw;
+  }
+  t.join();
+  return std::move(run.result);
 }
 
 }  // namespace
@@ -321,10 +360,13 @@ PYBIND11_MODULE(_stagger, m) {
           [](py::object self) {
             Checkpointer& ck = self.cast<Checkpointer&>();
             Status s;
-            {
-              py::gil_scoped_release release;
-              s = ck.BeforeUpdate();
-            }
+            // Ctrl-C raises here; the snapshot goes on and its arrays stay
+            // held (_pending_snapshot) until a later call sees it done.
+            WaitInSlices(py::none(), [&](absl::Duration d) {
+              std::optional<Status> r = ck.BeforeUpdate(d);
+              if (r) s = *r;
+              return r.has_value();
+            });
             if (py::hasattr(self, "_pending_snapshot")) {
               py::delattr(self, "_pending_snapshot");
             }
@@ -350,18 +392,16 @@ PYBIND11_MODULE(_stagger, m) {
             int64_t s = ParseStep(step);
             Held held;
             RegisterAll(ck, tensors, true, dtypes, shards, &held);
-            Result<int64_t> r = absl::UnknownError("unset");
-            {
-              py::gil_scoped_release release;
-              r = ck.Load(s);
-            }
+            Result<int64_t> r = LoadInterruptibly(ck, s);
             ck.ClearRegistrations();
             return Check(std::move(r));
           },
           py::arg("tensors"), py::arg("step") = "latest",
           py::arg("dtypes") = py::dict(), py::arg("shards") = py::dict(),
           "Load `step` (or \"latest\") into the arrays, in place; returns the "
-          "step loaded. shards={name: (global_shape, global_offset)} gives "
+          "step loaded. Ctrl-C stops it within about a chunk's transfer and "
+          "raises KeyboardInterrupt (the arrays then hold partial data). "
+          "shards={name: (global_shape, global_offset)} gives "
           "the slice each array wants, which may differ from how the step "
           "was saved (resharding).")
       .def(

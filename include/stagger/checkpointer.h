@@ -15,6 +15,7 @@
 #ifndef STAGGER_CHECKPOINTER_H_
 #define STAGGER_CHECKPOINTER_H_
 
+#include <atomic>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -161,6 +162,10 @@ class Checkpointer {
   // tensors may be modified. Returns the snapshot's error, if it failed.
   // Returns at once when no snapshot is in progress.
   virtual Status BeforeUpdate() = 0;
+  // As BeforeUpdate(), for at most `timeout`: nullopt when the snapshot is
+  // still being taken then (it goes on; the tensors must not be modified
+  // until a later call returns a status).
+  virtual std::optional<Status> BeforeUpdate(absl::Duration timeout) = 0;
 
   // Blocks until every save in flight has finished (committed or failed).
   // Meanwhile the saves stop yielding to predicted collectives (only open
@@ -193,6 +198,11 @@ class Checkpointer {
   // dtype or global shape differs; DATA_LOSS when stored bytes are corrupt
   // (the tensors may then hold partial data).
   virtual Result<int64_t> Load(int64_t step) = 0;
+  // As Load(step), stopping once `cancel` turns true (from any thread): no
+  // new fetch is issued and CANCELLED is returned once the fetches in
+  // flight have finished (the tensors then hold partial data).
+  virtual Result<int64_t> Load(int64_t step,
+                               const std::atomic<bool>& cancel) = 0;
 
   // Complete steps, oldest first (partial ones too when asked).
   virtual Result<std::vector<StepSummary>> Steps(bool include_partial) = 0;

@@ -136,3 +136,57 @@ def test_server_wait_s_is_an_option_and_is_checked(tmp_path):
                              server_wait_s=-1)
     assert e.value.code == "INVALID_ARGUMENT"
     assert "server_wait_s" in str(e.value)
+
+
+CHILD_LOAD = r"""
+import sys
+import numpy as np
+import stagger
+ck = stagger.Checkpointer(servers=sys.argv[1], job="load")
+n = 32 << 20
+ck.save({"a": np.ones(n, dtype=np.uint8)}, step=1).wait()
+print("saved", flush=True)
+sys.stdin.readline()
+out = np.zeros(n, dtype=np.uint8)
+print("waiting", flush=True)
+try:
+    ck.load({"a": out})
+    print("loaded all", flush=True)
+except KeyboardInterrupt:
+    print(f"interrupted filled={int(out.sum())} of {n}", flush=True)
+    print("reloaded", ck.load({"a": out}), int(out.sum()) == n, flush=True)
+"""
+
+
+def test_ctrl_c_stops_a_load_before_it_fetches_the_rest(tmp_path):
+    """The server is stopped (SIGSTOP) while the load asks it for the step,
+    Ctrl-C comes, then the server goes on: the load fetches nothing more,
+    raises KeyboardInterrupt, and the Checkpointer loads normally after."""
+    from conftest import start_server
+    server, grpc = start_server(tmp_path / "data")
+    child = subprocess.Popen([sys.executable, "-c", CHILD_LOAD, grpc],
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE)
+    try:
+        out, _ = read_until(child.stdout, "saved", 60)
+        assert "saved" in out
+        server.send_signal(signal.SIGSTOP)
+        child.stdin.write(b"go\n")
+        child.stdin.flush()
+        out, _ = read_until(child.stdout, "waiting", 10)
+        assert "waiting" in out
+        time.sleep(0.3)
+        child.send_signal(signal.SIGINT)
+        time.sleep(0.3)
+        server.send_signal(signal.SIGCONT)
+        out, took = read_until(child.stdout, "reloaded", 30)
+        assert f"interrupted filled=0 of {32 << 20}" in out, out
+        assert "reloaded 1 True" in out, out
+        assert child.wait(timeout=30) == 0
+    finally:
+        server.send_signal(signal.SIGCONT)
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+        server.terminate()
+        server.wait(timeout=60)
