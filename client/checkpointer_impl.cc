@@ -1,5 +1,7 @@
 #include "client/checkpointer_impl.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <array>
 #include <atomic>
@@ -56,6 +58,21 @@ int64_t NowMs() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(
              std::chrono::system_clock::now().time_since_epoch())
       .count();
+}
+
+// CheckpointerOptions::delta_memory_bytes, 0 resolved: an eighth of the
+// host's memory shared among the ranks on it (LOCAL_WORLD_SIZE, as torchrun
+// sets it; 1 without), at least 64 MiB.
+uint64_t DeltaMemoryBytes(const CheckpointerOptions& o) {
+  if (o.delta_memory_bytes != 0) return o.delta_memory_bytes;
+  const uint64_t phys = static_cast<uint64_t>(sysconf(_SC_PHYS_PAGES)) *
+                        static_cast<uint64_t>(sysconf(_SC_PAGE_SIZE));
+  uint64_t local_ranks = 1;
+  if (const char* env = std::getenv("LOCAL_WORLD_SIZE")) {
+    const long long n = std::atoll(env);
+    if (n > 0) local_ranks = static_cast<uint64_t>(n);
+  }
+  return std::max<uint64_t>(phys / 8 / local_ranks, 64ull << 20);
 }
 
 class CheckpointerImpl : public Checkpointer {
@@ -201,11 +218,12 @@ class CheckpointerImpl : public Checkpointer {
       staging_needed += (reg.bytes + options_.chunk_size - 1) /
                         options_.chunk_size * options_.chunk_size;
     }
-    uint64_t budget = options_.delta_memory_bytes ? options_.delta_memory_bytes
-                                                  : StagingPool::DefaultBytes();
-    const bool keep_bytes = options_.delta_chain_max > 0 &&
-                            options_.codec != "raw" &&
-                            2 * state_bytes <= budget;
+    // The previous version of each chunk, kept as its delta base, and the
+    // new one being captured meanwhile: half the budget each, given to the
+    // chunks in tensor order, the same ones every save.
+    const bool deltas_on =
+        options_.delta_chain_max > 0 && options_.codec != "raw";
+    uint64_t keep_left = deltas_on ? DeltaMemoryBytes(options_) / 2 : 0;
     pb::ShardManifest m;
     m.set_job(options_.job);
     m.set_step(step);
@@ -264,11 +282,14 @@ class CheckpointerImpl : public Checkpointer {
             c.previous_fingerprint = prev.fingerprints[i];
           }
           c.previous_at_home = i < prev.at_home.size() && prev.at_home[i];
-          if (keep_bytes && i < prev.versions.size() &&
-              prev.depth[i] < options_.delta_chain_max) {
+          const bool held = i < prev.versions.size() && prev.versions[i];
+          if (deltas_on && held && prev.depth[i] < options_.delta_chain_max) {
             c.previous_bytes = prev.versions[i];
           }
+          c.base_not_held = deltas_on && !held;
         }
+        c.keep_bytes = len <= keep_left;
+        if (c.keep_bytes) keep_left -= len;
         chunks.push_back(std::move(c));
       }
     }
@@ -305,7 +326,7 @@ class CheckpointerImpl : public Checkpointer {
         SaveJobDeps{servers_.get(), &io_, pool_.get(), &executor_,
                     shaping_.get(), options_.replicas, overlap,
                     2 * options_.max_inflight_chunks},
-        std::move(*job_manifest), std::move(chunks), start, keep_bytes);
+        std::move(*job_manifest), std::move(chunks), start);
     {
       absl::MutexLock lock(&save_mu_);
       last_job_ = job;

@@ -52,6 +52,7 @@ ChunkIo::ChunkIo(qos::Executor* executor, std::string job, std::string codec,
       encode_(encode),
       max_inflight_(max_inflight),
       policy_(codec_ == "auto" ? policy : nullptr),
+      shaping_(shaping),
       sender_(max_inflight, policy_, shaping) {}
 
 format::Codec ChunkIo::CodecFor(int element_size) const {
@@ -119,11 +120,22 @@ void ChunkIo::PutAsync(const std::vector<ServerConn*>& ranked, size_t replicas,
   req.record.chunk_id = id;
   req.record.raw_length = len;
   format::Codec want = CodecFor(element_size);
-  if (policy_ != nullptr && !policy_->ShouldEncode()) {
-    want = format::Codec::kRaw;  // encoding is the bottleneck just now
+  CodecReason reason = CodecReason::kFixed;
+  const bool may_delta = delta != nullptr && home_up;
+  if (policy_ != nullptr && want != format::Codec::kRaw) {
+    ChunkFacts facts;
+    facts.paced = shaping_ != nullptr && shaping_->Paced();
+    facts.training = shaping_ != nullptr && shaping_->TrainingMarked();
+    if (may_delta && !facts.paced && !facts.training) {
+      facts.xor_zero_fraction =
+          XorZeroFraction(data, delta->bytes->data(), len);
+    }
+    const CodecDecision d = policy_->Decide(facts);
+    reason = d.reason;
+    if (!d.encode) want = format::Codec::kRaw;
   }
   const int64_t encode_start_ns = NowNs();
-  if (delta != nullptr && want != format::Codec::kRaw && home_up) {
+  if (may_delta && want != format::Codec::kRaw) {
     auto owned = std::make_shared<std::string>();
     format::EncodeOptions eo = encode_;
     // Plain "zstd" keeps its bytes ungrouped in deltas too.
@@ -161,6 +173,16 @@ void ChunkIo::PutAsync(const std::vector<ServerConn*>& ranked, size_t replicas,
     policy_->OnEncoded(len, st->payload.size(),
                        (NowNs() - encode_start_ns) * 1e-9);
   }
+  if (st->owned != nullptr && codec_ == "auto" &&
+      st->payload.size() > (1 - CodecPolicy::kMinGain) * len) {
+    // Too little saved to be worth a decode at every load: raw.
+    st->owned.reset();
+    st->delta = false;
+    ref->clear_base_id();
+    st->payload = std::string_view(data, len);
+    req.record.codec = format::Codec::kRaw;
+    reason = CodecReason::kNoGain;
+  }
   // A delta keeps its raw bytes while a copy may still have to go to a
   // server outside the home ones.
   const bool keep_data =
@@ -187,6 +209,7 @@ void ChunkIo::PutAsync(const std::vector<ServerConn*>& ranked, size_t replicas,
   stats->bytes_raw += len;
   ++stats->chunks;
   ++stats->codec_chunks[static_cast<int>(req.record.codec)];
+  ++stats->codec_reasons[static_cast<int>(reason)];
   st->header = format::EncodePutChunk(req);
   st->raw_bytes = len;
   st->hex = req.record.chunk_id.ToHex();

@@ -38,6 +38,10 @@ struct PutStats {
   std::atomic<uint64_t> chunks{0};
   std::atomic<uint64_t> chunks_unchanged{0};
   std::atomic<uint64_t> codec_chunks[4] = {};  // by format::Codec value
+  // Shipped chunks by the reason they went out encoded or raw.
+  std::atomic<uint64_t> codec_reasons[kCodecReasons] = {};
+  // Changed chunks with a previous version whose bytes were not held.
+  std::atomic<uint64_t> chunks_no_base{0};
 };
 
 // The previous version of a chunk, to encode the new one as a delta.
@@ -64,7 +68,10 @@ class ChunkIo {
   // None owned.
   // `codec` is "auto", "zstd", "bytegroup+zstd" or "raw" (validated by
   // the caller). With "auto" and a `policy`, each chunk is encoded or sent
-  // raw as the policy says, and the policy is fed encode and wire timings.
+  // raw as the policy says (CodecPolicy::Decide, told whether the save is
+  // paced and whether training marks collectives, from `shaping`), and the
+  // policy is fed encode and wire timings. With "auto", an encoding that
+  // saves less than CodecPolicy::kMinGain goes raw.
   // With `shaping`, puts go on the wire as its QoS allows (sender.h).
   ChunkIo(qos::Executor* executor, std::string job, std::string codec,
           format::EncodeOptions encode, size_t max_inflight,
@@ -144,6 +151,7 @@ class ChunkIo {
   format::EncodeOptions encode_;
   size_t max_inflight_;
   CodecPolicy* policy_;
+  Shaping* shaping_;
   Sender sender_;
 };
 

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 
 namespace stagger::client {
 namespace {
@@ -19,7 +20,61 @@ double Blend(double old_value, double sample, bool first) {
   return first ? sample : old_value + kAlpha * (sample - old_value);
 }
 
+// Zero bytes in an 8-byte word: the high bit of each zero byte set.
+inline int ZeroBytes(uint64_t x) {
+  constexpr uint64_t kLow7 = 0x7f7f7f7f7f7f7f7full;
+  const uint64_t t = ~(((x & kLow7) + kLow7) | x | kLow7);
+  return __builtin_popcountll(t);
+}
+
+// Zero bytes of a ^ b over [off, off + len).
+uint64_t CountXorZeros(const char* a, const char* b, size_t off, size_t len) {
+  uint64_t zeros = 0;
+  size_t i = off;
+  for (; i + 8 <= off + len; i += 8) {
+    uint64_t x, y;
+    std::memcpy(&x, a + i, 8);
+    std::memcpy(&y, b + i, 8);
+    zeros += ZeroBytes(x ^ y);
+  }
+  for (; i < off + len; ++i) zeros += a[i] == b[i];
+  return zeros;
+}
+
 }  // namespace
+
+const char* CodecReasonName(CodecReason r) {
+  switch (r) {
+    case CodecReason::kDeadline:
+      return "deadline";
+    case CodecReason::kTraining:
+      return "training";
+    case CodecReason::kSparseDelta:
+      return "sparse_delta";
+    case CodecReason::kWireBound:
+      return "wire_bound";
+    case CodecReason::kEncoderBound:
+      return "encoder_bound";
+    case CodecReason::kNoGain:
+      return "no_gain";
+    case CodecReason::kFixed:
+      return "fixed";
+  }
+  return "unknown";
+}
+
+double XorZeroFraction(const char* a, const char* b, size_t n) {
+  if (n == 0) return 1;
+  constexpr size_t kWhole = 64 << 10, kStride = 4096, kSample = 512;
+  if (n < kWhole) return static_cast<double>(CountXorZeros(a, b, 0, n)) / n;
+  uint64_t zeros = 0, seen = 0;
+  for (size_t off = 0; off < n; off += kStride) {
+    const size_t len = std::min(kSample, n - off);
+    zeros += CountXorZeros(a, b, off, len);
+    seen += len;
+  }
+  return static_cast<double>(zeros) / seen;
+}
 
 HostCpu HostCpu::Real() {
   HostCpu h;
@@ -81,6 +136,16 @@ double CodecPolicy::cpu_cap() const {
 double CodecPolicy::encode_fraction() const {
   absl::MutexLock lock(&mu_);
   return FractionLocked();
+}
+
+CodecDecision CodecPolicy::Decide(const ChunkFacts& facts) {
+  if (facts.paced) return {true, CodecReason::kDeadline};
+  if (facts.training) return {true, CodecReason::kTraining};
+  if (facts.xor_zero_fraction >= kSparseZeroFraction) {
+    return {true, CodecReason::kSparseDelta};
+  }
+  if (ShouldEncode()) return {true, CodecReason::kWireBound};
+  return {false, CodecReason::kEncoderBound};
 }
 
 bool CodecPolicy::ShouldEncode() {

@@ -1,6 +1,20 @@
 // CodecPolicy: with codec "auto", decides chunk by chunk whether to encode
-// (byte-grouped zstd, or an XOR delta) or to send the raw bytes, so that
-// encoding never makes a save slower end to end than sending raw.
+// (byte-grouped zstd, or an XOR delta) or to send the raw bytes. Its goal
+// is bytes: on a cluster the NICs (shared with the training collectives)
+// and the storage servers are the scarce resource. Decide() encodes a
+// chunk, in this order of reasons (CodecReason):
+//   deadline      the save has a QoS deadline: pacing leaves the cores idle
+//                 between sends, so encoding costs no time;
+//   training      the training job marks collectives: the network is
+//                 shared with it, and every byte saved is the job's;
+//   sparse_delta  the chunk's XOR against its previous version is at least
+//                 kSparseZeroFraction zero bytes (XorZeroFraction, sampled):
+//                 such a delta encodes fast and small;
+// and otherwise as the throughput model below says: encoded ("wire_bound")
+// when the wire, not encoding, limits how fast the save becomes durable,
+// else raw ("encoder_bound") for the share that would slow the save.
+// The caller sends an encoding raw anyway when it saves less than
+// kMinGain ("no_gain").
 //
 // Model. With T encoder threads each encoding E raw bytes/s, encoded
 // chunks r times their raw size, and a wire (link + server + disk) moving
@@ -41,6 +55,41 @@
 
 namespace stagger::client {
 
+// Why a chunk went out encoded or raw; counted per save (SaveStats::
+// codec_reasons) and shown by `stagger show`.
+enum class CodecReason : int {
+  kDeadline = 0,
+  kTraining = 1,
+  kSparseDelta = 2,
+  kWireBound = 3,
+  kEncoderBound = 4,  // raw
+  kNoGain = 5,        // raw: the encoding saved too little
+  kFixed = 6,         // codec option not "auto", or adaptive_codec off
+};
+inline constexpr int kCodecReasons = 7;
+// "deadline", "training", "sparse_delta", "wire_bound", "encoder_bound",
+// "no_gain", "fixed".
+const char* CodecReasonName(CodecReason r);
+
+// The fraction of zero bytes in a XOR b (n bytes each), from a sample: the
+// first 512 bytes of every 4 KiB (every byte below 64 KiB). An estimate of
+// how well an XOR delta compresses: zero bytes group into runs that zstd
+// makes nearly free.
+double XorZeroFraction(const char* a, const char* b, size_t n);
+
+// What Decide() knows about one chunk.
+struct ChunkFacts {
+  bool paced = false;     // the save has a QoS deadline
+  bool training = false;  // the job has marked collectives
+  // XorZeroFraction against the previous version; < 0: no previous version.
+  double xor_zero_fraction = -1;
+};
+
+struct CodecDecision {
+  bool encode = true;
+  CodecReason reason = CodecReason::kWireBound;
+};
+
 // The host's CPU as the policy sees it (injectable for tests).
 struct HostCpu {
   // Idle core-seconds so far, all CPUs together (monotonic).
@@ -58,11 +107,17 @@ class CodecPolicy {
   static constexpr double kCapStep = 0.125;
   static constexpr double kCapCut = 4;
   static constexpr double kMinFraction = 0.005;
+  // A delta of at least this many zero bytes is always encoded.
+  static constexpr double kSparseZeroFraction = 0.5;
+  // An encoding that saves less than this share goes raw.
+  static constexpr double kMinGain = 0.03;
 
   // `encoder_threads`: threads encoding in parallel (at least 1).
   explicit CodecPolicy(int encoder_threads, HostCpu cpu = HostCpu::Real());
 
-  // True: encode the next chunk; false: send it raw.
+  // Encode the next chunk, or send it raw, and why (see the top).
+  CodecDecision Decide(const ChunkFacts& facts);
+  // The throughput model alone: true: encode the next chunk; false: raw.
   bool ShouldEncode();
   // One chunk encoded: `raw` bytes in, `encoded` bytes out, taking
   // `seconds` on one thread.

@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <string>
+
 namespace stagger::client {
 namespace {
 
@@ -159,6 +161,98 @@ TEST(CodecPolicy, RealHostCpuReadsProcStat) {
   ASSERT_GT(a, 0) << "no readable /proc/stat";
   EXPECT_GE(h.idle_core_seconds(), a);
   EXPECT_GT(h.now_s(), 0);
+}
+
+// An encoder-bound policy: T*E = 100 MB/s, r = 0.5, W = 1000 MB/s:
+// f* = 100 / (1000 + 50) ~ 0.095, so the model alone sends most chunks raw.
+void MakeEncoderBound(CodecPolicy& p) {
+  p.OnEncoded(100'000'000, 50'000'000, 1.0);
+  p.OnWire(1'000'000'000);
+}
+
+int Reasons(CodecPolicy& p, const ChunkFacts& f, int n, CodecReason reason,
+            bool encode) {
+  int k = 0;
+  for (int i = 0; i < n; ++i) {
+    CodecDecision d = p.Decide(f);
+    k += d.reason == reason && d.encode == encode;
+  }
+  return k;
+}
+
+TEST(CodecPolicy, ADeadlineOrMarkedTrainingEncodesEveryChunk) {
+  CodecPolicy p(1, Frozen());
+  MakeEncoderBound(p);
+  ASSERT_LT(p.encode_fraction(), 0.1);
+  ChunkFacts paced;
+  paced.paced = true;
+  EXPECT_EQ(Reasons(p, paced, 50, CodecReason::kDeadline, true), 50);
+  ChunkFacts training;
+  training.training = true;
+  training.xor_zero_fraction = 0.1;
+  EXPECT_EQ(Reasons(p, training, 50, CodecReason::kTraining, true), 50);
+}
+
+TEST(CodecPolicy, ASparseDeltaIsEncodedEvenWhenEncodingIsTheBottleneck) {
+  CodecPolicy p(1, Frozen());
+  MakeEncoderBound(p);
+  ChunkFacts sparse;
+  sparse.xor_zero_fraction = 0.98;  // 2% of the bytes changed
+  EXPECT_EQ(Reasons(p, sparse, 50, CodecReason::kSparseDelta, true), 50);
+  ChunkFacts half;
+  half.xor_zero_fraction = CodecPolicy::kSparseZeroFraction;
+  EXPECT_EQ(Reasons(p, half, 10, CodecReason::kSparseDelta, true), 10);
+}
+
+TEST(CodecPolicy, ADenseDeltaOrNoBaseFollowsTheModel) {
+  CodecPolicy p(1, Frozen());
+  MakeEncoderBound(p);
+  ChunkFacts dense;
+  dense.xor_zero_fraction = 0.2;
+  int encoded = 0, raw = 0;
+  for (int i = 0; i < 100; ++i) {
+    CodecDecision d = p.Decide(dense);
+    if (d.encode) {
+      EXPECT_EQ(d.reason, CodecReason::kWireBound);
+      ++encoded;
+    } else {
+      EXPECT_EQ(d.reason, CodecReason::kEncoderBound);
+      ++raw;
+    }
+  }
+  EXPECT_EQ(encoded, 9);  // floor(100 * 0.0952)
+  EXPECT_EQ(raw, 91);
+  // When the wire is the bottleneck, every chunk is encoded.
+  CodecPolicy slow_wire(1, Frozen());
+  slow_wire.OnEncoded(100'000'000, 50'000'000, 1.0);
+  slow_wire.OnWire(10'000'000);
+  EXPECT_EQ(Reasons(slow_wire, ChunkFacts{}, 20, CodecReason::kWireBound, true),
+            20);
+}
+
+TEST(CodecPolicy, ReasonsHaveNames) {
+  EXPECT_STREQ(CodecReasonName(CodecReason::kDeadline), "deadline");
+  EXPECT_STREQ(CodecReasonName(CodecReason::kSparseDelta), "sparse_delta");
+  EXPECT_STREQ(CodecReasonName(CodecReason::kEncoderBound), "encoder_bound");
+  EXPECT_STREQ(CodecReasonName(CodecReason::kNoGain), "no_gain");
+}
+
+TEST(XorZeroFraction, CountsEqualBytesExactlyBelow64KiBAndBySampleAbove) {
+  std::string a(1000, 'a'), b = a;
+  for (size_t i = 0; i < b.size(); i += 4) b[i] = 'b';  // 250 differ
+  EXPECT_DOUBLE_EQ(XorZeroFraction(a.data(), b.data(), a.size()), 0.75);
+  EXPECT_DOUBLE_EQ(XorZeroFraction(a.data(), a.data(), a.size()), 1.0);
+  EXPECT_DOUBLE_EQ(XorZeroFraction(a.data(), b.data(), 3), 2.0 / 3);
+  // 4 MiB, every 10th byte changed: the sample sees about the same share.
+  std::string big(4 << 20, '\0'), other = big;
+  for (size_t i = 0; i < other.size(); i += 10) other[i] = 1;
+  EXPECT_NEAR(XorZeroFraction(big.data(), other.data(), big.size()), 0.9, 0.01);
+  // Changes only outside the sampled 512 of every 4 KiB are not seen: the
+  // figure is an estimate.
+  std::string unsampled = big;
+  for (size_t i = 1024; i < unsampled.size(); i += 4096) unsampled[i] = 1;
+  EXPECT_DOUBLE_EQ(XorZeroFraction(big.data(), unsampled.data(), big.size()),
+                   1.0);
 }
 
 }  // namespace

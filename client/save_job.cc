@@ -16,15 +16,13 @@ double Since(SaveJob::Clock::time_point t) {
 }  // namespace
 
 SaveJob::SaveJob(SaveJobDeps deps, pb::ShardManifest manifest,
-                 std::vector<SaveChunk> chunks, Clock::time_point start,
-                 bool keep_bytes)
+                 std::vector<SaveChunk> chunks, Clock::time_point start)
     : deps_(deps),
       manifest_(std::move(manifest)),
       chunks_(std::move(chunks)),
       start_(start),
       state_(std::make_shared<SaveHandle::State>(manifest_.step())),
       shaping_start_(deps.shaping->Now()),
-      keep_bytes_(keep_bytes),
       outcomes_(chunks_.size()),
       uncaptured_(chunks_.size()),
       unfinished_(chunks_.size()) {
@@ -155,6 +153,12 @@ void SaveJob::Run() {
       stats.codec_chunks[std::string(
           format::CodecName(static_cast<format::Codec>(c)))] = n;
   }
+  for (int r = 0; r < kCodecReasons; ++r) {
+    if (uint64_t n = put_stats_.codec_reasons[r]) {
+      stats.codec_reasons[CodecReasonName(static_cast<CodecReason>(r))] = n;
+    }
+  }
+  stats.chunks_no_base = put_stats_.chunks_no_base;
   ShapingStats qos = deps_.shaping->Since(shaping_start_);
   stats.yield_s = qos.yield_s;
   stats.paced_rate_Bps = qos.paced_rate_Bps;
@@ -186,6 +190,10 @@ void SaveJob::Run() {
     for (const auto& [codec, n] : stats.codec_chunks) {
       (*ss->mutable_codec_chunks())[codec] = n;
     }
+    for (const auto& [reason, n] : stats.codec_reasons) {
+      (*ss->mutable_codec_reasons())[reason] = n;
+    }
+    ss->set_chunks_no_base(stats.chunks_no_base);
     s = CommitShard(*deps_.servers, deps_.replicas, manifest_).status();
   }
   stats.durable_s = Since(start_);
@@ -327,7 +335,7 @@ void SaveJob::Ship(size_t i, char* slab) {
       self->Shipped(absl::OkStatus());
       return;
     }
-    if (self->keep_bytes_) {
+    if (c.keep_bytes) {
       self->outcomes_[i].bytes =
           std::make_shared<const std::string>(slab, c.len);
     }
@@ -336,6 +344,8 @@ void SaveJob::Ship(size_t i, char* slab) {
     if (c.previous && c.previous_bytes && c.previous_bytes->size() == c.len &&
         home_up) {
       delta = DeltaBase{c.previous_bytes, *c.previous};
+    } else if (c.base_not_held) {
+      ++self->put_stats_.chunks_no_base;
     }
     // Home servers up now and still up when the copies are acknowledged:
     // the copies went to them, not to servers further down the ranking.

@@ -60,6 +60,12 @@ struct SaveChunk {
   // when it matches `previous_fingerprint` the chunk is not copied at all.
   bool fingerprint_in_place = false;
   std::optional<std::array<uint64_t, 2>> previous_fingerprint;
+  // Keep this chunk's bytes as the next save's delta base (it fits
+  // delta_memory_bytes).
+  bool keep_bytes = false;
+  // It has a previous version whose bytes were not kept (they did not fit
+  // delta_memory_bytes): if changed, it cannot go as a delta.
+  bool base_not_held = false;
 };
 
 // What a committed save leaves for the next one, per chunk.
@@ -96,11 +102,10 @@ class SaveJob : public std::enable_shared_from_this<SaveJob> {
   using Clock = std::chrono::steady_clock;
 
   // `manifest` is complete except for chunk refs, which `chunks` point into.
-  // With `keep_bytes`, each shipped chunk's bytes are kept (outcomes()) so
-  // the next save can encode deltas against them.
+  // The bytes of each shipped chunk with SaveChunk::keep_bytes are kept
+  // (outcomes()) so the next save can encode deltas against them.
   SaveJob(SaveJobDeps deps, pb::ShardManifest manifest,
-          std::vector<SaveChunk> chunks, Clock::time_point start,
-          bool keep_bytes = false);
+          std::vector<SaveChunk> chunks, Clock::time_point start);
 
   // Runs the save on the calling (driver) thread until it is committed or
   // failed, then finishes the handle.
@@ -163,7 +168,6 @@ class SaveJob : public std::enable_shared_from_this<SaveJob> {
   PutStats put_stats_;
   const Shaping::Mark shaping_start_;
   Status status_;
-  const bool keep_bytes_;
   std::vector<ChunkOutcome> outcomes_;  // slot i written by chunk i only
 
   absl::Mutex mu_;

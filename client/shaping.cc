@@ -172,6 +172,7 @@ void Shaping::CallerWaits(bool waiting) {
 }
 
 void Shaping::CollectiveBegin() {
+  collectives_marked_.fetch_add(1, std::memory_order_relaxed);
   if (gate_) gate_->CollectiveBegin(clock_->NowNs());
 }
 void Shaping::CollectiveEnd() {

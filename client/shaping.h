@@ -80,6 +80,12 @@ class Shaping {
   void CollectiveEnd();
   void IterationBegin();
 
+  // The save last started has a deadline (it is paced).
+  bool Paced() const { return deadline_s_.load() > 0; }
+  // The training loop has marked a collective (with any qos_yield): the
+  // network is shared with the job.
+  bool TrainingMarked() const { return collectives_marked_.load() > 0; }
+
   // Cumulative counters; a save subtracts the values at its start.
   struct Mark {
     int64_t yield_ns = 0;
@@ -109,6 +115,7 @@ class Shaping {
   std::atomic<double> link_Bps_{0};
   std::atomic<double> deadline_s_{0};
   std::atomic<int> callers_waiting_{0};
+  std::atomic<uint64_t> collectives_marked_{0};
 };
 
 }  // namespace stagger::client

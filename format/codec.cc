@@ -36,6 +36,79 @@ void UngroupW(const char* in, size_t n, char* out) {
   }
 }
 
+// out[b * n + i] = x[i * W + b] ^ y[i * W + b]: XOR and group in one pass.
+template <int W>
+void XorGroupW(const char* x, const char* y, size_t n, char* out) {
+  for (size_t i = 0; i < n; ++i) {
+    for (int b = 0; b < W; ++b) out[b * n + i] = x[i * W + b] ^ y[i * W + b];
+  }
+}
+
+inline uint64_t Load64(const char* p) {
+  uint64_t v;
+  std::memcpy(&v, p, 8);
+  return v;
+}
+
+// XorGroupW<2> a word (4 elements) at a time; the tail bytewise.
+void XorGroup2(const char* x, const char* y, size_t n, char* out) {
+  char* g0 = out;
+  char* g1 = out + n;
+  size_t i = 0;
+  for (; i + 4 <= n; i += 4) {
+    const uint64_t v = Load64(x + 2 * i) ^ Load64(y + 2 * i);
+    const uint32_t lo = static_cast<uint32_t>((v & 0xff) | ((v >> 8) & 0xff00) |
+                                              ((v >> 16) & 0xff0000) |
+                                              ((v >> 24) & 0xff000000));
+    const uint32_t hi = static_cast<uint32_t>(
+        ((v >> 8) & 0xff) | ((v >> 16) & 0xff00) | ((v >> 24) & 0xff0000) |
+        ((v >> 32) & 0xff000000));
+    std::memcpy(g0 + i, &lo, 4);
+    std::memcpy(g1 + i, &hi, 4);
+  }
+  for (; i < n; ++i) {
+    g0[i] = x[2 * i] ^ y[2 * i];
+    g1[i] = x[2 * i + 1] ^ y[2 * i + 1];
+  }
+}
+
+// XorGroupW<4> a word (2 elements) at a time; the tail bytewise.
+void XorGroup4(const char* x, const char* y, size_t n, char* out) {
+  size_t i = 0;
+  for (; i + 2 <= n; i += 2) {
+    const uint64_t v = Load64(x + 4 * i) ^ Load64(y + 4 * i);
+    for (int b = 0; b < 4; ++b) {
+      const uint16_t pair = static_cast<uint16_t>(
+          ((v >> (8 * b)) & 0xff) | (((v >> (8 * b + 32)) & 0xff) << 8));
+      std::memcpy(out + b * n + i, &pair, 2);
+    }
+  }
+  for (; i < n; ++i) {
+    for (int b = 0; b < 4; ++b) out[b * n + i] = x[4 * i + b] ^ y[4 * i + b];
+  }
+}
+
+void XorGroupAny(const char* x, const char* y, size_t n, int w, char* out) {
+  switch (w) {
+    case 1:
+      return XorGroupW<1>(x, y, n, out);
+    case 2:
+      return XorGroup2(x, y, n, out);
+    case 4:
+      return XorGroup4(x, y, n, out);
+    default:
+      return XorGroupW<8>(x, y, n, out);
+  }
+}
+
+// A buffer of at least `n` bytes for this thread, reused from call to call
+// (no zero-fill of a fresh chunk-sized allocation each time).
+char* Scratch(size_t n) {
+  static thread_local std::string scratch;
+  if (scratch.size() < n) scratch.resize(n);
+  return scratch.data();
+}
+
 void GroupAny(const char* in, size_t n, int w, char* out) {
   switch (w) {
     case 2:
@@ -66,9 +139,18 @@ void UngroupAny(const char* in, size_t n, int w, char* out) {
 // false when zstd fails.
 Status ZstdAppend(std::string_view in, int level, std::string* out,
                   size_t prefix) {
+  // One compression context per thread: ZSTD_compress would set up and
+  // tear down its tables for every chunk.
+  struct Ctx {
+    ZSTD_CCtx* ctx = ZSTD_createCCtx();
+    ~Ctx() { ZSTD_freeCCtx(ctx); }
+  };
+  static thread_local Ctx cctx;
+  if (cctx.ctx == nullptr) return absl::ResourceExhaustedError("zstd context");
   out->resize(prefix + ZSTD_compressBound(in.size()));
-  size_t n = ZSTD_compress(out->data() + prefix, out->size() - prefix,
-                           in.data(), in.size(), level);
+  size_t n =
+      ZSTD_compressCCtx(cctx.ctx, out->data() + prefix, out->size() - prefix,
+                        in.data(), in.size(), level);
   if (ZSTD_isError(n)) {
     return absl::InternalError(
         absl::StrCat("zstd compress: ", ZSTD_getErrorName(n)));
@@ -113,11 +195,12 @@ Result<Codec> Encode(Codec codec, std::string_view raw, std::string* out,
                        w));
     }
     size_t n = raw.size() / w;
-    std::string grouped(raw.size(), '\0');
-    GroupAny(raw.data(), n, w, grouped.data());
-    std::memcpy(grouped.data() + n * w, raw.data() + n * w, raw.size() - n * w);
+    char* grouped = Scratch(raw.size());
+    GroupAny(raw.data(), n, w, grouped);
+    std::memcpy(grouped + n * w, raw.data() + n * w, raw.size() - n * w);
     out->assign(1, static_cast<char>(w));
-    STAGGER_RETURN_IF_ERROR(ZstdAppend(grouped, options.zstd_level, out, 1));
+    STAGGER_RETURN_IF_ERROR(ZstdAppend(std::string_view(grouped, raw.size()),
+                                       options.zstd_level, out, 1));
     if (out->size() < raw.size()) return Codec::kByteGroupZstd;
   }
   out->assign(raw.data(), raw.size());
@@ -138,16 +221,13 @@ Result<Codec> EncodeDelta(std::string_view raw, std::string_view base,
   }
   // XOR and group in one pass: no intermediate copy of the chunk.
   const size_t n = raw.size() / w;
-  std::string grouped(raw.size(), '\0');
-  for (size_t i = 0; i < n; ++i) {
-    for (int b = 0; b < w; ++b) {
-      grouped[b * n + i] = raw[i * w + b] ^ base[i * w + b];
-    }
-  }
+  char* grouped = Scratch(raw.size());
+  XorGroupAny(raw.data(), base.data(), n, w, grouped);
   for (size_t i = n * w; i < raw.size(); ++i) grouped[i] = raw[i] ^ base[i];
   out->assign(1, static_cast<char>(w));
   out->append(base_id.ToBytes());
-  STAGGER_RETURN_IF_ERROR(ZstdAppend(grouped, options.zstd_level, out, 17));
+  STAGGER_RETURN_IF_ERROR(ZstdAppend(std::string_view(grouped, raw.size()),
+                                     options.zstd_level, out, 17));
   if (out->size() < raw.size()) return Codec::kXorByteGroupZstd;
   out->assign(raw.data(), raw.size());
   return Codec::kRaw;

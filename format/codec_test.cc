@@ -128,6 +128,31 @@ TEST(CodecTest, XorDeltaRoundTripsAndBeatsFullEncoding) {
       absl::StatusCode::kInvalidArgument);
 }
 
+TEST(CodecTest, XorDeltaRoundTripsEveryWidthAtOddLengths) {
+  // Lengths whose element counts are not multiples of the word-at-a-time
+  // loops (4 elements of 2 bytes, 2 of 4), with and without a byte tail.
+  for (size_t len : {1, 7, 8, 9, 15, 17, 4099, 65543}) {
+    std::string base = Floats(len / 4 + 1, 3).substr(0, len);
+    std::string next = base;
+    for (size_t i = 0; i < next.size(); i += 3) next[i] ^= 0x5a;
+    const ChunkId base_id = ChunkId::Of(base.data(), base.size());
+    for (int w : {1, 2, 4, 8}) {
+      EncodeOptions o;
+      o.element_size = w;
+      std::string delta;
+      auto codec = EncodeDelta(next, base, base_id, &delta, o);
+      ASSERT_TRUE(codec.ok()) << codec.status();
+      std::string out(next.size(), '\0');
+      if (*codec == Codec::kRaw) {
+        EXPECT_EQ(delta, next) << len << " " << w;
+        continue;
+      }
+      ASSERT_TRUE(DecodeDelta(delta, base, out.data(), out.size()).ok());
+      EXPECT_EQ(out, next) << len << " " << w;
+    }
+  }
+}
+
 TEST(CodecTest, DecodeRejectsWrongLengthsAndGarbage) {
   std::string raw(4096, 'a');
   std::string enc;

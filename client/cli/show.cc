@@ -17,14 +17,24 @@
 namespace stagger::client {
 namespace {
 
-// "raw:12 zstd:3"
-std::string CodecMix(const pb::ShardStats& st) {
+// "raw:12 zstd:3", sorted by name.
+std::string Counts(const google::protobuf::Map<std::string, uint64_t>& m) {
   std::vector<std::string> parts;
-  for (const auto& [codec, n] : std::map<std::string, uint64_t>(
-           st.codec_chunks().begin(), st.codec_chunks().end())) {
-    parts.push_back(absl::StrCat(codec, ":", n));
+  for (const auto& [name, n] :
+       std::map<std::string, uint64_t>(m.begin(), m.end())) {
+    parts.push_back(absl::StrCat(name, ":", n));
   }
   return parts.empty() ? "-" : absl::StrJoin(parts, " ");
+}
+
+// {"raw":12,"zstd":3}, sorted by name.
+std::string JsonCounts(const google::protobuf::Map<std::string, uint64_t>& m) {
+  std::vector<std::string> parts;
+  for (const auto& [name, n] :
+       std::map<std::string, uint64_t>(m.begin(), m.end())) {
+    parts.push_back(absl::StrCat(JsonQuote(name), ":", n));
+  }
+  return absl::StrCat("{", absl::StrJoin(parts, ","), "}");
 }
 
 // The servers meant to hold the chunks of `shard`: the first `replicas`
@@ -66,11 +76,7 @@ int RunShow(const ShowArgs& a) {
     std::vector<std::string> ranks;
     for (const pb::ShardManifest& m : reply->shards()) {
       const pb::ShardStats& st = m.stats();
-      std::vector<std::string> codecs, servers;
-      for (const auto& [codec, n] : std::map<std::string, uint64_t>(
-               st.codec_chunks().begin(), st.codec_chunks().end())) {
-        codecs.push_back(absl::StrCat(JsonQuote(codec), ":", n));
-      }
+      std::vector<std::string> servers;
       for (const std::string& s : ServersOf(*session->servers, m)) {
         servers.push_back(JsonQuote(s));
       }
@@ -79,11 +85,13 @@ int RunShow(const ShowArgs& a) {
           ",\"snapshot_s\":", st.snapshot_s(),
           ",\"durable_s\":", st.durable_s(), ",\"bytes_raw\":", st.bytes_raw(),
           ",\"bytes_shipped\":", st.bytes_shipped(), ",\"ratio\":", Ratio(st),
-          ",\"chunks\":", st.chunks(), ",\"chunks_unchanged\":",
-          st.chunks_unchanged(), ",\"codec_chunks\":{",
-          absl::StrJoin(codecs, ","), "},\"yield_s\":", st.yield_s(),
-          ",\"paced_rate_Bps\":", st.paced_bytes_per_s(), ",\"servers\":[",
-          absl::StrJoin(servers, ","), "]}"));
+          ",\"chunks\":", st.chunks(),
+          ",\"chunks_unchanged\":", st.chunks_unchanged(),
+          ",\"codec_chunks\":", JsonCounts(st.codec_chunks()),
+          ",\"codec_reasons\":", JsonCounts(st.codec_reasons()),
+          ",\"chunks_no_base\":", st.chunks_no_base(), ",\"yield_s\":",
+          st.yield_s(), ",\"paced_rate_Bps\":", st.paced_bytes_per_s(),
+          ",\"servers\":[", absl::StrJoin(servers, ","), "]}"));
     }
     printf(
         "{\"job\":%s,\"step\":%lld,\"state\":\"%s\",\"world_size\":%u,"
@@ -97,20 +105,21 @@ int RunShow(const ShowArgs& a) {
          static_cast<long long>(info.step()),
          info.complete() ? "complete" : "partial", info.committed_ranks_size(),
          info.world_size());
-  printf("%-5s %9s %9s %9s %14s %14s %6s %11s %8s  %-24s %s\n", "RANK",
+  printf("%-5s %9s %9s %9s %14s %14s %6s %11s %8s  %-24s %-34s %s\n", "RANK",
          "STALL_S", "SNAP_S", "DURABLE_S", "RAW_BYTES", "SHIPPED_BYTES",
-         "RATIO", "UNCHANGED", "YIELD_S", "CODECS", "SERVERS");
+         "RATIO", "UNCHANGED", "YIELD_S", "CODECS", "WHY (codec_reasons)",
+         "SERVERS");
   for (const pb::ShardManifest& m : reply->shards()) {
     const pb::ShardStats& st = m.stats();
     printf(
         "%-5u %9.3f %9.3f %9.3f %14llu %14llu %6.2f %5llu/%-5llu %8.3f  "
-        "%-24s %s\n",
+        "%-24s %-34s %s\n",
         m.rank(), st.stall_s(), st.snapshot_s(), st.durable_s(),
         static_cast<unsigned long long>(st.bytes_raw()),
         static_cast<unsigned long long>(st.bytes_shipped()), Ratio(st),
         static_cast<unsigned long long>(st.chunks_unchanged()),
         static_cast<unsigned long long>(st.chunks()), st.yield_s(),
-        CodecMix(st).c_str(),
+        Counts(st.codec_chunks()).c_str(), Counts(st.codec_reasons()).c_str(),
         absl::StrJoin(ServersOf(*session->servers, m), ",").c_str());
   }
   return 0;

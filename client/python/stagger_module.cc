@@ -195,6 +195,12 @@ PYBIND11_MODULE(_stagger, m) {
         py::dict mix;
         for (const auto& [name, n] : s.codec_chunks) mix[py::str(name)] = n;
         d["codec_chunks"] = mix;
+        py::dict reasons;
+        for (const auto& [name, n] : s.codec_reasons) {
+          reasons[py::str(name)] = n;
+        }
+        d["codec_reasons"] = reasons;
+        d["chunks_no_base"] = s.chunks_no_base;
         return d;
       });
 

@@ -47,6 +47,13 @@ struct SaveStats {
   // Shipped chunks per codec name ("raw", "zstd", "bytegroup+zstd",
   // "xor+bytegroup+zstd").
   std::map<std::string, uint64_t> codec_chunks;
+  // Shipped chunks per reason they went out encoded or raw ("deadline",
+  // "training", "sparse_delta", "wire_bound", "encoder_bound" (raw),
+  // "no_gain" (raw), "fixed"; client/README.md "Codec policy").
+  std::map<std::string, uint64_t> codec_reasons;
+  // Changed chunks that had a previous version but whose bytes did not fit
+  // delta_memory_bytes, so they could not be sent as deltas.
+  uint64_t chunks_no_base = 0;
   uint64_t staging_bytes = 0;  // peak staging memory this save held
   // Bytes copied into staging. CUDA chunks whose on-device fingerprint is
   // unchanged since the previous save are not copied at all.

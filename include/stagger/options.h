@@ -45,9 +45,12 @@ struct CheckpointerOptions {
   bool adaptive_codec = true;
   // Deltas: a changed chunk is sent as XOR against its previous version
   // (byte-grouped, zstd) when that is smaller. The client keeps the previous
-  // version of the state for this, if it fits delta_memory_bytes (0: min(1
-  // GiB, physical memory / 16)); a chain of deltas is cut by a full chunk
-  // every delta_chain_max saves (0 turns deltas off).
+  // version of each chunk for this, and the new one while a save runs:
+  // delta_memory_bytes covers half as many bytes of state, the first chunks
+  // in tensor order, the same every save (0: physical memory / 8 / the
+  // LOCAL_WORLD_SIZE environment variable, at least 64 MiB). Changed chunks
+  // beyond it go whole (SaveStats::chunks_no_base). A chain of deltas is
+  // cut by a full chunk every delta_chain_max saves (0 turns deltas off).
   uint64_t delta_memory_bytes = 0;
   int delta_chain_max = 8;
   int zstd_level = 1;
