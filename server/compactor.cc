@@ -72,6 +72,9 @@ class Compactor::Pass {
   Result<CompactionStats> Run();
 
  private:
+  // Whether `s` holds fewer live bytes (per `live`) than the threshold.
+  bool MostlyDead(const SegmentInfo& s,
+                  const absl::flat_hash_map<uint64_t, uint64_t>& live) const;
   // Copies the records of `segment` still indexed there (sorted by offset)
   // and points the index at the copies, batch by batch.
   Status MoveRecords(uint64_t segment, std::vector<Relocation>& records);
@@ -87,24 +90,40 @@ class Compactor::Pass {
   CompactionStats stats_;
 };
 
+bool Compactor::Pass::MostlyDead(
+    const SegmentInfo& s,
+    const absl::flat_hash_map<uint64_t, uint64_t>& live) const {
+  auto it = live.find(s.id);
+  const uint64_t bytes = it == live.end() ? 0 : it->second;
+  return bytes == 0 || static_cast<double>(bytes) <
+                           c_->options_.threshold * static_cast<double>(s.size);
+}
+
 Result<CompactionStats> Compactor::Pass::Run() {
-  STAGGER_ASSIGN_OR_RETURN(std::vector<SegmentInfo> sealed,
-                           c_->segments_->ListSealedSegments(job_));
-  if (sealed.empty()) return stats_;
+  STAGGER_ASSIGN_OR_RETURN(std::vector<SegmentInfo> segments,
+                           c_->segments_->ListSegments(job_));
+  if (segments.empty()) return stats_;
   absl::flat_hash_map<uint64_t, uint64_t> live;
   STAGGER_RETURN_IF_ERROR(c_->meta_->ForEachChunk(
       job_, [&](const format::ChunkId&, const ChunkMeta& m) {
         live[m.location.segment] += m.location.record_size;
       }));
+  // The segment being appended to holds the newest steps; once gc has left
+  // it mostly dead it is rolled over so that it can be compacted now, not
+  // when it fills up. (Records appended after the scan go to the new one.)
+  for (const SegmentInfo& s : segments) {
+    if (!s.sealed && s.size >= c_->options_.min_roll_bytes &&
+        MostlyDead(s, live)) {
+      STAGGER_RETURN_IF_ERROR(
+          WithContext(c_->segments_->Roll(job_), Where(job_, s.id)));
+      ++stats_.segments_rolled;
+    }
+  }
+  STAGGER_ASSIGN_OR_RETURN(std::vector<SegmentInfo> sealed,
+                           c_->segments_->ListSealedSegments(job_));
   std::map<uint64_t, uint64_t> victims;  // segment id -> file size
   for (const SegmentInfo& s : sealed) {
-    auto it = live.find(s.id);
-    const uint64_t bytes = it == live.end() ? 0 : it->second;
-    if (bytes == 0 ||
-        static_cast<double>(bytes) <
-            c_->options_.threshold * static_cast<double>(s.size)) {
-      victims.emplace(s.id, s.size);
-    }
+    if (MostlyDead(s, live)) victims.emplace(s.id, s.size);
   }
   if (victims.empty()) return stats_;
 

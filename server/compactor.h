@@ -3,9 +3,11 @@
 // deleting the segments.
 //
 // One pass over a job:
-//   1. list the job's sealed segments (SegmentStore::ListSealedSegments:
-//      never the segment being appended to);
-//   2. scan the job's index for the live bytes of each;
+//   1. list the job's segments and scan the job's index for the live bytes
+//      of each; when the segment being appended to (min_roll_bytes or more) is
+//      below `threshold`, roll it over (SegmentStore::Roll) so it is sealed;
+//   2. list the sealed segments (SegmentStore::ListSealedSegments: never
+//      the segment being appended to);
 //   3. for each segment whose live bytes are below `threshold` of its size,
 //      read every record the index still places there, append a copy
 //      through SegmentStore::Append (group-committed, fdatasynced), and once
@@ -60,12 +62,17 @@ struct CompactorOptions {
   double threshold = 0.5;
   uint64_t bytes_per_s = 64ull << 20;  // copy rate; 0: unlimited
   uint64_t batch_bytes = 64ull << 20;  // copied per index update; > 0
+  // The segment being appended to is rolled over for compaction only from
+  // this size on, so a small job keeps one segment instead of making a new
+  // one at every pass.
+  uint64_t min_roll_bytes = 1ull << 20;
   // Tests: runs at each step with the segment's id; a non-OK status ends
   // the pass right there, as if the process had died.
   std::function<Status(CompactionStep, uint64_t segment)> on_step;
 };
 
 struct CompactionStats {
+  uint64_t segments_rolled = 0;  // open segments retired to be compacted
   uint64_t segments_removed = 0;
   uint64_t records_copied = 0;
   uint64_t bytes_copied = 0;     // record bytes written again

@@ -243,6 +243,36 @@ TEST_F(CompactorTest, NeverTouchesTheSegmentBeingAppendedTo) {
   ExpectReadsBack({order_.back()});
 }
 
+TEST_F(CompactorTest, AMostlyDeadOpenSegmentIsRolledOverAndReclaimed) {
+  CompactorOptions co = Defaults();
+  co.min_roll_bytes = 16 << 10;
+  Close();
+  Open(co);
+  PutChunks(3);  // in segment 1, still open (segments hold 64 KiB)
+  ASSERT_EQ(Usage().files, 1u);
+  const uint64_t before = Usage().bytes;
+  ChunkIdSet keep = {order_.back()};
+  auto swept = meta_->Sweep(kJob, keep, 0);
+  ASSERT_TRUE(swept.ok()) << swept.status();
+  ASSERT_EQ(swept->chunks_deleted, 2u);
+  auto r = compactor_->CompactJob(kJob);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->segments_rolled, 1u);
+  EXPECT_EQ(r->segments_removed, 1u);
+  EXPECT_EQ(r->records_copied, 1u);
+  EXPECT_LT(Usage().bytes, before);
+  EXPECT_EQ(Usage().files, 1u);  // the copy's segment, open
+  ExpectReadsBack({order_.back()});
+  // New appends go on in the new segment; a dense one is not rolled.
+  PutChunks(2);
+  r = compactor_->CompactJob(kJob);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->segments_rolled, 0u);
+  EXPECT_EQ(r->segments_removed, 0u);
+  ExpectReadsBack(
+      std::vector<format::ChunkId>(order_.begin() + 2, order_.end()));
+}
+
 TEST_F(CompactorTest, DenseSegmentsAreLeftAlone) {
   PutChunks(24);
   const DirUsage before = Usage();

@@ -70,10 +70,14 @@ void SegmentStore::Impl::WriterLoop() {
   fs_->RegisterBuffers(iovs).IgnoreError();
   while (true) {
     std::vector<Pending> batch;
+    std::set<std::string> rolls;
+    uint64_t rolls_asked = 0;
     {
       absl::MutexLock l(&mu_);
       mu_.Await(absl::Condition(this, &Impl::HasWorkOrStopping));
-      if (queue_.empty()) break;  // stopping, and everything is drained
+      rolls.swap(roll_);
+      rolls_asked = rolls_asked_;
+      if (queue_.empty() && rolls.empty()) break;  // stopping, all drained
       size_t bytes = 0;
       while (!queue_.empty()) {
         uint64_t next = queue_.front().record_size;
@@ -84,9 +88,16 @@ void SegmentStore::Impl::WriterLoop() {
       }
       ++batches_started_;
     }
-    Commit(batch);
+    // Rolls first: the batch taken with them goes to new segments.
+    if (!rolls.empty()) RollJobs(rolls);
+    if (!batch.empty()) Commit(batch);
     absl::MutexLock l(&mu_);
     ++batches_done_;
+    rolls_done_ = rolls_asked;
+  }
+  {
+    absl::MutexLock l(&mu_);
+    rolls_done_ = rolls_asked_;  // the loop below retires every segment
   }
   fs_->UnregisterBuffers();
   for (auto& [job, state] : jobs_) {
@@ -232,6 +243,31 @@ void SegmentStore::Impl::Commit(std::vector<Pending>& batch) {
   Reseal();
 }
 
+void SegmentStore::Impl::RollJobs(const std::set<std::string>& jobs) {
+  for (const std::string& job : jobs) {
+    auto it = jobs_.find(job);
+    if (it == jobs_.end() || it->second.current == nullptr) continue;
+    // Every record placed in it was committed (and its callback run) by
+    // the batches before this one.
+    Trim(it->second.current.get());
+    it->second.current.reset();
+  }
+  Reseal();
+}
+
+Status SegmentStore::Impl::Roll(const std::string& job) {
+  STAGGER_RETURN_IF_ERROR(ValidateJobName(job));
+  absl::MutexLock l(&mu_);
+  if (stopping_) return absl::UnavailableError("segment store is closing");
+  roll_.insert(job);
+  const uint64_t ticket = ++rolls_asked_;
+  auto done = [this, ticket]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return rolls_done_ >= ticket;
+  };
+  mu_.Await(absl::Condition(&done));
+  return absl::OkStatus();
+}
+
 void SegmentStore::Impl::Unseal(const std::string& job, uint64_t id) {
   absl::MutexLock l(&seal_mu_);
   auto [it, inserted] = unsealed_from_.try_emplace(job, id);
@@ -259,6 +295,11 @@ uint64_t SegmentStore::Impl::UnsealedFrom(const std::string& job) {
 
 Result<std::vector<SegmentInfo>> SegmentStore::Impl::ListSealedSegments(
     const std::string& job) {
+  return ListSegments(job, /*sealed_only=*/true);
+}
+
+Result<std::vector<SegmentInfo>> SegmentStore::Impl::ListSegments(
+    const std::string& job, bool sealed_only) {
   STAGGER_RETURN_IF_ERROR(ValidateJobName(job));
   {
     // A caller whose append callback has run sees its effect: wait for the
@@ -278,13 +319,13 @@ Result<std::vector<SegmentInfo>> SegmentStore::Impl::ListSealedSegments(
   // listing or already marked unsealed (Unseal runs before its creation).
   const uint64_t unsealed = UnsealedFrom(job);
   for (uint64_t id : *ids) {
-    if (id >= unsealed) break;
+    if (sealed_only && id >= unsealed) break;
     auto file = OpenForRead(job, id);
     if (absl::IsNotFound(file.status())) continue;  // removed meanwhile
     if (!file.ok()) return WithContext(file.status(), Where(job, id, 0));
     auto size = (*file)->Size();
     if (!size.ok()) return WithContext(size.status(), Where(job, id, 0));
-    out.push_back(SegmentInfo{id, *size});
+    out.push_back(SegmentInfo{id, *size, id < unsealed});
   }
   return out;
 }
@@ -307,9 +348,12 @@ void SegmentStore::Impl::Reserve(Segment* segment) {
   if (!preallocate_ || step == 0 || segment->allocated >= segment->size) {
     return;
   }
-  // As far ahead as the segment already holds, up to `step`: a job that
-  // writes little reserves little.
-  const uint64_t ahead = std::min(step, segment->size);
+  // An eighth of what the segment already holds (at least kMinReserve), up
+  // to `step`: a job that writes little reserves little, and what a job
+  // holds on disk stays within about 1/8 of what it stored.
+  constexpr uint64_t kMinReserve = 64ull << 10;
+  const uint64_t ahead =
+      std::min(step, std::max(kMinReserve, segment->size / 8));
   uint64_t target = (segment->size + ahead + format::kRecordAlignment - 1) /
                     format::kRecordAlignment * format::kRecordAlignment;
   target = std::max(
@@ -496,6 +540,13 @@ Result<std::vector<SegmentInfo>> SegmentStore::ListSealedSegments(
     const std::string& job) {
   return impl_->ListSealedSegments(job);
 }
+
+Result<std::vector<SegmentInfo>> SegmentStore::ListSegments(
+    const std::string& job) {
+  return impl_->ListSegments(job, /*sealed_only=*/false);
+}
+
+Status SegmentStore::Roll(const std::string& job) { return impl_->Roll(job); }
 
 Status SegmentStore::RemoveSegment(const std::string& job, uint64_t id) {
   return impl_->RemoveSegment(job, id);

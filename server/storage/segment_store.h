@@ -49,7 +49,8 @@ struct SegmentStoreOptions {
   size_t max_batch_bytes = 64ull << 20;  // bytes per group commit
   size_t queue_depth = 32;               // writes in flight
   // Reserve disk space ahead of the appends to a segment (File::Allocate):
-  // as much again as the segment holds, at most this many bytes, so that
+  // an eighth of what the segment holds (at least 64 KiB), at most this many
+  // bytes, so that
   // its writes are overwrites the kernel runs in parallel instead of
   // extending writes it serializes. The unused reservation is cut off when
   // the segment is retired or the store closes. 0: never reserve.
@@ -58,7 +59,8 @@ struct SegmentStoreOptions {
 
 struct SegmentInfo {
   uint64_t id = 0;
-  uint64_t size = 0;  // bytes in the file
+  uint64_t size = 0;   // bytes in the file (reserved space included)
+  bool sealed = true;  // false: the segment being appended to
 };
 
 struct StoredRecord {
@@ -118,6 +120,16 @@ class SegmentStore {
   // waits for the batch being committed, if any). Must not be called from
   // an append callback.
   Result<std::vector<SegmentInfo>> ListSealedSegments(const std::string& job);
+  // As ListSealedSegments, with the segment being appended to as well
+  // (sealed = false), and any still being committed.
+  Result<std::vector<SegmentInfo>> ListSegments(const std::string& job);
+
+  // Retires the segment `job` is appending to, once the batch being
+  // committed is done: its unused reservation is cut off, it is sealed, and
+  // the next append opens a new segment. So a mostly dead segment can be
+  // compacted before it fills up (server/compactor.h). Returns once done;
+  // OK when the job has no open segment.
+  Status Roll(const std::string& job);
 
   // Deletes sealed segment `id` of `job` and syncs the job directory.
   // FAILED_PRECONDITION when the segment is not sealed, NOT_FOUND when it

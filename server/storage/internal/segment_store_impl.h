@@ -67,6 +67,9 @@ class SegmentStore::Impl {
                                        const ChunkLocation&)>& on_record,
               const std::function<void(const Status&)>& on_error);
   Result<std::vector<SegmentInfo>> ListSealedSegments(const std::string& job);
+  Result<std::vector<SegmentInfo>> ListSegments(const std::string& job,
+                                                bool sealed_only);
+  Status Roll(const std::string& job);
   Status RemoveSegment(const std::string& job, uint64_t id);
   bool direct_io() const { return direct_.load(std::memory_order_relaxed); }
   SegmentStoreStats Stats() const;
@@ -115,8 +118,10 @@ class SegmentStore::Impl {
   }
 
   bool HasWorkOrStopping() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    return !queue_.empty() || stopping_;
+    return !queue_.empty() || !roll_.empty() || stopping_;
   }
+  // Retires the current segment of each job in `jobs` (writer thread).
+  void RollJobs(const std::set<std::string>& jobs);
   void WriterLoop();
   void Commit(std::vector<Pending>& batch);
   Result<JobState*> GetJob(const std::string& job);
@@ -133,10 +138,10 @@ class SegmentStore::Impl {
   // copied into staging buffers).
   char* InPlaceRecord(Pending& p);
   void Abandon(Segment* segment);
-  // Reserves space for `segment`'s placed bytes and as much again, up to
-  // options_.preallocate_bytes more (not beyond the segment limit unless a
-  // record needs it).
-  // Failures only cost speed: writes extend the file instead.
+  // Reserves space for `segment`'s placed bytes and an eighth more (at
+  // least 64 KiB), up to options_.preallocate_bytes more (not beyond the
+  // segment limit unless a record needs it). Failures only cost speed: writes
+  // extend the file instead.
   void Reserve(Segment* segment);
   // Cuts a segment's unused reservation off (best effort).
   void Trim(Segment* segment);
@@ -178,6 +183,11 @@ class SegmentStore::Impl {
   // updated).
   uint64_t batches_started_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t batches_done_ ABSL_GUARDED_BY(mu_) = 0;
+  // Jobs whose current segment Roll() asked to retire, and how many Roll()
+  // calls were made / are done.
+  std::set<std::string> roll_ ABSL_GUARDED_BY(mu_);
+  uint64_t rolls_asked_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t rolls_done_ ABSL_GUARDED_BY(mu_) = 0;
 
   // Per job that has an unsealed segment, the lowest unsealed id. Written
   // by the writer thread, read by ListSealedSegments and RemoveSegment.
