@@ -7,6 +7,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
@@ -51,8 +52,11 @@ Result<std::unique_ptr<ServerProcess>> ServerProcess::Start(
   if (pipe2(pipefd, O_CLOEXEC) != 0) {
     return absl::UnavailableError(absl::StrCat("pipe: ", strerror(errno)));
   }
-  std::vector<std::string> args = {binary, "--data", data_dir, "--listen",
-                                   "127.0.0.1:0"};
+  std::vector<std::string> args = {binary, "--data", data_dir};
+  if (std::find(extra_args.begin(), extra_args.end(), "--listen") ==
+      extra_args.end()) {
+    args.insert(args.end(), {"--listen", "127.0.0.1:0"});
+  }
   args.insert(args.end(), extra_args.begin(), extra_args.end());
   std::vector<char*> argv;
   for (auto& a : args) argv.push_back(a.data());

@@ -19,7 +19,9 @@ namespace stagger::bench {
 
 class ServerProcess {
  public:
-  // Runs `binary --data DATA_DIR --listen 127.0.0.1:0 EXTRA_ARGS...` and
+  // Runs `binary --data DATA_DIR --listen 127.0.0.1:0 EXTRA_ARGS...` (no
+  // --listen of its own when EXTRA_ARGS has one: a restart on the same
+  // address) and
   // waits (at most `timeout_s`) for its "stagger-server ready grpc=...
   // data=..." line.
   // NOT_FOUND when the binary is missing; UNAVAILABLE when it exits or does

@@ -96,24 +96,26 @@ Result<std::vector<TraceStep>> ReadTrace(const std::string& dir) {
   return steps;
 }
 
-Status ReplayTrace(const std::vector<TraceStep>& trace,
-                   const std::string& data_dir, uint64_t chunk_size,
-                   bool adaptive, ResultLine* result) {
+Status ReplayTrace(const std::vector<TraceStep>& trace, DiskMeter* meter,
+                   uint64_t chunk_size, bool adaptive, ResultLine* result) {
   // Buffers registered once (from the first dump's layout), refilled from
   // each dump before its save.
   struct Run {
     std::unique_ptr<Checkpointer> ck;
     std::vector<std::pair<const TraceTensor*, std::vector<char>>> tensors;
     SaveStats last;
+    uint64_t raw = 0, shipped = 0;  // dumps 2..N
   };
   std::map<std::string, Run> runs;
   for (const TraceTensor& t : trace.front().tensors) {
     Run& r = runs[ClassOf(t.name)];
     r.tensors.emplace_back(&t, std::vector<char>(Bytes(t)));
   }
+  std::vector<std::string> jobs;
+  for (auto& [cls, r] : runs) jobs.push_back("trace." + cls);
   for (auto& [cls, r] : runs) {
     CheckpointerOptions o;
-    o.servers = "embedded:" + data_dir;
+    o.servers = meter->grpc_address();
     o.job = "trace." + cls;
     o.chunk_size = chunk_size;
     o.adaptive_codec = adaptive;
@@ -123,7 +125,16 @@ Status ReplayTrace(const std::vector<TraceStep>& trace,
           r.ck->Register({t->name, t->dtype, t->shape, bytes.data()}));
     }
   }
-  for (const TraceStep& step : trace) {
+  if (trace.size() < 2) {
+    return absl::InvalidArgumentError(
+        "a trace needs at least 2 dumps (the first is the full save)");
+  }
+  DiskUsage first;
+  for (size_t k = 0; k < trace.size(); ++k) {
+    const TraceStep& step = trace[k];
+    if (k == 1) {
+      STAGGER_ASSIGN_OR_RETURN(first, meter->Measure(jobs));
+    }
     std::map<std::string, const TraceTensor*> by_name;
     for (const TraceTensor& t : step.tensors) by_name[t.name] = &t;
     for (auto& [cls, r] : runs) {
@@ -149,22 +160,40 @@ Status ReplayTrace(const std::vector<TraceStep>& trace,
       STAGGER_ASSIGN_OR_RETURN(SaveHandle h, r.ck->Save(step.step));
       STAGGER_RETURN_IF_ERROR(h.Wait());
       r.last = h.stats();
+      if (k > 0) {
+        r.raw += r.last.bytes_raw;
+        r.shipped += r.last.bytes_shipped;
+      }
     }
   }
+  STAGGER_ASSIGN_OR_RETURN(DiskUsage last, meter->Measure(jobs));
   printf("torch trace: %zu dumps (steps %lld..%lld), last step per class\n",
          trace.size(), static_cast<long long>(trace.front().step),
          static_cast<long long>(trace.back().step));
-  Table table(
-      {"class", "raw", "shipped", "raw/shipped", "unchanged/chunks", "deltas"});
+  Table table({"class", "raw 2..N", "disk 2..N", "raw/disk", "client 2..N",
+               "last raw/shipped", "unchanged/chunks", "deltas", "codec mix",
+               "why"});
   for (auto& [cls, r] : runs) {
-    table.AddRow({cls, FormatBytes(r.last.bytes_raw),
-                  FormatBytes(r.last.bytes_shipped),
+    const std::string job = "trace." + cls;
+    const uint64_t disk = last.jobs[job] - first.jobs[job];
+    std::string mix, why;
+    for (const auto& [c, n] : r.last.codec_chunks) {
+      absl::StrAppend(&mix, mix.empty() ? "" : " ", c, ":", n);
+    }
+    for (const auto& [c, n] : r.last.codec_reasons) {
+      absl::StrAppend(&why, why.empty() ? "" : " ", c, ":", n);
+    }
+    table.AddRow({cls, FormatBytes(r.raw), FormatBytes(disk),
+                  Ratio(r.raw, disk), FormatBytes(r.shipped),
                   Ratio(r.last.bytes_raw, r.last.bytes_shipped),
                   absl::StrCat(r.last.chunks_unchanged, "/", r.last.chunks),
-                  absl::StrCat(r.last.chunks_delta)});
+                  absl::StrCat(r.last.chunks_delta), mix.empty() ? "-" : mix,
+                  why.empty() ? "-" : why});
     std::string key = cls.substr(std::string("torch_").size());
     result->Add("trace_" + key + "_ratio",
                 Div(r.last.bytes_raw, r.last.bytes_shipped));
+    result->Add("trace_" + key + "_disk_ratio",
+                Div(static_cast<double>(r.raw), static_cast<double>(disk)));
   }
   table.Print();
   return absl::OkStatus();

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "bench/common.h"
+#include "bench/disk_meter.h"
 #include "stagger/status.h"
 
 namespace stagger::bench {
@@ -30,13 +31,14 @@ struct TraceStep {
 // file and line for a malformed index; NOT_FOUND when DIR has no steps.
 Result<std::vector<TraceStep>> ReadTrace(const std::string& dir);
 
-// Saves every step of `trace` into an embedded server under `data_dir`,
-// one Checkpointer per class (model.* fp32, bf16.* bf16, optim.* Adam
-// moments), prints a table for the last step and adds
-// trace_{fp32,bf16,adam}_ratio (raw / shipped) to `result`.
-Status ReplayTrace(const std::vector<TraceStep>& trace,
-                   const std::string& data_dir, uint64_t chunk_size,
-                   bool adaptive, ResultLine* result);
+// Saves every step of `trace` to `meter`'s server, one Checkpointer per
+// class (model.* fp32, bf16.* bf16, optim.* Adam moments), measures the
+// server's disk after the first and the last dump, prints a table and adds
+// trace_{fp32,bf16,adam}_ratio (raw / shipped, last dump) and
+// trace_{fp32,bf16,adam}_disk_ratio (raw / disk growth, dumps 2..N) to
+// `result`.
+Status ReplayTrace(const std::vector<TraceStep>& trace, DiskMeter* meter,
+                   uint64_t chunk_size, bool adaptive, ResultLine* result);
 
 }  // namespace stagger::bench
 

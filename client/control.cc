@@ -231,7 +231,9 @@ Result<pb::StepInfo> CommitShard(ServerSet& servers, size_t replicas,
 
 Result<std::vector<pb::StepInfo>> ListSteps(ServerSet& servers,
                                             const std::string& job,
-                                            bool include_partial) {
+                                            bool include_partial,
+                                            uint64_t* disk_bytes) {
+  if (disk_bytes != nullptr) *disk_bytes = 0;
   pb::ListStepsRequest req;
   req.set_job(job);
   req.set_include_partial(include_partial);
@@ -242,6 +244,7 @@ Result<std::vector<pb::StepInfo>> ListSteps(ServerSet& servers,
     Status s = Unary(servers, coord, [&](grpc::ClientContext* ctx) {
       return coord.stub->ListSteps(ctx, req, &reply);
     });
+    if (s.ok() && disk_bytes != nullptr) *disk_bytes += reply.job_disk_bytes();
     for (const pb::StepInfo& info : reply.steps()) {
       auto [it, inserted] = merged.try_emplace(info.step(), info);
       if (inserted) continue;

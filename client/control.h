@@ -34,9 +34,12 @@ Result<pb::GetStepReply> GetStep(ServerSet& servers, const std::string& job,
 Result<pb::StepInfo> CommitShard(ServerSet& servers, size_t replicas,
                                  const pb::ShardManifest& manifest);
 
+// The job's steps, merged over every server up; `disk_bytes` (optional)
+// gets the bytes of the job's segment files summed over those servers.
 Result<std::vector<pb::StepInfo>> ListSteps(ServerSet& servers,
                                             const std::string& job,
-                                            bool include_partial);
+                                            bool include_partial,
+                                            uint64_t* disk_bytes = nullptr);
 
 // Collects on every server of the set: the coordinator deletes the old
 // steps and the chunks it holds that no kept step needs; with several

@@ -29,11 +29,12 @@ constexpr std::chrono::seconds kReplyMargin(1);
 ControlService::ControlService(MetaStore* meta, std::string data_address,
                                std::string server_id, RetentionPolicy retention,
                                Compactor* compactor, Authorizer* auth,
-                               ManifestLog* log)
+                               ManifestLog* log, SegmentStore* segments)
     : meta_(meta),
       compactor_(compactor),
       auth_(auth),
       log_(log),
+      segments_(segments),
       data_address_(std::move(data_address)),
       server_id_(std::move(server_id)),
       retention_(retention) {}
@@ -182,6 +183,13 @@ grpc::Status ControlService::ListSteps(grpc::ServerContext* ctx,
   auto steps = meta_->ListSteps(req->job(), req->include_partial());
   if (!steps.ok()) return ToGrpc(steps.status());
   for (auto& s : *steps) *reply->add_steps() = std::move(s);
+  if (segments_ != nullptr) {
+    auto files = segments_->ListSegments(req->job());
+    if (!files.ok()) return ToGrpc(files.status());
+    uint64_t bytes = 0;
+    for (const SegmentInfo& f : *files) bytes += f.size;
+    reply->set_job_disk_bytes(bytes);
+  }
   return grpc::Status::OK;
 }
 

@@ -57,7 +57,7 @@ class ControlService final : public pb::Stagger::Service {
   ControlService(MetaStore* meta, std::string data_address,
                  std::string server_id, RetentionPolicy retention = {},
                  Compactor* compactor = nullptr, Authorizer* auth = nullptr,
-                 ManifestLog* log = nullptr);
+                 ManifestLog* log = nullptr, SegmentStore* segments = nullptr);
 
   grpc::Status Hello(grpc::ServerContext*, const pb::HelloRequest*,
                      pb::HelloReply*) override;
@@ -96,6 +96,7 @@ class ControlService final : public pb::Stagger::Service {
   Compactor* compactor_;
   Authorizer* auth_;
   ManifestLog* log_;
+  SegmentStore* segments_;  // may be null: no disk figures in ListSteps
   std::string data_address_;
   std::string server_id_;
   RetentionPolicy retention_;

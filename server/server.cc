@@ -222,7 +222,8 @@ Result<std::unique_ptr<Server>> Server::Start(const ServerOptions& options) {
       impl->meta.get(), impl->listener->address(),
       absl::StrCat(host, "/", impl->listener->address()),
       RetentionPolicy{options.keep_last, options.gc_grace_ms},
-      impl->compactor.get(), impl->auth.get(), impl->manifest_log.get());
+      impl->compactor.get(), impl->auth.get(), impl->manifest_log.get(),
+      impl->segments.get());
   grpc::ServerBuilder builder;
   int bound_port = 0;
   builder.AddListeningPort(options.listen, creds, &bound_port);

@@ -104,6 +104,15 @@ TEST(DiskUsageTest, ASparseUpdateGrowsTheDiskByAboutTheChangedBytes) {
   EXPECT_EQ(last.chunks_delta, last.chunks - last.chunks_unchanged);
   EXPECT_EQ(last.codec_reasons["sparse_delta"], last.chunks_delta);
   EXPECT_EQ(last.chunks_no_base, 0u);
+  // `stagger show` says why.
+  RunResult show =
+      RunProcess({testutil::BinDir() + "/stagger", "--server", grpc, "show",
+                  "--job", "sparse", "--step", "4", "--json"});
+  ASSERT_EQ(show.exit_code, 0) << show.out;
+  EXPECT_NE(show.out.find("\"codec_reasons\":{\"sparse_delta\":" +
+                          std::to_string(last.chunks_delta) + "}"),
+            std::string::npos)
+      << show.out;
 
   // The step reads back bit-exact.
   std::vector<float> out(emb.size());
@@ -156,6 +165,15 @@ TEST(DiskUsageTest, GcGivesTheDiskBackWithDefaultSegments) {
          static_cast<unsigned long long>(after), 2 * kStep);
   EXPECT_LE(after, 2 * kStep * 5 / 4)
       << before << " -> " << after << " bytes; gc said: " << gc.out;
+  // `stagger ls` reports what the job holds on disk.
+  RunResult ls = RunProcess({testutil::BinDir() + "/stagger", "--server",
+                             (*server)->grpc(), "ls", "--job", "gc", "--json"});
+  ASSERT_EQ(ls.exit_code, 0) << ls.out;
+  const size_t at = ls.out.find("\"disk_bytes\":");
+  ASSERT_NE(at, std::string::npos) << ls.out;
+  const uint64_t listed = std::stoull(ls.out.substr(at + 13));
+  EXPECT_GE(listed, 2 * kStep) << ls.out;
+  EXPECT_LE(listed, 2 * kStep * 5 / 4) << ls.out;
   // The kept steps load; the collected ones are gone.
   std::vector<char> out(kStep);
   ck->ClearRegistrations();

@@ -76,8 +76,11 @@ std::string Time(int64_t unix_ms) {
 int RunLs(const LsArgs& a) {
   auto session = OpenSession(a.server);
   if (!session.ok()) return Fail("ls", session.status());
-  auto steps = ListSteps(*session->servers, a.job, /*include_partial=*/true);
+  uint64_t disk = 0;
+  auto steps =
+      ListSteps(*session->servers, a.job, /*include_partial=*/true, &disk);
   if (!steps.ok()) return Fail("ls", steps.status());
+  const size_t servers_up = session->servers->up();
   if (a.json) {
     std::vector<std::string> rows;
     for (const pb::StepInfo& s : *steps) {
@@ -89,8 +92,10 @@ int RunLs(const LsArgs& a) {
           s.stored_bytes(), ",\"new_bytes\":", s.shipped_bytes(),
           ",\"created\":\"", Time(s.created_unix_ms()), "\"}"));
     }
-    printf("{\"job\":\"%s\",\"steps\":[%s]}\n", a.job.c_str(),
-           absl::StrJoin(rows, ",").c_str());
+    printf(
+        "{\"job\":\"%s\",\"disk_bytes\":%llu,\"servers\":%zu,\"steps\":[%s]}\n",
+        a.job.c_str(), static_cast<unsigned long long>(disk), servers_up,
+        absl::StrJoin(rows, ",").c_str());
     return 0;
   }
   // STORED_BYTES: what the step's chunks occupy, shared ones included;
@@ -109,6 +114,11 @@ int RunLs(const LsArgs& a) {
            Time(s.created_unix_ms()).c_str());
   }
   if (steps->empty()) fprintf(stderr, "job '%s' has no steps\n", a.job.c_str());
+  // What `du` finds of the job: every segment file, reserved space and
+  // bytes that gc freed but compaction has not reclaimed yet included.
+  printf("job %s: %llu bytes in segment files on %zu server%s\n", a.job.c_str(),
+         static_cast<unsigned long long>(disk), servers_up,
+         servers_up == 1 ? "" : "s");
   return 0;
 }
 

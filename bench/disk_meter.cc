@@ -1,0 +1,52 @@
+#include "bench/disk_meter.h"
+
+#include <sys/stat.h>
+
+#include <filesystem>
+
+#include "absl/strings/str_cat.h"
+
+namespace stagger::bench {
+
+uint64_t DiskBytes(const std::string& path) {
+  namespace fs = std::filesystem;
+  uint64_t n = 0;
+  std::error_code ec;
+  for (auto it = fs::recursive_directory_iterator(path, ec);
+       !ec && it != fs::recursive_directory_iterator(); it.increment(ec)) {
+    struct stat st;
+    if (it->is_regular_file(ec) && ::stat(it->path().c_str(), &st) == 0) {
+      n += static_cast<uint64_t>(st.st_blocks) * 512;
+    }
+  }
+  return n;
+}
+
+Result<std::unique_ptr<DiskMeter>> DiskMeter::Start(
+    const std::string& binary, const std::string& data_dir) {
+  std::unique_ptr<DiskMeter> m(new DiskMeter());
+  m->binary_ = binary;
+  m->data_ = data_dir;
+  STAGGER_ASSIGN_OR_RETURN(m->server_, ServerProcess::Start(binary, data_dir));
+  m->grpc_ = m->server_->grpc_address();
+  return m;
+}
+
+Result<DiskUsage> DiskMeter::Measure(const std::vector<std::string>& jobs) {
+  server_.reset();  // SIGTERM: reservations are cut off as it closes
+  DiskUsage u;
+  u.total = DiskBytes(data_);
+  for (const std::string& job : jobs) {
+    u.jobs[job] = DiskBytes(data_ + "/segments/" + job);
+  }
+  u.meta = DiskBytes(data_ + "/meta");
+  auto again = ServerProcess::Start(binary_, data_, 30, {"--listen", grpc_});
+  if (!again.ok()) {
+    return WithContext(again.status(),
+                       absl::StrCat("restarting the server on ", grpc_));
+  }
+  server_ = std::move(*again);
+  return u;
+}
+
+}  // namespace stagger::bench
