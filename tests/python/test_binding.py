@@ -396,6 +396,10 @@ def test_show_json_matches_the_saves_own_stats(server):
         assert row["bytes_shipped"] == st["bytes_shipped"] > 0
         assert row["codec_chunks"] == st["codec_chunks"]
         assert sum(row["codec_chunks"].values()) == row["chunks"]
+        # Every shipped chunk has its policy's reason, in the manifest too.
+        assert row["codec_reasons"] == st["codec_reasons"]
+        assert sum(row["codec_reasons"].values()) == row["chunks"]
+        assert row["chunks_no_base"] == st["chunks_no_base"] == 0
         assert row["ratio"] == pytest.approx(
             st["bytes_raw"] / st["bytes_shipped"], rel=1e-4)
     bad = subprocess.run(
