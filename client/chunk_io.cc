@@ -125,8 +125,9 @@ void ChunkIo::PutAsync(const std::vector<ServerConn*>& ranked, size_t replicas,
   if (policy_ != nullptr && want != format::Codec::kRaw) {
     ChunkFacts facts;
     facts.paced = shaping_ != nullptr && shaping_->Paced();
+    if (facts.paced) facts.pace_Bps = shaping_->PaceBps();
     facts.training = shaping_ != nullptr && shaping_->TrainingMarked();
-    if (may_delta && !facts.paced && !facts.training) {
+    if (may_delta && !facts.training) {
       facts.xor_zero_fraction =
           XorZeroFraction(data, delta->bytes->data(), len);
     }

@@ -139,7 +139,19 @@ double CodecPolicy::encode_fraction() const {
 }
 
 CodecDecision CodecPolicy::Decide(const ChunkFacts& facts) {
-  if (facts.paced) return {true, CodecReason::kDeadline};
+  if (facts.paced) {
+    double encoders_Bps;
+    {
+      absl::MutexLock lock(&mu_);
+      encoders_Bps = threads_ * encode_Bps_;
+    }
+    // Unmeasured encoders are given the benefit of the doubt: the first
+    // chunks measure them.
+    if (encoders_Bps <= 0 || facts.pace_Bps <= 0 ||
+        encoders_Bps >= facts.pace_Bps) {
+      return {true, CodecReason::kDeadline};
+    }
+  }
   if (facts.training) return {true, CodecReason::kTraining};
   if (facts.xor_zero_fraction >= kSparseZeroFraction) {
     return {true, CodecReason::kSparseDelta};

@@ -3,8 +3,11 @@
 // is bytes: on a cluster the NICs (shared with the training collectives)
 // and the storage servers are the scarce resource. Decide() encodes a
 // chunk, in this order of reasons (CodecReason):
-//   deadline      the save has a QoS deadline: pacing leaves the cores idle
-//                 between sends, so encoding costs no time;
+//   deadline      the save has a QoS deadline and the encoders (threads x
+//                 their measured speed) outrun the pace it sets: pacing
+//                 leaves the cores idle between sends, so encoding costs
+//                 no time (when they do not, the model below decides, so
+//                 encoding cannot make the save miss its deadline);
 //   training      the training job marks collectives: the network is
 //                 shared with it, and every byte saved is the job's;
 //   sparse_delta  the chunk's XOR against its previous version is at least
@@ -80,6 +83,7 @@ double XorZeroFraction(const char* a, const char* b, size_t n);
 // What Decide() knows about one chunk.
 struct ChunkFacts {
   bool paced = false;     // the save has a QoS deadline
+  double pace_Bps = 0;    // raw bytes/s its pacer asks for (0: unknown)
   bool training = false;  // the job has marked collectives
   // XorZeroFraction against the previous version; < 0: no previous version.
   double xor_zero_fraction = -1;

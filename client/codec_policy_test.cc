@@ -193,6 +193,26 @@ TEST(CodecPolicy, ADeadlineOrMarkedTrainingEncodesEveryChunk) {
   EXPECT_EQ(Reasons(p, training, 50, CodecReason::kTraining, true), 50);
 }
 
+TEST(CodecPolicy, ADeadlineFasterThanTheEncodersLeavesItToTheModel) {
+  CodecPolicy p(1, Frozen());
+  MakeEncoderBound(p);  // encoders: 100 MB/s
+  ChunkFacts slow_pace;
+  slow_pace.paced = true;
+  slow_pace.pace_Bps = 50'000'000;  // the encoders keep up
+  EXPECT_EQ(Reasons(p, slow_pace, 20, CodecReason::kDeadline, true), 20);
+  ChunkFacts fast_pace = slow_pace;
+  fast_pace.pace_Bps = 400'000'000;  // they would fall behind
+  int model = 0;
+  for (int i = 0; i < 100; ++i) {
+    CodecReason r = p.Decide(fast_pace).reason;
+    model += r == CodecReason::kWireBound || r == CodecReason::kEncoderBound;
+  }
+  EXPECT_EQ(model, 100);
+  // A sparse delta still goes encoded: it is cheap.
+  fast_pace.xor_zero_fraction = 0.9;
+  EXPECT_EQ(Reasons(p, fast_pace, 10, CodecReason::kSparseDelta, true), 10);
+}
+
 TEST(CodecPolicy, ASparseDeltaIsEncodedEvenWhenEncodingIsTheBottleneck) {
   CodecPolicy p(1, Frozen());
   MakeEncoderBound(p);

@@ -187,6 +187,11 @@ Shaping::Mark Shaping::Now() const {
   return {w.yield_ns, w.windows};
 }
 
+double Shaping::PaceBps() const {
+  const double rate = pacer_.last_rate_Bps();
+  return std::isfinite(rate) && rate > 0 ? rate : 0;
+}
+
 ShapingStats Shaping::Since(const Mark& start) const {
   Mark now = Now();
   ShapingStats s;

@@ -82,6 +82,8 @@ class Shaping {
 
   // The save last started has a deadline (it is paced).
   bool Paced() const { return deadline_s_.load() > 0; }
+  // The raw bytes/s the pacer last asked for (0: not paced or unknown).
+  double PaceBps() const;
   // The training loop has marked a collective (with any qos_yield): the
   // network is shared with the job.
   bool TrainingMarked() const { return collectives_marked_.load() > 0; }
