@@ -148,6 +148,10 @@ int Main(int argc, char** argv) {
          "1: default options (adaptive_codec: the codec policy decides, "
          "client/README.md); 0: every chunk encoded"}},
        {"server", {"", "stagger-server binary (default: next to this one)"}},
+       {"deadline-s",
+        {"0",
+         "CheckpointerOptions.qos_deadline_s for every save (0: none, the "
+         "default)"}},
        {"trace",
         {"",
          "also replay this trace of real training "
@@ -229,6 +233,7 @@ int Main(int argc, char** argv) {
     // The comparison is the codec alone on each full chunk: no deltas.
     if (r.codec != codec) o.delta_chain_max = 0;
     o.pipeline_threads = atoi(flags.Get("pipeline-threads").c_str());
+    o.qos_deadline_s = atof(flags.Get("deadline-s").c_str());
     auto ck = Checkpointer::Open(o);
     if (!ck.ok()) {
       return Fail("incremental", WithContext(ck.status(), "Open " + o.job));
@@ -375,7 +380,8 @@ int Main(int argc, char** argv) {
   if (!flags.Get("trace").empty()) {
     auto trace = ReadTrace(flags.Get("trace"));
     if (!trace.ok()) return Fail("incremental", trace.status());
-    s = ReplayTrace(*trace, meter->get(), *chunk_size, adaptive, &result);
+    s = ReplayTrace(*trace, meter->get(), *chunk_size, adaptive,
+                    atof(flags.Get("deadline-s").c_str()), &result);
     if (!s.ok()) return Fail("incremental", WithContext(s, "trace"));
   }
 

@@ -97,7 +97,8 @@ Result<std::vector<TraceStep>> ReadTrace(const std::string& dir) {
 }
 
 Status ReplayTrace(const std::vector<TraceStep>& trace, DiskMeter* meter,
-                   uint64_t chunk_size, bool adaptive, ResultLine* result) {
+                   uint64_t chunk_size, bool adaptive, double deadline_s,
+                   ResultLine* result) {
   // Buffers registered once (from the first dump's layout), refilled from
   // each dump before its save.
   struct Run {
@@ -119,6 +120,7 @@ Status ReplayTrace(const std::vector<TraceStep>& trace, DiskMeter* meter,
     o.job = "trace." + cls;
     o.chunk_size = chunk_size;
     o.adaptive_codec = adaptive;
+    if (deadline_s > 0) o.qos_deadline_s = deadline_s;
     STAGGER_ASSIGN_OR_RETURN(r.ck, Checkpointer::Open(o));
     for (auto& [t, bytes] : r.tensors) {
       STAGGER_RETURN_IF_ERROR(

@@ -37,8 +37,10 @@ Result<std::vector<TraceStep>> ReadTrace(const std::string& dir);
 // trace_{fp32,bf16,adam}_ratio (raw / shipped, last dump) and
 // trace_{fp32,bf16,adam}_disk_ratio (raw / disk growth, dumps 2..N) to
 // `result`.
+// `deadline_s` > 0 is every save's CheckpointerOptions::qos_deadline_s.
 Status ReplayTrace(const std::vector<TraceStep>& trace, DiskMeter* meter,
-                   uint64_t chunk_size, bool adaptive, ResultLine* result);
+                   uint64_t chunk_size, bool adaptive, double deadline_s,
+                   ResultLine* result);
 
 }  // namespace stagger::bench
 
