@@ -143,7 +143,7 @@ void ChunkIo::PutAsync(const std::vector<ServerConn*>& ranked, size_t replicas,
     eo.element_size = (element_size > 0 && codec_ != "zstd") ? element_size : 1;
     auto codec = format::EncodeDelta(std::string_view(data, len), *delta->bytes,
                                      delta->id, owned.get(), eo);
-    if (codec.ok() && *codec == format::Codec::kXorByteGroupZstd) {
+    if (codec.ok() && format::IsDelta(*codec)) {
       st->owned = std::move(owned);
       st->delta = true;
       req.record.codec = *codec;
@@ -472,7 +472,7 @@ Status ChunkIo::DecodeReply(ServerConn* server, const format::ChunkId& id,
     s = absl::DataLossError("server returned a different chunk");
   }
   STAGGER_RETURN_IF_ERROR(s);
-  if (r->record.codec == format::Codec::kXorByteGroupZstd) {
+  if (format::IsDelta(r->record.codec)) {
     if (depth_left <= 0) {
       return absl::DataLossError("delta chain too long (a cycle?)");
     }
@@ -490,8 +490,8 @@ Status ChunkIo::DecodeReply(ServerConn* server, const format::ChunkId& id,
     }
     STAGGER_RETURN_IF_ERROR(
         WithContext(got, absl::StrCat("delta base ", base_id.ToHex())));
-    STAGGER_RETURN_IF_ERROR(
-        format::DecodeDelta(msg.payload.view(), base, out, raw_length));
+    STAGGER_RETURN_IF_ERROR(format::DecodeDelta(
+        r->record.codec, msg.payload.view(), base, out, raw_length));
   } else {
     STAGGER_RETURN_IF_ERROR(
         format::Decode(r->record.codec, msg.payload.view(), out, raw_length));

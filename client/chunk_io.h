@@ -37,7 +37,8 @@ struct PutStats {
   std::atomic<uint64_t> bytes_shipped{0};
   std::atomic<uint64_t> chunks{0};
   std::atomic<uint64_t> chunks_unchanged{0};
-  std::atomic<uint64_t> codec_chunks[4] = {};  // by format::Codec value
+  // By format::Codec value.
+  std::atomic<uint64_t> codec_chunks[format::kCodecCount] = {};
   // Shipped chunks by the reason they went out encoded or raw.
   std::atomic<uint64_t> codec_reasons[kCodecReasons] = {};
   // Changed chunks with a previous version whose bytes were not held.

@@ -146,8 +146,10 @@ void SaveJob::Run() {
   stats.bytes_snapshotted = snapshotted;
   stats.chunks_delta =
       put_stats_
-          .codec_chunks[static_cast<int>(format::Codec::kXorByteGroupZstd)];
-  for (int c = 0; c < 4; ++c) {
+          .codec_chunks[static_cast<int>(format::Codec::kXorByteGroupZstd)] +
+      put_stats_.codec_chunks[static_cast<int>(
+          format::Codec::kNumDeltaByteGroupZstd)];
+  for (int c = 0; c < format::kCodecCount; ++c) {
     uint64_t n = put_stats_.codec_chunks[c];
     if (n)
       stats.codec_chunks[std::string(

@@ -2,7 +2,9 @@
 
 #include <zstd.h>
 
+#include <algorithm>
 #include <cstring>
+#include <type_traits>
 
 #include "absl/strings/str_cat.h"
 
@@ -36,9 +38,11 @@ void UngroupW(const char* in, size_t n, char* out) {
   }
 }
 
-// out[b * n + i] = x[i * W + b] ^ y[i * W + b]: XOR and group in one pass.
+// out[b * n + i] = x[i * W + b] ^ y[i * W + b]: XOR and group in one pass
+// (y == nullptr: grouping alone).
 template <int W>
 void XorGroupW(const char* x, const char* y, size_t n, char* out) {
+  if (y == nullptr) return GroupW<W>(x, n, out);
   for (size_t i = 0; i < n; ++i) {
     for (int b = 0; b < W; ++b) out[b * n + i] = x[i * W + b] ^ y[i * W + b];
   }
@@ -50,8 +54,30 @@ inline uint64_t Load64(const char* p) {
   return v;
 }
 
-// XorGroupW<2> a word (4 elements) at a time; the tail bytewise.
+// XorGroupW<2> a word (4 elements) at a time; the tail bytewise. With
+// y == nullptr, plain grouping of x.
 void XorGroup2(const char* x, const char* y, size_t n, char* out) {
+  if (y == nullptr) {
+    char* g0 = out;
+    char* g1 = out + n;
+    size_t i = 0;
+    for (; i + 4 <= n; i += 4) {
+      const uint64_t v = Load64(x + 2 * i);
+      const uint32_t lo = static_cast<uint32_t>(
+          (v & 0xff) | ((v >> 8) & 0xff00) | ((v >> 16) & 0xff0000) |
+          ((v >> 24) & 0xff000000));
+      const uint32_t hi = static_cast<uint32_t>(
+          ((v >> 8) & 0xff) | ((v >> 16) & 0xff00) | ((v >> 24) & 0xff0000) |
+          ((v >> 32) & 0xff000000));
+      std::memcpy(g0 + i, &lo, 4);
+      std::memcpy(g1 + i, &hi, 4);
+    }
+    for (; i < n; ++i) {
+      g0[i] = x[2 * i];
+      g1[i] = x[2 * i + 1];
+    }
+    return;
+  }
   char* g0 = out;
   char* g1 = out + n;
   size_t i = 0;
@@ -72,11 +98,13 @@ void XorGroup2(const char* x, const char* y, size_t n, char* out) {
   }
 }
 
-// XorGroupW<4> a word (2 elements) at a time; the tail bytewise.
+// XorGroupW<4> a word (2 elements) at a time; the tail bytewise. With
+// y == nullptr, plain grouping of x.
 void XorGroup4(const char* x, const char* y, size_t n, char* out) {
   size_t i = 0;
   for (; i + 2 <= n; i += 2) {
-    const uint64_t v = Load64(x + 4 * i) ^ Load64(y + 4 * i);
+    const uint64_t v =
+        Load64(x + 4 * i) ^ (y == nullptr ? 0 : Load64(y + 4 * i));
     for (int b = 0; b < 4; ++b) {
       const uint16_t pair = static_cast<uint16_t>(
           ((v >> (8 * b)) & 0xff) | (((v >> (8 * b + 32)) & 0xff) << 8));
@@ -84,7 +112,9 @@ void XorGroup4(const char* x, const char* y, size_t n, char* out) {
     }
   }
   for (; i < n; ++i) {
-    for (int b = 0; b < 4; ++b) out[b * n + i] = x[4 * i + b] ^ y[4 * i + b];
+    for (int b = 0; b < 4; ++b) {
+      out[b * n + i] = x[4 * i + b] ^ (y == nullptr ? 0 : y[4 * i + b]);
+    }
   }
 }
 
@@ -207,30 +237,174 @@ Result<Codec> Encode(Codec codec, std::string_view raw, std::string* out,
   return Codec::kRaw;
 }
 
-Result<Codec> EncodeDelta(std::string_view raw, std::string_view base,
-                          const ChunkId& base_id, std::string* out,
-                          const EncodeOptions& options) {
-  const int w = options.element_size;
-  if (w != 1 && w != 2 && w != 4 && w != 8) {
+namespace {
+
+// Float bits -> an unsigned integer in float order: positive values get
+// the sign bit set, negative ones all bits flipped. A bijection.
+template <typename U>
+inline U Ordered(U bits) {
+  constexpr U kSign = U(1) << (sizeof(U) * 8 - 1);
+  // All ones when the sign is set: ~bits; else bits ^ kSign. No branch.
+  const U mask = static_cast<U>(-static_cast<U>(bits >> (sizeof(U) * 8 - 1)));
+  return static_cast<U>(bits ^ (mask | kSign));
+}
+template <typename U>
+inline U Unordered(U v) {
+  constexpr U kSign = U(1) << (sizeof(U) * 8 - 1);
+  return (v & kSign) ? static_cast<U>(v & ~kSign) : static_cast<U>(~v);
+}
+template <typename U>
+inline U ZigZag(U d) {
+  using S = std::make_signed_t<U>;
+  return static_cast<U>(
+      (d << 1) ^ static_cast<U>(static_cast<S>(d) >> (sizeof(U) * 8 - 1)));
+}
+template <typename U>
+inline U UnZigZag(U z) {
+  return static_cast<U>((z >> 1) ^ static_cast<U>(-(z & 1)));
+}
+
+// out[b * n + i] = byte b of ZigZag(Ordered(x[i]) - Ordered(y[i])): the
+// differences in a pass the compiler vectorizes, then grouped.
+template <typename U>
+void NumGroup(const char* x, const char* y, size_t n, char* out) {
+  static thread_local std::string diffs;
+  if (diffs.size() < n * sizeof(U)) diffs.resize(n * sizeof(U));
+  char* z = diffs.data();
+  for (size_t i = 0; i < n; ++i) {
+    U a, b;
+    std::memcpy(&a, x + i * sizeof(U), sizeof(U));
+    std::memcpy(&b, y + i * sizeof(U), sizeof(U));
+    const U d = ZigZag<U>(static_cast<U>(Ordered(a) - Ordered(b)));
+    std::memcpy(z + i * sizeof(U), &d, sizeof(U));
+  }
+  XorGroupAny(z, nullptr, n, sizeof(U), out);
+}
+
+// The inverse: out[i] = Unordered(Ordered(base[i]) + UnZigZag(z[i])).
+template <typename U>
+void NumUngroup(const char* grouped, const char* base, size_t n, char* out) {
+  for (size_t i = 0; i < n; ++i) {
+    U z = 0;
+    for (size_t k = 0; k < sizeof(U); ++k) {
+      z |= static_cast<U>(static_cast<uint8_t>(grouped[k * n + i])) << (8 * k);
+    }
+    U b;
+    std::memcpy(&b, base + i * sizeof(U), sizeof(U));
+    U v = Unordered<U>(static_cast<U>(Ordered(b) + UnZigZag(z)));
+    std::memcpy(out + i * sizeof(U), &v, sizeof(U));
+  }
+}
+
+void NumGroupAny(const char* x, const char* y, size_t n, int w, char* out) {
+  switch (w) {
+    case 2:
+      return NumGroup<uint16_t>(x, y, n, out);
+    case 4:
+      return NumGroup<uint32_t>(x, y, n, out);
+    default:
+      return NumGroup<uint64_t>(x, y, n, out);
+  }
+}
+
+void NumUngroupAny(const char* grouped, const char* base, size_t n, int w,
+                   char* out) {
+  switch (w) {
+    case 2:
+      return NumUngroup<uint16_t>(grouped, base, n, out);
+    case 4:
+      return NumUngroup<uint32_t>(grouped, base, n, out);
+    default:
+      return NumUngroup<uint64_t>(grouped, base, n, out);
+  }
+}
+
+Status CheckDelta(Codec codec, int w, std::string_view raw,
+                  std::string_view base) {
+  if (codec != Codec::kXorByteGroupZstd &&
+      codec != Codec::kNumDeltaByteGroupZstd) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "codec ", std::string(CodecName(codec)), " is not a delta codec"));
+  }
+  const bool numeric = codec == Codec::kNumDeltaByteGroupZstd;
+  if (!(w == 2 || w == 4 || w == 8 || (w == 1 && !numeric))) {
     return absl::InvalidArgumentError(
-        absl::StrCat("delta element size must be 1, 2, 4 or 8, got ", w));
+        absl::StrCat(std::string(CodecName(codec)), " element size must be ",
+                     numeric ? "2, 4 or 8" : "1, 2, 4 or 8", ", got ", w));
   }
   if (raw.size() != base.size() || raw.size() > kMaxChunkRawBytes) {
     return absl::InvalidArgumentError(absl::StrCat(
         "delta of ", raw.size(), " bytes against a base of ", base.size()));
   }
-  // XOR and group in one pass: no intermediate copy of the chunk.
+  return absl::OkStatus();
+}
+
+// The delta of `raw` against `base` with `codec`, grouped, into `grouped`
+// (raw.size() bytes).
+void GroupDelta(Codec codec, int w, std::string_view raw, std::string_view base,
+                char* grouped) {
   const size_t n = raw.size() / w;
-  char* grouped = Scratch(raw.size());
-  XorGroupAny(raw.data(), base.data(), n, w, grouped);
+  if (codec == Codec::kNumDeltaByteGroupZstd) {
+    NumGroupAny(raw.data(), base.data(), n, w, grouped);
+  } else {
+    XorGroupAny(raw.data(), base.data(), n, w, grouped);
+  }
   for (size_t i = n * w; i < raw.size(); ++i) grouped[i] = raw[i] ^ base[i];
+}
+
+}  // namespace
+
+Result<Codec> EncodeDeltaWith(Codec codec, std::string_view raw,
+                              std::string_view base, const ChunkId& base_id,
+                              std::string* out, const EncodeOptions& options) {
+  const int w = options.element_size;
+  STAGGER_RETURN_IF_ERROR(CheckDelta(codec, w, raw, base));
+  // Delta and grouping in one pass: no intermediate copy of the chunk.
+  char* grouped = Scratch(raw.size());
+  GroupDelta(codec, w, raw, base, grouped);
   out->assign(1, static_cast<char>(w));
   out->append(base_id.ToBytes());
   STAGGER_RETURN_IF_ERROR(ZstdAppend(std::string_view(grouped, raw.size()),
                                      options.zstd_level, out, 17));
-  if (out->size() < raw.size()) return Codec::kXorByteGroupZstd;
+  if (out->size() < raw.size()) return codec;
   out->assign(raw.data(), raw.size());
   return Codec::kRaw;
+}
+
+Result<Codec> EncodeDelta(std::string_view raw, std::string_view base,
+                          const ChunkId& base_id, std::string* out,
+                          const EncodeOptions& options) {
+  const int w = options.element_size;
+  STAGGER_RETURN_IF_ERROR(CheckDelta(Codec::kXorByteGroupZstd, w, raw, base));
+  Codec codec = Codec::kXorByteGroupZstd;
+  if (w != 1) {
+    // Which delta compresses better, judged on a sample: the first
+    // kDeltaSampleBytes (whole elements), each way.
+    const size_t len = std::min(raw.size(), kDeltaSampleBytes) / w * w;
+    if (len > 0) {
+      std::string x, y;
+      STAGGER_RETURN_IF_ERROR(
+          EncodeDeltaWith(Codec::kXorByteGroupZstd, raw.substr(0, len),
+                          base.substr(0, len), base_id, &x, options)
+              .status());
+      STAGGER_RETURN_IF_ERROR(
+          EncodeDeltaWith(Codec::kNumDeltaByteGroupZstd, raw.substr(0, len),
+                          base.substr(0, len), base_id, &y, options)
+              .status());
+      if (y.size() < x.size()) codec = Codec::kNumDeltaByteGroupZstd;
+      if (len == raw.size()) {
+        // The sample was the chunk: keep what it gave.
+        std::string& best = codec == Codec::kNumDeltaByteGroupZstd ? y : x;
+        if (best.size() >= raw.size()) {
+          out->assign(raw.data(), raw.size());
+          return Codec::kRaw;
+        }
+        out->swap(best);
+        return codec;
+      }
+    }
+  }
+  return EncodeDeltaWith(codec, raw, base, base_id, out, options);
 }
 
 Result<ChunkId> DeltaBase(std::string_view payload) {
@@ -242,28 +416,37 @@ Result<ChunkId> DeltaBase(std::string_view payload) {
   return *id;
 }
 
-Status DecodeDelta(std::string_view payload, std::string_view base, char* out,
-                   size_t raw_length) {
+Status DecodeDelta(Codec codec, std::string_view payload, std::string_view base,
+                   char* out, size_t raw_length) {
+  if (!IsDelta(codec)) {
+    return absl::DataLossError(absl::StrCat(
+        "codec ", std::string(CodecName(codec)), " is not a delta codec"));
+  }
   if (payload.size() < 17) {
     return absl::DataLossError("delta payload shorter than its header");
   }
+  const bool numeric = codec == Codec::kNumDeltaByteGroupZstd;
   int w = static_cast<uint8_t>(payload[0]);
-  if (w != 1 && w != 2 && w != 4 && w != 8) {
+  if (!(w == 2 || w == 4 || w == 8 || (w == 1 && !numeric))) {
     return absl::DataLossError(absl::StrCat("bad delta element size ", w));
   }
   if (base.size() != raw_length) {
     return absl::DataLossError(absl::StrCat("delta base has ", base.size(),
                                             " bytes, chunk has ", raw_length));
   }
-  std::string grouped(raw_length, '\0');
-  STAGGER_RETURN_IF_ERROR(
-      ZstdDecode(payload.substr(17), grouped.data(), raw_length));
-  size_t n = raw_length / w;
+  char* grouped = Scratch(raw_length);
+  STAGGER_RETURN_IF_ERROR(ZstdDecode(payload.substr(17), grouped, raw_length));
+  const size_t n = raw_length / w;
+  if (numeric) {
+    NumUngroupAny(grouped, base.data(), n, w, out);
+    for (size_t i = n * w; i < raw_length; ++i) out[i] = grouped[i] ^ base[i];
+    return absl::OkStatus();
+  }
   if (w == 1) {
-    std::memcpy(out, grouped.data(), raw_length);
+    std::memcpy(out, grouped, raw_length);
   } else {
-    UngroupAny(grouped.data(), n, w, out);
-    std::memcpy(out + n * w, grouped.data() + n * w, raw_length - n * w);
+    UngroupAny(grouped, n, w, out);
+    std::memcpy(out + n * w, grouped + n * w, raw_length - n * w);
   }
   for (size_t i = 0; i < raw_length; ++i) out[i] ^= base[i];
   return absl::OkStatus();
@@ -297,6 +480,7 @@ Status Decode(Codec codec, std::string_view payload, char* out,
       return absl::OkStatus();
     }
     case Codec::kXorByteGroupZstd:
+    case Codec::kNumDeltaByteGroupZstd:
       return absl::FailedPreconditionError(
           "a delta chunk needs its base chunk to decode");
   }

@@ -24,25 +24,33 @@ struct EncodeOptions {
 Result<Codec> Encode(Codec codec, std::string_view raw, std::string* out,
                      const EncodeOptions& options = {});
 
-// Encodes `raw` as a delta against `base` (same length, chunk `base_id`):
-// kXorByteGroupZstd with options.element_size (1, 2, 4 or 8). Returns kRaw
-// and the raw bytes when the delta is not smaller. INVALID_ARGUMENT when the
-// lengths differ or the width is not allowed.
+// Encodes `raw` as a delta against `base` (same length, chunk `base_id`)
+// with options.element_size (1, 2, 4 or 8): kXorByteGroupZstd, or, for
+// float widths (2, 4, 8), kNumDeltaByteGroupZstd when a sample of the
+// chunk (its first kDeltaSampleBytes) compresses smaller that way. Returns
+// kRaw and the raw bytes when the delta is not smaller. INVALID_ARGUMENT
+// when the lengths differ or the width is not allowed.
+inline constexpr size_t kDeltaSampleBytes = 64 << 10;
 Result<Codec> EncodeDelta(std::string_view raw, std::string_view base,
                           const ChunkId& base_id, std::string* out,
                           const EncodeOptions& options);
+// EncodeDelta with the delta codec given (kXorByteGroupZstd or
+// kNumDeltaByteGroupZstd, the latter for widths 2, 4 and 8 only).
+Result<Codec> EncodeDeltaWith(Codec codec, std::string_view raw,
+                              std::string_view base, const ChunkId& base_id,
+                              std::string* out, const EncodeOptions& options);
 
-// The base chunk a kXorByteGroupZstd payload refers to. DATA_LOSS when the
+// The base chunk a delta payload (IsDelta) refers to. DATA_LOSS when the
 // payload is too short.
 Result<ChunkId> DeltaBase(std::string_view payload);
 
-// Decodes a kXorByteGroupZstd payload with its base's decoded bytes
-// (`base`, raw_length bytes) into `out`. DATA_LOSS on any mismatch.
-Status DecodeDelta(std::string_view payload, std::string_view base, char* out,
-                   size_t raw_length);
+// Decodes a delta payload of `codec` (IsDelta) with its base's decoded
+// bytes (`base`, raw_length bytes) into `out`. DATA_LOSS on any mismatch.
+Status DecodeDelta(Codec codec, std::string_view payload, std::string_view base,
+                   char* out, size_t raw_length);
 
 // Decodes `payload` into `out`, which must have exactly `raw_length` bytes
-// of room. A delta (kXorByteGroupZstd) needs DecodeDelta: here it is
+// of room. A delta (IsDelta) needs DecodeDelta: here it is
 // FAILED_PRECONDITION. DATA_LOSS when the payload does not decode to exactly
 // `raw_length` bytes.
 Status Decode(Codec codec, std::string_view payload, char* out,

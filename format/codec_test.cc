@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <random>
 
@@ -101,10 +103,10 @@ TEST(CodecTest, XorDeltaRoundTripsAndBeatsFullEncoding) {
     std::string delta;
     auto codec = EncodeDelta(next, base, base_id, &delta, o);
     ASSERT_TRUE(codec.ok()) << codec.status();
-    ASSERT_EQ(*codec, Codec::kXorByteGroupZstd) << w;
+    ASSERT_TRUE(IsDelta(*codec)) << w;
     EXPECT_EQ(*DeltaBase(delta), base_id);
     std::string out(next.size(), '\0');
-    ASSERT_TRUE(DecodeDelta(delta, base, out.data(), out.size()).ok());
+    ASSERT_TRUE(DecodeDelta(*codec, delta, base, out.data(), out.size()).ok());
     EXPECT_EQ(out, next);
     // Plain Decode cannot do it alone.
     EXPECT_EQ(Decode(*codec, delta, out.data(), out.size()).code(),
@@ -114,14 +116,20 @@ TEST(CodecTest, XorDeltaRoundTripsAndBeatsFullEncoding) {
   o4.element_size = 4;
   std::string full, delta;
   ASSERT_TRUE(Encode(Codec::kByteGroupZstd, next, &full, o4).ok());
-  ASSERT_TRUE(EncodeDelta(next, base, base_id, &delta, o4).ok());
+  auto used = EncodeDelta(next, base, base_id, &delta, o4);
+  ASSERT_TRUE(used.ok());
   EXPECT_LT(delta.size() * 3, full.size());
   // Wrong base bytes or lengths are caught.
   std::string out(next.size(), '\0');
-  EXPECT_EQ(DecodeDelta(delta, base.substr(1), out.data(), out.size()).code(),
-            absl::StatusCode::kDataLoss);
   EXPECT_EQ(
-      DecodeDelta(delta.substr(0, 10), base, out.data(), out.size()).code(),
+      DecodeDelta(*used, delta, base.substr(1), out.data(), out.size()).code(),
+      absl::StatusCode::kDataLoss);
+  EXPECT_EQ(
+      DecodeDelta(*used, delta.substr(0, 10), base, out.data(), out.size())
+          .code(),
+      absl::StatusCode::kDataLoss);
+  EXPECT_EQ(
+      DecodeDelta(Codec::kZstd, delta, base, out.data(), out.size()).code(),
       absl::StatusCode::kDataLoss);
   EXPECT_EQ(
       EncodeDelta(next, base.substr(4), base_id, &delta, o4).status().code(),
@@ -147,10 +155,81 @@ TEST(CodecTest, XorDeltaRoundTripsEveryWidthAtOddLengths) {
         EXPECT_EQ(delta, next) << len << " " << w;
         continue;
       }
-      ASSERT_TRUE(DecodeDelta(delta, base, out.data(), out.size()).ok());
+      ASSERT_TRUE(
+          DecodeDelta(*codec, delta, base, out.data(), out.size()).ok());
       EXPECT_EQ(out, next) << len << " " << w;
+      // Both delta codecs, whichever EncodeDelta picked.
+      for (Codec c :
+           {Codec::kXorByteGroupZstd, Codec::kNumDeltaByteGroupZstd}) {
+        if (w == 1 && c == Codec::kNumDeltaByteGroupZstd) continue;
+        std::string d;
+        auto got = EncodeDeltaWith(c, next, base, base_id, &d, o);
+        ASSERT_TRUE(got.ok()) << got.status();
+        if (*got == Codec::kRaw) continue;
+        std::fill(out.begin(), out.end(), '\0');
+        ASSERT_TRUE(DecodeDelta(c, d, base, out.data(), out.size()).ok());
+        EXPECT_EQ(out, next) << len << " " << w << " " << CodecName(c);
+      }
     }
   }
+}
+
+// Floats moved by small amounts: the numeric delta (the difference of
+// their order-preserving integer forms) is small even where the XOR is not
+// (a step across a power of two flips exponent and mantissa bits).
+TEST(CodecTest, NumericDeltaRoundTripsEveryBitPatternAndWinsOnSmallSteps) {
+  std::mt19937 rng(17);
+  // Every special value, both ways: +-0, +-inf, NaNs, denormals, extremes.
+  const std::vector<uint32_t> specials = {
+      0x00000000, 0x80000000, 0x7f800000, 0xff800000, 0x7fc00000, 0xffc00001,
+      0x00000001, 0x80000001, 0x7f7fffff, 0xff7fffff, 0x3f800000, 0xbf800000};
+  std::string base(4 * 4096, '\0'), next(4 * 4096, '\0');
+  for (size_t i = 0; i < 4096; ++i) {
+    uint32_t a = i < specials.size() ? specials[i] : rng();
+    uint32_t b = specials[(i * 7) % specials.size()];
+    if (i >= specials.size() * specials.size()) b = a + (rng() % 9) - 4;
+    std::memcpy(&base[4 * i], &a, 4);
+    std::memcpy(&next[4 * i], &b, 4);
+  }
+  const ChunkId base_id = ChunkId::Of(base.data(), base.size());
+  EncodeOptions o;
+  o.element_size = 4;
+  std::string d;
+  auto c = EncodeDeltaWith(Codec::kNumDeltaByteGroupZstd, next, base, base_id,
+                           &d, o);
+  ASSERT_TRUE(c.ok()) << c.status();
+  ASSERT_EQ(*c, Codec::kNumDeltaByteGroupZstd);
+  std::string out(next.size(), '\0');
+  ASSERT_TRUE(DecodeDelta(*c, d, base, out.data(), out.size()).ok());
+  EXPECT_EQ(out, next);
+
+  // Weights near 1.0 (exponent boundary) stepping by a few ulps.
+  std::string w0(4 << 16, '\0'), w1 = w0;
+  for (size_t i = 0; i < (1u << 16); ++i) {
+    float f = 1.0f + (static_cast<int>(rng() % 64) - 32) * 1e-7f;
+    float g = std::nextafter(f, (rng() & 1) ? 2.0f : 0.0f);
+    std::memcpy(&w0[4 * i], &f, 4);
+    std::memcpy(&w1[4 * i], &g, 4);
+  }
+  const ChunkId w0_id = ChunkId::Of(w0.data(), w0.size());
+  std::string x, n;
+  ASSERT_EQ(*EncodeDeltaWith(Codec::kXorByteGroupZstd, w1, w0, w0_id, &x, o),
+            Codec::kXorByteGroupZstd);
+  ASSERT_EQ(
+      *EncodeDeltaWith(Codec::kNumDeltaByteGroupZstd, w1, w0, w0_id, &n, o),
+      Codec::kNumDeltaByteGroupZstd);
+  EXPECT_LT(n.size() * 3 / 2, x.size()) << n.size() << " vs " << x.size();
+  // EncodeDelta picks it from its sample.
+  std::string picked;
+  EXPECT_EQ(*EncodeDelta(w1, w0, w0_id, &picked, o),
+            Codec::kNumDeltaByteGroupZstd);
+  EXPECT_EQ(picked.size(), n.size());
+  // Width 1 has no numeric form.
+  o.element_size = 1;
+  EXPECT_EQ(EncodeDeltaWith(Codec::kNumDeltaByteGroupZstd, w1, w0, w0_id, &n, o)
+                .status()
+                .code(),
+            absl::StatusCode::kInvalidArgument);
 }
 
 TEST(CodecTest, DecodeRejectsWrongLengthsAndGarbage) {

@@ -32,7 +32,7 @@ Status Corrupt(std::string_view what) {
 
 }  // namespace
 
-bool IsKnownCodec(uint8_t codec) { return codec <= 3; }
+bool IsKnownCodec(uint8_t codec) { return codec < kCodecCount; }
 
 std::string_view CodecName(Codec codec) {
   switch (codec) {
@@ -44,6 +44,8 @@ std::string_view CodecName(Codec codec) {
       return "bytegroup+zstd";
     case Codec::kXorByteGroupZstd:
       return "xor+bytegroup+zstd";
+    case Codec::kNumDeltaByteGroupZstd:
+      return "num+bytegroup+zstd";
   }
   return "unknown";
 }

@@ -50,9 +50,22 @@ enum class Codec : uint8_t {
   // zstd frame of (chunk XOR base) byte-grouped as for kByteGroupZstd
   // (width 1: not grouped). Decoding needs the base's decoded bytes.
   kXorByteGroupZstd = 3,
+  // Numeric delta against a base, as kXorByteGroupZstd but for floats (w:
+  // 2, 4 or 8): each element's bits b are mapped to an unsigned integer in
+  // float order (b with the sign bit flipped when it is clear, all bits
+  // flipped when it is set), the base's are subtracted modulo 2^(8w), and
+  // the difference is zig-zag encoded (so small steps either way are small
+  // numbers), byte-grouped and compressed. Bytes past the last whole
+  // element are XORed with the base's.
+  kNumDeltaByteGroupZstd = 4,
 };
+inline constexpr int kCodecCount = 5;
 // Returns true for a codec value this build can decode.
 bool IsKnownCodec(uint8_t codec);
+// A delta: decoding needs the base chunk it names.
+inline bool IsDelta(Codec c) {
+  return c == Codec::kXorByteGroupZstd || c == Codec::kNumDeltaByteGroupZstd;
+}
 std::string_view CodecName(Codec codec);
 
 struct RecordHeader {

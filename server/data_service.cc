@@ -201,7 +201,7 @@ void DataService::HandlePut(transport::Message request,
       return;
     }
     std::optional<format::ChunkId> base;
-    if (r.record.codec == format::Codec::kXorByteGroupZstd) {
+    if (format::IsDelta(r.record.codec)) {
       auto b = format::DeltaBase(payload->view());
       Status s = b.status();
       if (s.ok()) {

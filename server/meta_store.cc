@@ -180,8 +180,9 @@ Result<pb::StepInfo> MetaStore::CommitShard(pb::ShardManifest m,
       if (absl::IsNotFound(meta.status()) && chunks_elsewhere) {
         // Stored on another server of the client's set: its description
         // stands, once it is consistent.
-        const bool delta = c.codec() == static_cast<uint32_t>(
-                                            format::Codec::kXorByteGroupZstd);
+        const bool delta =
+            c.codec() < format::kCodecCount &&
+            format::IsDelta(static_cast<format::Codec>(c.codec()));
         if (delta == c.base_id().empty()) {
           return absl::InvalidArgumentError(absl::StrCat(
               "tensor '", t.name(), "' chunk ", id.ToHex(),

@@ -86,7 +86,7 @@ Result<RebuildReport> RebuildIndex(const std::string& data_dir) {
       return WithContext(scanned, absl::StrCat("scan of job ", job));
     }
     for (auto& [id, m] : found) {
-      if (m.codec == format::Codec::kXorByteGroupZstd) {
+      if (format::IsDelta(m.codec)) {
         auto rec = segments->Read(job, m.location);
         auto base = rec.ok() ? format::DeltaBase(rec->payload.view())
                              : Result<format::ChunkId>(rec.status());

@@ -115,10 +115,11 @@ int RunLs(const LsArgs& a) {
   }
   if (steps->empty()) fprintf(stderr, "job '%s' has no steps\n", a.job.c_str());
   // What `du` finds of the job: every segment file, reserved space and
-  // bytes that gc freed but compaction has not reclaimed yet included.
-  printf("job %s: %llu bytes in segment files on %zu server%s\n", a.job.c_str(),
-         static_cast<unsigned long long>(disk), servers_up,
-         servers_up == 1 ? "" : "s");
+  // bytes that gc freed but compaction has not reclaimed yet included. On
+  // stderr, like the line above: stdout stays the table alone, for scripts.
+  fprintf(stderr, "job %s: %llu bytes in segment files on %zu server%s\n",
+          a.job.c_str(), static_cast<unsigned long long>(disk), servers_up,
+          servers_up == 1 ? "" : "s");
   return 0;
 }
 

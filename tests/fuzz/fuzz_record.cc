@@ -26,10 +26,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string_view payload =
       in.substr(kRecordHeaderSize, verified->encoded_length);
   std::string out(verified->raw_length, '\0');
-  if (verified->codec == Codec::kXorByteGroupZstd) {
+  if (IsDelta(verified->codec)) {
     if (DeltaBase(payload).ok()) {
       const std::string base(verified->raw_length, '\x5a');
-      (void)DecodeDelta(payload, base, out.data(), out.size());
+      (void)DecodeDelta(verified->codec, payload, base, out.data(), out.size());
     }
   } else {
     (void)Decode(verified->codec, payload, out.data(), out.size());
