@@ -154,7 +154,8 @@ try:
     print("loaded all", flush=True)
 except KeyboardInterrupt:
     print(f"interrupted filled={int(out.sum())} of {n}", flush=True)
-    print("reloaded", ck.load({"a": out}), int(out.sum()) == n, flush=True)
+    print("reloaded", ck.load({"a": out}), int(out.sum()) == n, "end",
+          flush=True)
 """
 
 
@@ -179,9 +180,9 @@ def test_ctrl_c_stops_a_load_before_it_fetches_the_rest(tmp_path):
         child.send_signal(signal.SIGINT)
         time.sleep(0.3)
         server.send_signal(signal.SIGCONT)
-        out, took = read_until(child.stdout, "reloaded", 30)
+        out, took = read_until(child.stdout, " end", 30)
         assert f"interrupted filled=0 of {32 << 20}" in out, out
-        assert "reloaded 1 True" in out, out
+        assert "reloaded 1 True end" in out, out
         assert child.wait(timeout=30) == 0
     finally:
         server.send_signal(signal.SIGCONT)
