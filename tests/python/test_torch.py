@@ -68,7 +68,9 @@ def test_model_and_adamw_round_trip_bit_exact(tmp_path):
     fresh = Net(2)
     fresh_opt = torch.optim.AdamW(fresh.parameters(), lr=1.0)
     assert fresh_opt.state_dict()["state"] == {}
-    dest = {"model": fresh.state_dict(), "optim": fresh_opt.state_dict()}
+    # Plain values load where the state dict asks for them, as tensors do.
+    dest = {"model": fresh.state_dict(), "optim": fresh_opt.state_dict(),
+            "epoch": 0, "lr": None, "name": "", "tags": [], "nested": {}}
     assert st.load_state_dict(ck, dest) == (5, [], [], [])
     assert same_bits(want, dest)
     assert dest["tags"][-1] == 0.0 and str(dest["tags"][-1]) == "-0.0"
@@ -155,8 +157,7 @@ def test_load_errors_name_the_entry(tmp_path):
     assert e.value.code == "NOT_FOUND"
 
 
-def test_strict_load_names_every_difference_non_strict_reports_them(
-        tmp_path):
+def test_load_takes_what_is_asked_and_fails_on_every_difference(tmp_path):
     g = torch.Generator().manual_seed(6)
     w = torch.randn(4, 3, generator=g)
     saved = {"model": {"w": w, "b": torch.randn(5, generator=g),
@@ -170,7 +171,7 @@ def test_strict_load_names_every_difference_non_strict_reports_them(
     st.save_state_dict(ck, saved, 4).wait()
 
     def destination():
-        # "w" and "extra" are unexpected, "b" and "h" mismatched (shape,
+        # "w" and "extra" are not asked for, "b" and "h" mismatched (shape,
         # dtype), "new" missing; "optim.state" holds no tensor, so it
         # receives the saved ones.
         return {"model": {"tied": torch.zeros(4, 3), "b": torch.zeros(6),
@@ -179,31 +180,82 @@ def test_strict_load_names_every_difference_non_strict_reports_them(
                 "optim": {"state": {}}, "epoch": 0}
 
     dest = destination()
-    with pytest.raises(st.StateDictMismatch) as e:
-        st.load_state_dict(ck, dest)
-    assert e.value.result == st.LoadResult(
-        4, ["model.new"], ["model.extra", "model.w"], ["model.b", "model.h"])
-    message = str(e.value)
-    for text in ("missing (in the state dict, not in the step): "
-                 "'model.new'",
-                 "unexpected (in the step, not in the state dict): "
-                 "'model.extra', 'model.w'",
-                 "'model.b': saved float32[5], state dict float32[6]",
-                 "'model.h': saved bfloat16[2], state dict float32[2]"):
-        assert text in message, message
-    assert isinstance(e.value, RuntimeError)
-    assert same_bits(dest, destination())  # nothing was loaded
+    for strict in (True, False):  # mismatches fail either way
+        with pytest.raises(st.StateDictMismatch) as e:
+            st.load_state_dict(ck, dest, strict=strict)
+        assert e.value.result == st.LoadResult(
+            4, ["model.new"], ["model.extra", "model.w"],
+            ["model.b", "model.h"])
+        lines = str(e.value).splitlines()
+        # Mismatches first, each with both dtypes and shapes.
+        assert lines[1] == ("  mismatched 'model.b': saved float32[5], "
+                            "state dict float32[6]"), lines
+        assert lines[2] == ("  mismatched 'model.h': saved bfloat16[2], "
+                            "state dict float32[2] (cast=True loads it)")
+        assert ("'model.new'" in lines[3]) == strict, lines
+        assert isinstance(e.value, RuntimeError)
+        assert same_bits(dest, destination())  # nothing was loaded
 
+    # Without the mismatches: strict fails on the missing tensor alone...
+    del dest["model"]["b"]
+    dest["model"]["h"] = torch.zeros(2, dtype=torch.bfloat16)
+    with pytest.raises(st.StateDictMismatch, match="missing.*'model.new'"):
+        st.load_state_dict(ck, dest)
+    # ...strict=False loads the rest and leaves it as it is.
     result = st.load_state_dict(ck, dest, strict=False)
-    assert result == e.value.result
+    assert result == st.LoadResult(4, ["model.new"],
+                                   ["model.b", "model.extra", "model.w"], [])
     model = dest["model"]
-    assert sorted(model) == ["b", "h", "n", "new", "tied"]
+    assert sorted(model) == ["h", "n", "new", "tied"]
     assert torch.equal(model["tied"], want["model"]["w"])  # took w's place
     assert torch.equal(model["n"], want["model"]["n"])
-    assert same_bits({k: model[k] for k in ("b", "h", "new")},
-                     {k: destination()["model"][k] for k in ("b", "h", "new")})
+    assert torch.equal(bits(model["h"]), bits(want["model"]["h"]))
+    assert torch.equal(model["new"], torch.ones(2))
     assert same_bits(dest["optim"], want["optim"])
     assert dest["epoch"] == 3
+
+
+def test_loading_the_weights_of_a_training_checkpoint(tmp_path):
+    model = Net(1)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    train(model, opt, 2)
+    ck = open_ck(tmp_path, "subset")
+    st.save_state_dict(ck, {"model": model.state_dict(),
+                            "optim": opt.state_dict(), "epoch": 9}, 1).wait()
+    fresh = Net(2)
+    dest = {"model": fresh.state_dict()}
+    result = st.load_state_dict(ck, dest)
+    assert result.missing_keys == [] and result.mismatched_keys == []
+    assert result.unexpected_keys and all(
+        k.startswith("optim.") for k in result.unexpected_keys)
+    assert sorted(dest) == ["model"]  # nothing added that was not asked
+    fresh.load_state_dict(dest["model"])
+    for a, b in zip(model.state_dict().values(),
+                    fresh.state_dict().values()):
+        assert torch.equal(bits(a), bits(b))
+
+
+def test_cast_loads_a_float32_step_into_a_float64_model(tmp_path):
+    ck = open_ck(tmp_path, "cast")
+    w = torch.randn(3, 4, generator=torch.Generator().manual_seed(2))
+    st.save_state_dict(ck, {"w": w, "i": torch.arange(4)}, 1).wait()
+    with pytest.raises(st.StateDictMismatch,
+                       match=r"'w': saved float32\[3, 4\], state dict "
+                             r"float64\[3, 4\] \(cast=True loads it\)"):
+        st.load_state_dict(ck, {"w": torch.zeros(3, 4, dtype=torch.float64)})
+    dest = {"w": torch.zeros(3, 4, dtype=torch.float64)}
+    into = dest["w"]
+    assert st.load_state_dict(ck, dest, cast=True).mismatched_keys == []
+    assert dest["w"] is into and dest["w"].dtype == torch.float64
+    assert torch.equal(dest["w"], w.double())
+    # Not where torch would not cast: a float into an integer tensor.
+    with pytest.raises(st.StateDictMismatch,
+                       match=r"'w': saved float32\[3, 4\], state dict "
+                             r"int64\[3, 4\]\n") as e:
+        st.load_state_dict(ck, {"w": torch.zeros(3, 4, dtype=torch.int64)},
+                           cast=True)
+    assert "cast=True" not in str(e.value)
+    assert "1 tensor of the step not asked for is left out" in str(e.value)
 
 
 def test_shard_helpers_match_torch_chunk():
@@ -265,6 +317,7 @@ def test_save_on_4_ranks_load_on_2_and_3_by_rows_and_columns(tmp_path):
                 dest = {k: torch.empty(shards[k].shape, dtype=v.dtype)
                         for k, v in full.items()}
                 dest["norm"] = torch.empty(24)
+                dest["rank"] = None
                 assert st.load_state_dict(ck, dest,
                                           shards=shards).step == 1
                 for k, v in full.items():

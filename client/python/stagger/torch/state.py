@@ -5,9 +5,11 @@ plain values around them), registers every tensor without a copy
 (``tensors.py``) and stores the structure as JSON (``meta.py``).
 ``load_state_dict`` reads the structure back, fills the destination's
 tensors in place, allocates the ones it lacks (a fresh optimizer's state)
-and puts the plain values back. It matches the destination's tensors with
-the step's, as ``torch.nn.Module.load_state_dict`` does: ``strict`` raises
-``StateDictMismatch`` naming what differs, otherwise the result reports it.
+and puts the plain values back. It loads what the destination asks for,
+as PyTorch DCP's ``dcp.load`` does: what else the step holds is left out
+(reported), a tensor of another shape or dtype raises
+``StateDictMismatch`` naming both, and so does a tensor the step lacks
+unless ``strict=False``.
 """
 from typing import List, NamedTuple
 
@@ -172,11 +174,11 @@ class LoadResult(NamedTuple):
     """What ``load_state_dict`` loaded, and which tensors it left alone.
 
     Keys are dotted paths ("model.fc.weight"). ``missing_keys``: tensors of
-    the state dict that the step lacks (left untouched).
-    ``unexpected_keys``: tensors of the step that a dict of the state dict
-    holding tensors lacks (not loaded). ``mismatched_keys``: tensors of
-    both whose dtype or shape differ (left untouched). All three are empty
-    after a strict load.
+    the state dict that the step lacks (left untouched; only with
+    ``strict=False``). ``unexpected_keys``: tensors of the step that the
+    state dict did not ask for (not loaded). ``mismatched_keys``: tensors
+    of both whose dtype or shape differ; a load with any raises, so it is
+    empty in a returned result.
     """
 
     step: int
@@ -186,22 +188,27 @@ class LoadResult(NamedTuple):
 
 
 class StateDictMismatch(RuntimeError):
-    """The state dict and the step hold different tensors (``strict``).
+    """The step cannot fill the state dict: a tensor of another shape or
+    dtype (always), or one the step lacks (unless ``strict=False``).
 
-    ``result``: the ``LoadResult`` a non-strict load would have returned;
-    the message names every missing, unexpected and mismatched tensor.
+    ``result``: the ``LoadResult`` of the match; the message names every
+    mismatched tensor first, with both dtypes and shapes, then the missing
+    ones. Nothing was loaded.
     """
 
-    def __init__(self, result, details):
-        lines = [f"step {result.step} does not match the state dict:"]
-        if result.missing_keys:
-            lines.append("  missing (in the state dict, not in the step): "
-                         + ", ".join(map(repr, result.missing_keys)))
-        if result.unexpected_keys:
-            lines.append("  unexpected (in the step, not in the state "
-                         "dict): "
-                         + ", ".join(map(repr, result.unexpected_keys)))
+    def __init__(self, result, details, strict=True):
+        lines = [f"step {result.step} cannot be loaded into the state "
+                 "dict:"]
         lines += [f"  mismatched {d}" for d in sorted(details)]
+        if result.missing_keys and strict:
+            lines.append("  missing (in the state dict, not in the step; "
+                         "strict=False leaves them as they are): "
+                         + ", ".join(map(repr, result.missing_keys)))
+        n = len(result.unexpected_keys)
+        if n:
+            lines.append(f"  ({n} tensor{'s' if n > 1 else ''} of the step "
+                         f"not asked for {'are' if n > 1 else 'is'} left "
+                         "out, as a load does)")
         super().__init__("\n".join(lines))
         self.result = result
 
@@ -234,12 +241,16 @@ class _LoadPlan:
 
     Builds the loaded tree without touching the destination's containers;
     tensors of the destination are reused (filled in place). A dict of the
-    destination that holds tensors must hold the step's: a saved tensor it
-    lacks is unexpected. A dict without tensors (a fresh optimizer's
-    ``state``) receives what the step saved there.
+    destination that holds tensors asks for its keys only: what else the
+    step saved there is left out (its tensors are unexpected). A dict
+    without tensors (a fresh optimizer's ``state``) receives what the step
+    saved there. With ``cast``, a tensor of another dtype that
+    ``torch.can_cast`` allows is loaded through a copy of the saved dtype.
     """
 
-    def __init__(self, shards):
+    def __init__(self, shards, cast=False):
+        self.cast = cast
+        self.casts = []        # (destination, scratch of the saved dtype)
         self.shards = _shard_table(shards)
         self.regs = _Registrations()
         self.targets = {}      # stored name -> tensor the step fills
@@ -258,8 +269,8 @@ class _LoadPlan:
             out = {}
             for k_enc, v_enc in enc["d"]:
                 k = meta.decode_plain(k_enc)
-                if holds and k not in dest and self._skip(v_enc,
-                                                          path + (k,)):
+                if holds and k not in dest:
+                    self._skip(v_enc, path + (k,))  # not asked for
                     continue
                 sub = dest.get(k) if isinstance(dest, dict) else None
                 out[k] = self.decode(v_enc, sub, path + (k,))
@@ -299,25 +310,29 @@ class _LoadPlan:
 
     def _mismatch(self, key, info, dest, shard):
         """Records ``dest`` as mismatched when it cannot take the saved
-        tensor (another dtype, or a shape that is not the saved one or the
-        shard's); whether it did."""
+        tensor (a dtype it may not be cast from, or a shape that is not the
+        saved one or the shard's); whether it did."""
         dtype = dtype_from_name(info["dtype"])
-        fits = dest.dtype == dtype
-        if fits and shard is not None:
+        same_dtype = dest.dtype == dtype
+        castable = not same_dtype and torch.can_cast(dtype, dest.dtype)
+        fits = same_dtype or (self.cast and castable)
+        if shard is not None:
             try:
                 _fit_to_shard(stored_view(dest), shard, key)
+                shape_ok = True
             except ValueError:
-                fits = False
-        elif fits:
-            fits = list(dest.shape) == list(info["shape"])
-        if fits:
+                shape_ok = False
+        else:
+            shape_ok = list(dest.shape) == list(info["shape"])
+        if fits and shape_ok:
             return False
         saved = (shard.shape if shard is not None and shard.shape is not None
                  else info["shape"])
+        hint = (" (cast=True loads it)" if shape_ok and castable else "")
         self.mismatched.append(key)
         self.details.append(
             f"'{key}': saved {_describe(info['dtype'], saved)}, state dict "
-            f"{_describe(dtype_name(dest.dtype), dest.shape)}")
+            f"{_describe(dtype_name(dest.dtype), dest.shape)}{hint}")
         return True
 
     def _allocate(self, info, shape):
@@ -343,14 +358,22 @@ class _LoadPlan:
             if "global_shape" in info:
                 shard = Shard(info["global_shape"], info["offset"],
                               info["shard_shape"])
+        loaded_into = None  # the destination a cast copy goes to
         if isinstance(dest, torch.Tensor):
             if self._mismatch(key, info, dest, shard):
                 self.skipped[info["name"]] = info
                 return dest
             target = dest
+            if dest.dtype != dtype_from_name(info["dtype"]):
+                loaded_into = dest
+                target = torch.empty(dest.shape,
+                                     dtype=dtype_from_name(info["dtype"]),
+                                     device=dest.device)
+                self.casts.append((dest, target))
         else:
             target = self._allocate(info, shape)
-        self.targets[info["name"]] = target
+        self.targets[info["name"]] = loaded_into if loaded_into is not None \
+            else target
         view = stored_view(target)
         if (not target.is_contiguous()
                 or view.data_ptr() != target.data_ptr()
@@ -362,7 +385,7 @@ class _LoadPlan:
         view = _fit_to_shard(view, shard, key)
         if view.numel() > 0:
             self.regs.add(info["name"], view, shard)
-        return target
+        return loaded_into if loaded_into is not None else target
 
     def alias(self, info, dest, path):
         name = info["name"]
@@ -394,6 +417,8 @@ class _LoadPlan:
     def finish(self):
         for target, scratch in self.copy_back:
             target.copy_(scratch)
+        for dest, scratch in self.casts:
+            dest.copy_(scratch)  # casts
         for dest, primary in self.alias_copies:
             dest.copy_(primary)
 
@@ -411,7 +436,7 @@ def _update_in_place(dest, new):
 
 
 def load_state_dict(ck, state_dict, step="latest", *, shards=None,
-                    strict=True):
+                    strict=True, cast=False):
     """Loads ``step`` (an int or "latest") into ``state_dict``.
 
     Tensors of ``state_dict`` are filled in place (the saved dtype and
@@ -422,15 +447,21 @@ def load_state_dict(ck, state_dict, step="latest", *, shards=None,
     ``model.load_state_dict(sd["model"])``,
     ``optimizer.load_state_dict(sd["optim"])``.
 
-    The tensors are matched by path, as ``torch.nn.Module.load_state_dict``
-    does: a tensor of ``state_dict`` that the step lacks is missing; a
-    saved tensor that a dict of ``state_dict`` holding tensors lacks is
-    unexpected (a dict without tensors, such as a fresh optimizer's
-    ``state``, receives what the step saved there); a tensor of both with
-    another dtype or shape is mismatched. ``strict`` (default): any of
-    these raises ``StateDictMismatch`` (a RuntimeError) naming them all,
-    before anything is loaded. ``strict=False``: loads what matches and
-    leaves the rest of ``state_dict`` untouched.
+    What is loaded is what ``state_dict`` asks for, as PyTorch DCP's
+    ``dcp.load`` does: tensors are matched by path, and what else the step
+    holds (an optimizer's state when only ``{"model": ...}`` is given, plain
+    values under keys the state dict lacks) is left out and listed in
+    ``unexpected_keys``; a dict without tensors, such as a fresh
+    optimizer's ``state``, receives what the step saved there. A tensor of
+    both with another shape, or a dtype it is not cast to, always raises
+    ``StateDictMismatch`` (a RuntimeError), the mismatches named first
+    with both dtypes and shapes; so does a tensor of ``state_dict`` that
+    the step lacks, unless ``strict=False`` (it is then left as it is and
+    listed in ``missing_keys``). Nothing is loaded when it raises.
+    ``cast=True`` loads a tensor saved with another dtype when
+    ``torch.can_cast`` allows it (float32 into a float64 model, as
+    ``Module.load_state_dict``'s copy would), through a copy of the saved
+    dtype.
 
     ``shards``: {path: Shard}, the slice of each sharded tensor this rank
     wants, when the layout differs from the saved one (another world size);
@@ -444,12 +475,11 @@ def load_state_dict(ck, state_dict, step="latest", *, shards=None,
     if not isinstance(state_dict, dict):
         raise TypeError("state_dict must be a dict")
     step, tree = read_metadata(ck, step)
-    plan = _LoadPlan(shards)
+    plan = _LoadPlan(shards, cast=cast)
     new = plan.decode(tree, state_dict, ())
     result = plan.result(step)
-    if strict and (result.missing_keys or result.unexpected_keys
-                   or result.mismatched_keys):
-        raise StateDictMismatch(result, plan.details)
+    if result.mismatched_keys or (strict and result.missing_keys):
+        raise StateDictMismatch(result, plan.details, strict=strict)
     unused = set(plan.shards) - plan.used_shards
     if unused:
         raise ValueError(f"shards name no tensor of step {step}: "
