@@ -492,3 +492,68 @@ def test_example_is_killed_and_resumes_with_the_same_losses(server,
     assert len(killed) >= 12
     for key, value in killed.items():
         assert key[1] > seen + 7 or value == straight[key], key
+
+
+def test_stateful_objects_and_numpy_values(tmp_path):
+    model = Net(1)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    train(model, opt, 2)
+    np.random.seed(12)
+    rng = np.random.get_state()
+    arr = np.arange(12, dtype=np.float64).reshape(3, 4)
+    ck = open_ck(tmp_path, "stateful")
+    st.save_state_dict(ck, {"model": model, "optim": opt, "rng": rng,
+                            "arr": arr, "lr": np.float32(0.5),
+                            "n": np.int64(7), "flag": np.bool_(True)},
+                       1).wait()
+    fresh, fresh_opt = Net(2), None
+    fresh_opt = torch.optim.AdamW(fresh.parameters(), lr=1.0)
+    into = np.zeros((3, 4))
+    dest = {"model": fresh, "optim": fresh_opt, "rng": None, "arr": into,
+            "lr": None, "n": None, "flag": None}
+    assert st.load_state_dict(ck, dest).mismatched_keys == []
+    # The objects themselves were loaded (their load_state_dict ran).
+    assert dest["model"] is fresh and dest["optim"] is fresh_opt
+    for a, b in zip(model.state_dict().values(),
+                    fresh.state_dict().values()):
+        assert torch.equal(bits(a), bits(b))
+    assert fresh_opt.param_groups[0]["lr"] == 1e-3
+    assert same_bits(fresh_opt.state_dict()["state"], opt.state_dict()["state"])
+    # numpy values come back as numpy, in place where the array was given.
+    assert dest["arr"] is into and np.array_equal(into, arr)
+    got = dest["rng"]
+    assert got[0] == "MT19937" and isinstance(got[1], np.ndarray)
+    assert got[1].dtype == np.uint32 and np.array_equal(got[1], rng[1])
+    assert tuple(got[2:]) == tuple(rng[2:])
+    np.random.set_state(got)
+    np.random.seed(12)
+    a = np.random.rand(3)
+    np.random.set_state(got)
+    assert np.array_equal(np.random.rand(3), a)
+    assert type(dest["lr"]) is np.float32 and dest["lr"] == np.float32(0.5)
+    assert type(dest["n"]) is np.int64 and dest["n"] == 7
+    assert type(dest["flag"]) is np.bool_ and dest["flag"]
+    # A missing key under a Stateful names the path.
+    with pytest.raises(st.StateDictMismatch, match="missing"):
+        st.load_state_dict(ck, {"model": torch.nn.Linear(2, 2)})
+    with pytest.raises(TypeError, match="'bad' is a numpy str_"):
+        st.save_state_dict(ck, {"bad": np.str_("x")}, 2)
+
+
+def test_async_save_returns_a_future(tmp_path):
+    ck = open_ck(tmp_path, "future")
+    done = []
+    f = st.async_save(ck, {"w": torch.ones(1000)}, 1)
+    f.add_done_callback(lambda fut: done.append(fut.result()["bytes_raw"]))
+    stats = f.result(timeout=60)
+    assert f.done() and stats["bytes_raw"] > 4000  # the tensor and metadata
+    deadline = time.monotonic() + 10
+    while not done and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert done == [stats["bytes_raw"]]
+    assert f.handle.done()
+    # A failed save raises from result().
+    st.save_state_dict(ck, {"w": torch.zeros(3)}, 2).wait()
+    bad = st.async_save(ck, {"w": torch.ones(3)}, 2)  # step 2 is taken
+    with pytest.raises(stagger.Error):
+        bad.result(timeout=60)

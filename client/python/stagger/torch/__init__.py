@@ -11,6 +11,11 @@
     model.load_state_dict(sd["model"])
     optimizer.load_state_dict(sd["optim"])
 
+Objects with ``state_dict()``/``load_state_dict()`` may stand in the state
+dict themselves (``{"model": model, "optim": optimizer}``), as in PyTorch
+DCP: a load calls their ``load_state_dict``. ``async_save`` returns a
+``concurrent.futures.Future``.
+
 Sharded tensors carry a ``Shard`` (global shape, offset; ``row_shard``,
 ``column_shard``, ``flat_shard``), so a step loads on any world size.
 """
@@ -18,12 +23,12 @@ from .env import DistEnv, checkpointer, dist_env
 from .hooks import Hooks, install_hooks
 from .sharding import (Shard, chunk_shard, column_shard, flat_shard,
                        local_slice, replicated, row_shard)
-from .state import (LoadResult, StateDictMismatch, load_state_dict,
-                    read_metadata, save_state_dict)
+from .state import (LoadResult, StateDictMismatch, async_save,
+                    load_state_dict, read_metadata, save_state_dict)
 
 __all__ = [
     "DistEnv", "Hooks", "LoadResult", "Shard", "StateDictMismatch",
-    "checkpointer", "chunk_shard", "column_shard", "dist_env", "flat_shard",
+    "async_save", "checkpointer", "chunk_shard", "column_shard", "dist_env", "flat_shard",
     "install_hooks", "load_state_dict", "local_slice", "read_metadata",
     "replicated", "row_shard", "save_state_dict",
 ]

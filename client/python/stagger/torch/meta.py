@@ -13,14 +13,21 @@ every other value is an object with one tag key:
 ``{"l": [...]}`` a list, ``{"t": [...]}`` a tuple, ``{"size": [...]}``,
 ``{"dtype": "float32"}``, ``{"device": "cuda:0"}``, ``{"T": info}`` a stored
 tensor and ``{"A": info}`` a tensor sharing the memory of an earlier one
-(tied weights). Floats round-trip exactly (``repr``), NaN and infinities
-included.
+(tied weights); a numpy array is a tensor whose info has ``"numpy"``, its
+numpy dtype (unsigned ones torch cannot hold stored as signed integers of
+their size),
+``{"np": "float32", "v": 1.5}`` a numpy scalar, and ``{"S": tree}`` a
+``Stateful`` object (anything with ``state_dict()`` and
+``load_state_dict()``, as PyTorch DCP takes them: a module, an optimizer)
+saved as its ``state_dict()``. Floats round-trip exactly (``repr``), NaN
+and infinities included.
 """
 import hashlib
 import json
 import re
 from collections import OrderedDict
 
+import numpy as np
 import torch
 
 FORMAT = "stagger.torch/1"
@@ -30,6 +37,28 @@ _RESERVED_PREFIX = "__stagger_"
 _NAME_OK = re.compile(r"[A-Za-z0-9._-]{1,128}\Z")
 _NAME_BAD_CHARS = re.compile(r"[^A-Za-z0-9._-]")
 _PLAIN = (type(None), bool, int, float, str)
+
+
+# Unsigned numpy dtypes torch (before 2.3) cannot hold, stored as the
+# signed integers of their size: the bits are the same.
+_AS_SIGNED = {np.dtype(np.uint16): np.int16, np.dtype(np.uint32): np.int32,
+              np.dtype(np.uint64): np.int64}
+
+
+def torch_view(array):
+    """``array`` as a dtype torch.from_numpy takes, same bits."""
+    signed = _AS_SIGNED.get(array.dtype.newbyteorder("="))
+    if signed is None:
+        return array
+    return array.astype(array.dtype.newbyteorder("="), copy=False).view(
+        signed)
+
+
+def is_stateful(value):
+    """Whether ``value`` is saved and loaded through its state dict."""
+    return (not isinstance(value, (dict, torch.Tensor))
+            and callable(getattr(value, "state_dict", None))
+            and callable(getattr(value, "load_state_dict", None)))
 
 
 def path_str(path):
@@ -72,6 +101,22 @@ def encode(value, path, on_tensor):
     """
     if isinstance(value, torch.Tensor):
         return on_tensor(value, path)
+    if isinstance(value, np.ndarray):
+        try:
+            t = torch.from_numpy(torch_view(np.ascontiguousarray(value)))
+        except TypeError as e:
+            raise TypeError(f"state dict entry '{path_str(path)}' is a numpy "
+                            f"array of dtype {value.dtype}, which torch "
+                            "cannot hold") from e
+        enc = on_tensor(t, path)
+        next(iter(enc.values()))["numpy"] = value.dtype.str
+        return enc
+    if isinstance(value, np.generic):
+        if not isinstance(value, (np.number, np.bool_)):
+            raise TypeError(f"state dict entry '{path_str(path)}' is a numpy "
+                            f"{type(value).__name__}: only numbers and bools "
+                            "can be stored")
+        return {"np": value.dtype.str, "v": value.item()}
     if isinstance(value, _PLAIN):
         return value
     if isinstance(value, dict):
@@ -91,10 +136,13 @@ def encode(value, path, on_tensor):
         return {"dtype": str(value).replace("torch.", "")}
     if isinstance(value, torch.device):
         return {"device": str(value)}
+    if is_stateful(value):
+        return {"S": encode(value.state_dict(), path, on_tensor)}
     raise TypeError(
         f"state dict entry '{path_str(path)}' is a {type(value).__name__}: "
-        "only tensors, dicts, lists, tuples, None, bool, int, float, str, "
-        "torch.Size, torch.dtype and torch.device can be stored")
+        "only tensors, numpy arrays and scalars, dicts, lists, tuples, None, "
+        "bool, int, float, str, torch.Size, torch.dtype, torch.device and "
+        "objects with state_dict() and load_state_dict() can be stored")
 
 
 def encode_key(key, path):
@@ -122,6 +170,10 @@ def decode_plain(enc):
         return getattr(torch, enc["dtype"])
     if "device" in enc:
         return torch.device(enc["device"])
+    if "np" in enc:
+        return np.dtype(enc["np"]).type(enc["v"])
+    if "S" in enc:
+        return decode_plain(enc["S"])
     raise ValueError(f"unknown entry in the state dict metadata: {enc!r}")
 
 

@@ -11,6 +11,8 @@ as PyTorch DCP's ``dcp.load`` does: what else the step holds is left out
 ``StateDictMismatch`` naming both, and so does a tensor the step lacks
 unless ``strict=False``.
 """
+import concurrent.futures
+import threading
 from typing import List, NamedTuple
 
 import numpy as np
@@ -214,7 +216,7 @@ class StateDictMismatch(RuntimeError):
 
 
 def _has_tensor(value):
-    if isinstance(value, torch.Tensor):
+    if isinstance(value, (torch.Tensor, np.ndarray)) or meta.is_stateful(value):
         return True
     if isinstance(value, dict):
         return any(_has_tensor(v) for v in value.values())
@@ -225,8 +227,10 @@ def _has_tensor(value):
 
 def _tensor_paths(value, path):
     """Dotted paths of the tensors in ``value`` (a destination subtree)."""
-    if isinstance(value, torch.Tensor):
+    if isinstance(value, (torch.Tensor, np.ndarray)):
         return [meta.path_str(path)]
+    if meta.is_stateful(value):
+        value = value.state_dict()
     items = (value.items() if isinstance(value, dict) else
              enumerate(value) if isinstance(value, (list, tuple)) else ())
     return [p for k, v in items for p in _tensor_paths(v, path + (k,))]
@@ -251,6 +255,7 @@ class _LoadPlan:
     def __init__(self, shards, cast=False):
         self.cast = cast
         self.casts = []        # (destination, scratch of the saved dtype)
+        self.stateful = []     # (object, its loaded state dict)
         self.shards = _shard_table(shards)
         self.regs = _Registrations()
         self.targets = {}      # stored name -> tensor the step fills
@@ -284,10 +289,23 @@ class _LoadPlan:
             out = [self.decode(v, seq[i] if i < len(seq) else None,
                                path + (i,)) for i, v in enumerate(items)]
             return out if "l" in enc else tuple(out)
-        if "T" in enc:
-            return self.tensor(enc["T"], dest, path)
-        if "A" in enc:
-            return self.alias(enc["A"], dest, path)
+        if "S" in enc:
+            if not meta.is_stateful(dest):
+                return self.decode(enc["S"], dest, path)  # its state dict
+            loaded = self.decode(enc["S"], dest.state_dict(), path)
+            self.stateful.append((dest, loaded))
+            return dest
+        if "T" in enc or "A" in enc:
+            info = enc.get("T", enc.get("A"))
+            into = (torch.from_numpy(meta.torch_view(dest))
+                    if isinstance(dest, np.ndarray) else dest)
+            got = (self.tensor(info, into, path) if "T" in enc else
+                   self.alias(info, into, path))
+            if isinstance(dest, np.ndarray):
+                return dest
+            if info.get("numpy") and isinstance(got, torch.Tensor):
+                return got.numpy().view(np.dtype(info["numpy"]))
+            return got
         return meta.decode_plain(enc)
 
     def _skip(self, enc, path):
@@ -300,6 +318,8 @@ class _LoadPlan:
             if "T" in enc:
                 self.skipped[enc["T"]["name"]] = enc["T"]
             return True
+        if "S" in enc:
+            return self._skip(enc["S"], path)
         if "d" in enc:
             found = [self._skip(v, path + (meta.decode_plain(k),))
                      for k, v in enc["d"]]
@@ -419,6 +439,8 @@ class _LoadPlan:
             target.copy_(scratch)
         for dest, scratch in self.casts:
             dest.copy_(scratch)  # casts
+        for obj, loaded in self.stateful:
+            obj.load_state_dict(loaded)
         for dest, primary in self.alias_copies:
             dest.copy_(primary)
 
@@ -490,3 +512,28 @@ def load_state_dict(ck, state_dict, step="latest", *, shards=None,
     plan.finish()
     _update_in_place(state_dict, new)
     return result
+
+
+def async_save(ck, state_dict, step, **options):
+    """``save_state_dict`` with a ``concurrent.futures.Future`` for its end,
+    as ``torch.distributed.checkpoint.async_save`` returns one: ``done()``,
+    ``result(timeout)`` (the save's stats once durable; its error raised)
+    and ``add_done_callback``. Returns once the snapshot is taken, as
+    ``save_state_dict`` does; ``future.handle`` is the SaveHandle. A thread
+    of its own waits for the save.
+    """
+    handle = save_state_dict(ck, state_dict, step, **options)
+    future = concurrent.futures.Future()
+    future.set_running_or_notify_cancel()
+    future.handle = handle
+
+    def wait():
+        try:
+            handle.wait()
+            future.set_result(handle.stats())
+        except BaseException as e:  # the save's error, for result()
+            future.set_exception(e)
+
+    threading.Thread(target=wait, name=f"stagger-async-save-{step}",
+                     daemon=True).start()
+    return future
