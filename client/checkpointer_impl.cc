@@ -304,19 +304,10 @@ class CheckpointerImpl : public Checkpointer {
       --outstanding_;
       return fenced;
     }
-    if (!pool_) {
-      // Default staging: sized to the state at the first save (capped), so
-      // a small job does not pin a large pool.
-      uint64_t slab = options_.chunk_size;
-      uint64_t want = std::min(StagingPool::DefaultBytes(), staging_needed);
-      auto pool = StagingPool::Create(want, slab);
-      if (!pool.ok()) {
-        absl::MutexLock lock(&save_mu_);
-        --outstanding_;
-        return pool.status();
-      }
-      pool_ = std::move(*pool);
-      PinPool();
+    if (Status s = SizePool(staging_needed); !s.ok()) {
+      absl::MutexLock lock(&save_mu_);
+      --outstanding_;
+      return s;
     }
     shaping_->StartSave(state_bytes, so.deadline_s >= 0
                                          ? so.deadline_s
@@ -600,6 +591,47 @@ class CheckpointerImpl : public Checkpointer {
     }
   }
 
+  // Default staging (staging_bytes 0): sized to the largest state saved so
+  // far, up to StagingPool::DefaultBytes(), so a small job does not pin a
+  // large pool and a tiny first save does not leave every later one
+  // snapshotting through a few slabs. The pool is replaced by a larger one
+  // only while no other save holds its slabs (this save is the only one
+  // outstanding); otherwise it grows at a later save.
+  Status SizePool(uint64_t staging_needed) {
+    if (pool_ && options_.staging_bytes != 0) return absl::OkStatus();
+    const uint64_t cap = StagingPool::DefaultBytes();
+    const uint64_t want = std::min(cap, staging_needed);
+    if (pool_ && pool_->size() >= want) return absl::OkStatus();
+    if (staging_needed > cap && !warned_pool_cap_) {
+      warned_pool_cap_ = true;
+      log::Info("stagger", absl::StrCat("job '", options_.job,
+                                        "': the state needs ", staging_needed,
+                                        " bytes of staging, more than "
+                                        "the default pool's ",
+                                        cap,
+                                        "; saves snapshot it in pieces (set "
+                                        "CheckpointerOptions::staging_bytes, "
+                                        "Python staging_bytes=, for more)"));
+    }
+    if (pool_) {
+      absl::MutexLock lock(&save_mu_);
+      if (outstanding_ > 1) return absl::OkStatus();  // in use: next time
+    }
+    STAGGER_ASSIGN_OR_RETURN(auto pool,
+                             StagingPool::Create(want, options_.chunk_size));
+    UnpinPool();
+    pool_ = std::move(pool);
+    PinPool();
+    return absl::OkStatus();
+  }
+
+  void UnpinPool() {
+    if (pool_pinned_ && pool_ && !cuda_sources_.empty()) {
+      cuda_sources_.begin()->second->UnregisterStaging(pool_->base());
+    }
+    pool_pinned_ = false;
+  }
+
   // Pins the staging pool for device-to-host copies once both exist. A
   // pool that cannot be pinned still works, just slower.
   void PinPool() {
@@ -627,6 +659,7 @@ class CheckpointerImpl : public Checkpointer {
   std::unique_ptr<SnapshotSource> host_source_;
   std::map<int, std::unique_ptr<SnapshotSource>> cuda_sources_;
   bool pool_pinned_ = false;
+  bool warned_pool_cap_ = false;
   CodecPolicy policy_;
   ChunkIo io_;
   std::map<std::string, Registered> tensors_;

@@ -172,6 +172,7 @@ void SaveJob::Run() {
     stats.bytes_overlapped = overlapped_;
     stats.peak_chunks_shipping = peak_shipping_;
     stats.staging_bytes = peak_held_ * deps_.pool->slab_bytes();
+    stats.staging_pool_bytes = deps_.pool->size();
   }
   if (s.ok()) {
     {

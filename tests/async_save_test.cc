@@ -265,6 +265,34 @@ TEST_F(AsyncSaveTest, ACancelledLoadFetchesNothingAndLeavesTheCheckpointer) {
   EXPECT_EQ(out, t);
 }
 
+TEST_F(AsyncSaveTest, TheDefaultPoolGrowsAfterATinyFirstSave) {
+  auto ck = Open();
+  std::vector<char> tiny(8, 1);
+  ASSERT_TRUE(ck->Register({"step", "U8", {8}, tiny.data()}).ok());
+  auto h1 = ck->Save(1);
+  ASSERT_TRUE(h1.ok()) << h1.status();
+  ASSERT_TRUE(h1->Wait().ok());
+  EXPECT_EQ(h1->stats().staging_pool_bytes, 4u << 20);  // one slab
+  // The real state comes next: 16 MiB, four chunks.
+  std::vector<char> t(16 << 20);
+  FillPattern(t, 9);
+  ck->ClearRegistrations();
+  ASSERT_TRUE(ck->Register({"t", "U8", {int64_t(t.size())}, t.data()}).ok());
+  auto h2 = ck->Save(2);
+  ASSERT_TRUE(h2.ok()) << h2.status();
+  ASSERT_TRUE(h2->Wait().ok());
+  const SaveStats s = h2->stats();
+  EXPECT_GE(s.staging_pool_bytes, t.size());
+  EXPECT_FALSE(s.staging_limited);
+  EXPECT_EQ(LoadBack(*ck, 2, t.size()), t);
+  // A smaller save later keeps the larger pool.
+  ck->ClearRegistrations();
+  ASSERT_TRUE(ck->Register({"step", "U8", {8}, tiny.data()}).ok());
+  auto h3 = ck->Save(3);
+  ASSERT_TRUE(h3.ok() && h3->Wait().ok());
+  EXPECT_EQ(h3->stats().staging_pool_bytes, s.staging_pool_bytes);
+}
+
 TEST_F(AsyncSaveTest, SecondSaveWaitsForTheFirstByDefault) {
   auto ck = Open();
   std::vector<char> t(3 << 20);

@@ -182,6 +182,7 @@ PYBIND11_MODULE(_stagger, m) {
         d["chunks"] = s.chunks;
         d["snapshot_s"] = s.snapshot_s;
         d["staging_bytes"] = s.staging_bytes;
+        d["staging_pool_bytes"] = s.staging_pool_bytes;
         d["staging_limited"] = s.staging_limited;
         d["bytes_overlapped"] = s.bytes_overlapped;
         d["peak_chunks_shipping"] = s.peak_chunks_shipping;

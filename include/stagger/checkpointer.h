@@ -54,7 +54,8 @@ struct SaveStats {
   // Changed chunks that had a previous version but whose bytes did not fit
   // delta_memory_bytes, so they could not be sent as deltas.
   uint64_t chunks_no_base = 0;
-  uint64_t staging_bytes = 0;  // peak staging memory this save held
+  uint64_t staging_bytes = 0;       // peak staging memory this save held
+  uint64_t staging_pool_bytes = 0;  // the staging pool's size for this save
   // Bytes copied into staging. CUDA chunks whose on-device fingerprint is
   // unchanged since the previous save are not copied at all.
   uint64_t bytes_snapshotted = 0;

@@ -71,10 +71,11 @@ struct CheckpointerOptions {
   std::string metrics_listen;
 
   // Host staging memory for snapshots (pinned when CUDA is present),
-  // allocated once at Open. 0: allocated at the first Save(), sized to the
-  // state then, at most min(1 GiB, physical memory / 16). Never exceeded: a
-  // larger state is snapshotted in pieces as earlier pieces drain, and
-  // Save() stalls longer (SaveStats::staging_limited says so).
+  // allocated once at Open. 0: allocated at the first Save() and grown at
+  // a later one, sized to the largest state saved so far, at most min(1
+  // GiB, physical memory / 16) (a state larger than that logs once). Never
+  // exceeded: a larger state is snapshotted in pieces as earlier pieces
+  // drain, and Save() stalls longer (SaveStats::staging_limited says so).
   uint64_t staging_bytes = 0;
   // Saves in flight at once. Another Save() waits for one to finish, or
   // fails with RESOURCE_EXHAUSTED when fail_when_busy is set.
