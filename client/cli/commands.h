@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "stagger/status.h"
 
@@ -26,6 +27,9 @@ struct RestoreArgs {
   std::string server, job, step = "latest", out;
   // One model.safetensors of global tensors instead of a file per rank.
   bool consolidate = false;
+  // With consolidate: only the tensors under these prefixes ("model"),
+  // the prefix stripped, so the file loads straight into the module.
+  std::vector<std::string> only;
 };
 int RunRestore(const RestoreArgs& a);
 

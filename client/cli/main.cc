@@ -40,6 +40,11 @@ int main(int argc, char** argv) {
   restore_cmd->add_flag("--consolidate", restore.consolidate,
                         "write one model.safetensors with every tensor at "
                         "its global shape, assembled from all ranks");
+  restore_cmd->add_option(
+      "--only", restore.only,
+      "with --consolidate: only the tensors under this prefix (repeat for "
+      "more), named without it and without the state dict's metadata, so "
+      "model.load_state_dict(load_file(...)) takes the file");
 
   VerifyArgs verify;
   auto* verify_cmd = app.add_subcommand(

@@ -10,9 +10,12 @@
 #include <functional>
 #include <map>
 #include <mutex>
+#include <set>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "client/chunk_io.h"
 #include "client/cli/commands.h"
 #include "client/cli/interrupt.h"
@@ -117,39 +120,145 @@ Status WriteShard(ChunkIo& io, ServerSet* servers,
 // order). A tensor's dtype and global shape come from the lowest rank that
 // saved it; a per-rank tensor (saved without a global shape) is that rank's
 // copy. Adds the tensors' bytes to `bytes`.
-Status WriteConsolidated(ChunkIo& io, ServerSet* servers,
-                         const std::string& job, const pb::GetStepReply& reply,
-                         const std::string& path, uint64_t* bytes,
-                         Progress* progress) {
-  std::map<std::string, LoadTarget> targets;
+// The name a tensor gets in a consolidated file: with `only` prefixes,
+// the part after the prefix it is under, or "" when it is under none (left
+// out; so are the state dict's own metadata tensors).
+std::string ConsolidatedName(const std::string& name,
+                             const std::vector<std::string>& only) {
+  if (only.empty()) return name;
+  if (absl::StartsWith(name, "__stagger_")) return "";
+  for (const std::string& p : only) {
+    if (name.size() > p.size() + 1 && absl::StartsWith(name, p) &&
+        name[p.size()] == '.') {
+      return name.substr(p.size() + 1);
+    }
+  }
+  return "";
+}
+
+// A tensor of the file: what to fetch (`target`, the stored name) and where
+// it goes (`out`); for a per-rank tensor, every rank that saved it.
+struct Placed {
+  LoadTarget target;
+  std::string out;
+  std::vector<const pb::ShardManifest*> per_rank;  // empty: global
+};
+
+// Chooses the file's tensors. A sharded tensor is assembled at its global
+// shape from every rank's slices. A per-rank one (no global shape) saved
+// by several ranks must be the same everywhere (DDP's replicated state is):
+// other shapes fail here, other bytes after the fetch.
+Result<std::map<std::string, Placed>> PlaceTensors(
+    const pb::GetStepReply& reply, const std::vector<std::string>& only) {
+  std::map<std::string, Placed> placed;  // by stored name
+  std::map<std::string, std::string> by_out;
   for (const pb::ShardManifest& shard : reply.shards()) {
     for (const pb::TensorEntry& t : shard.tensors()) {
-      if (targets.count(t.name())) continue;
-      LoadTarget& x = targets[t.name()];
-      x.name = t.name();
-      x.dtype = t.dtype();
-      x.global_shape.assign(t.global_shape().begin(), t.global_shape().end());
-      if (x.global_shape.empty()) {
-        x.shape.assign(t.shape().begin(), t.shape().end());
+      const std::string out = ConsolidatedName(t.name(), only);
+      if (out.empty()) continue;
+      auto [it, first] = placed.try_emplace(t.name());
+      Placed& p = it->second;
+      std::vector<int64_t> shape(t.shape().begin(), t.shape().end());
+      if (!first) {
+        if (!p.per_rank.empty()) {
+          if (shape != p.target.shape || t.dtype() != p.target.dtype) {
+            return absl::FailedPreconditionError(
+                absl::StrCat("tensor '", t.name(),
+                             "' is per-rank (no global shape) and "
+                             "rank ",
+                             shard.rank(),
+                             " saved another shape or dtype than "
+                             "rank ",
+                             p.per_rank.front()->rank(),
+                             ": one file cannot "
+                             "hold both; restore without --consolidate"));
+          }
+          p.per_rank.push_back(&shard);
+        }
+        continue;
+      }
+      if (auto [o, fresh] = by_out.emplace(out, t.name()); !fresh) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("--only: tensors '", o->second, "' and '", t.name(),
+                         "' would both be named '", out, "'"));
+      }
+      p.out = out;
+      p.target.name = t.name();
+      p.target.dtype = t.dtype();
+      p.target.global_shape.assign(t.global_shape().begin(),
+                                   t.global_shape().end());
+      if (p.target.global_shape.empty()) {
+        p.target.shape = shape;
+        p.per_rank.push_back(&shard);
       } else {
-        x.shape = x.global_shape;
-        x.global_offset.assign(x.shape.size(), 0);
+        p.target.shape = p.target.global_shape;
+        p.target.global_offset.assign(p.target.shape.size(), 0);
       }
     }
   }
+  if (!only.empty() && placed.empty()) {
+    std::set<std::string> tops;
+    for (const pb::ShardManifest& shard : reply.shards()) {
+      for (const pb::TensorEntry& t : shard.tensors()) {
+        if (!absl::StartsWith(t.name(), "__stagger_")) {
+          tops.insert(t.name().substr(0, t.name().find('.')));
+        }
+      }
+    }
+    return absl::NotFoundError(
+        absl::StrCat("--only ", absl::StrJoin(only, ","),
+                     " names no tensor of the step; its tensors are under: ",
+                     absl::StrJoin(tops, ", ")));
+  }
+  return placed;
+}
+
+// Fetches rank `shard`'s copy of per-rank tensor `t` and compares it with
+// `have` (the copy in the file).
+Status SameOnRank(ChunkIo& io, ServerSet* servers, const LoadTarget& t,
+                  const pb::ShardManifest* shard, const char* have,
+                  uint64_t size) {
+  std::vector<char> copy(size);
+  LoadTarget x = t;
+  x.dest = copy.data();
+  LoadPlan plan;
+  STAGGER_RETURN_IF_ERROR(
+      PlanLoad({x}, {shard}, shard->rank(), *servers, &plan));
+  STAGGER_RETURN_IF_ERROR(io.Fetch(plan.items, nullptr));
+  if (size != 0 && std::memcmp(copy.data(), have, size) != 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("tensor '", t.name,
+                     "' is per-rank (no global shape) and rank ", shard->rank(),
+                     " saved other values than the rank written: one file "
+                     "cannot hold both; restore without --consolidate"));
+  }
+  return absl::OkStatus();
+}
+
+Status WriteConsolidated(ChunkIo& io, ServerSet* servers,
+                         const std::string& job, const pb::GetStepReply& reply,
+                         const std::vector<std::string>& only,
+                         const std::string& path, uint64_t* bytes,
+                         Progress* progress) {
+  STAGGER_ASSIGN_OR_RETURN(auto placed, PlaceTensors(reply, only));
+  // The file lists tensors by their names in it.
+  std::map<std::string, Placed*> by_out;
+  for (auto& [name, p] : placed) by_out[p.out] = &p;
   std::vector<format::SafetensorsEntry> entries;
-  for (const auto& [name, t] : targets) {
-    STAGGER_ASSIGN_OR_RETURN(uint64_t n, format::TensorBytes(t.dtype, t.shape));
-    entries.push_back({name, t.dtype, t.shape, n});
+  for (const auto& [out, p] : by_out) {
+    STAGGER_ASSIGN_OR_RETURN(
+        uint64_t n, format::TensorBytes(p->target.dtype, p->target.shape));
+    entries.push_back({out, p->target.dtype, p->target.shape, n});
   }
   const pb::StepInfo& step = reply.step();
-  STAGGER_ASSIGN_OR_RETURN(
-      std::string header,
-      format::SafetensorsHeader(
-          entries, {{"job", job},
-                    {"step", absl::StrCat(step.step())},
-                    {"world_size", absl::StrCat(step.world_size())},
-                    {"layout", "global"}}));
+  std::map<std::string, std::string> meta = {
+      {"job", job},
+      {"step", absl::StrCat(step.step())},
+      {"world_size", absl::StrCat(step.world_size())},
+      {"layout", "global"}};
+  if (!only.empty()) meta["only"] = absl::StrJoin(only, ",");
+  STAGGER_ASSIGN_OR_RETURN(std::string header,
+                           format::SafetensorsHeader(entries, meta));
   uint64_t total = header.size();
   for (const format::SafetensorsEntry& e : entries) total += e.byte_size;
   std::vector<const pb::ShardManifest*> shards;
@@ -159,18 +268,28 @@ Status WriteConsolidated(ChunkIo& io, ServerSet* servers,
     std::vector<LoadTarget> list;
     uint64_t off = header.size();
     size_t i = 0;
-    for (auto& [name, t] : targets) {
-      t.dest = base + off;
+    for (auto& [out, p] : by_out) {
+      p->target.dest = base + off;
       off += entries[i++].byte_size;
-      list.push_back(t);
+      list.push_back(p->target);
     }
     LoadPlan plan;
     STAGGER_RETURN_IF_ERROR(PlanLoad(list, shards, 0, *servers, &plan));
     uint64_t planned = 0;
     for (const FetchItem& item : plan.items) planned += item.ref->raw_length();
     progress->SetTotal(planned);
-    return io.Fetch(plan.items, nullptr,
-                    [progress](uint64_t n) { progress->Add(n); });
+    STAGGER_RETURN_IF_ERROR(io.Fetch(
+        plan.items, nullptr, [progress](uint64_t n) { progress->Add(n); }));
+    // Per-rank tensors of several ranks: every copy must be the one written.
+    i = 0;
+    for (auto& [out, p] : by_out) {
+      const uint64_t size = entries[i++].byte_size;
+      for (size_t r = 1; r < p->per_rank.size(); ++r) {
+        STAGGER_RETURN_IF_ERROR(SameOnRank(
+            io, servers, p->target, p->per_rank[r], p->target.dest, size));
+      }
+    }
+    return absl::OkStatus();
   }));
   *bytes += total - header.size();
   return absl::OkStatus();
@@ -193,6 +312,11 @@ Result<pb::GetStepReply> CompleteStep(Session& session, const std::string& job,
 }
 
 int RunRestore(const RestoreArgs& a) {
+  if (!a.only.empty() && !a.consolidate) {
+    return Fail("restore", absl::InvalidArgumentError(
+                               "--only selects tensors of the consolidated "
+                               "file: it needs --consolidate"));
+  }
   auto session = OpenSession(a.server);
   if (!session.ok()) return Fail("restore", session.status());
   auto reply = CompleteStep(*session, a.job, a.step);
@@ -221,7 +345,7 @@ int RunRestore(const RestoreArgs& a) {
   if (a.consolidate) {
     std::string path = a.out + "/model.safetensors";
     Status s = WriteConsolidated(io, session->servers.get(), a.job, *reply,
-                                 path, &bytes, &progress);
+                                 a.only, path, &bytes, &progress);
     progress.Finish();
     if (!s.ok()) {
       return Fail("restore",

@@ -19,6 +19,7 @@ torch = pytest.importorskip(
 
 import stagger  # noqa: E402
 import stagger.torch as st  # noqa: E402
+from conftest import bin_dir  # noqa: E402
 from torch_ddp_worker import bits, clone, same_bits  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -557,3 +558,88 @@ def test_async_save_returns_a_future(tmp_path):
     bad = st.async_save(ck, {"w": torch.ones(3)}, 2)  # step 2 is taken
     with pytest.raises(stagger.Error):
         bad.result(timeout=60)
+
+
+def read_safetensors(path):
+    """{name: torch tensor} of a safetensors file, and its metadata."""
+    dtypes = {"F32": torch.float32, "BF16": torch.bfloat16,
+              "I64": torch.int64, "F64": torch.float64, "U8": torch.uint8}
+    with open(path, "rb") as f:
+        raw = f.read()
+    n = int.from_bytes(raw[:8], "little")
+    header = json.loads(raw[8:8 + n])
+    data = raw[8 + n:]
+    out = {}
+    for name, e in header.items():
+        if name == "__metadata__":
+            continue
+        begin, end = e["data_offsets"]
+        buf = bytearray(data[begin:end])
+        t = torch.frombuffer(buf, dtype=torch.uint8) if buf else \
+            torch.empty(0, dtype=torch.uint8)
+        out[name] = t.view(dtypes[e["dtype"]]).reshape(e["shape"])
+    return out, header.get("__metadata__", {})
+
+
+def test_consolidate_only_model_loads_into_a_module(tmp_path, server):
+    cli = [os.path.join(bin_dir(), "stagger"), "--server", server]
+    model = Net(1)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    train(model, opt, 2)
+    # Two data-parallel ranks: model and optimizer replicated (rank 0
+    # stores them), the optimizer's 0-dim steps per-rank and equal.
+    for r in range(2):
+        ck = stagger.Checkpointer(servers=server, job="cons", rank=r,
+                                  world_size=2, chunk_size=4096)
+        st.save_state_dict(ck, {"model": model.state_dict(),
+                                "optim": opt.state_dict(), "epoch": 1}, 3,
+                           replicated=["model", "optim"]).wait()
+    out = tmp_path / "out"
+    r = subprocess.run(cli + ["restore", "--job", "cons", "--out", str(out),
+                              "--consolidate", "--only", "model"],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    tensors, meta = read_safetensors(out / "model.safetensors")
+    assert sorted(tensors) == sorted(model.state_dict())
+    assert meta["only"] == "model"
+    fresh = Net(2)
+    fresh.load_state_dict(tensors)  # strict: names and shapes match
+    for a, b in zip(model.state_dict().values(),
+                    fresh.state_dict().values()):
+        assert torch.equal(bits(a), bits(b))
+    # The optimizer's per-rank steps agree across ranks: consolidated once.
+    r = subprocess.run(cli + ["restore", "--job", "cons", "--out",
+                              str(tmp_path / "o2"), "--consolidate",
+                              "--only", "optim"],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    optim, _ = read_safetensors(tmp_path / "o2" / "model.safetensors")
+    assert "state.0.step" in optim and "state.0.exp_avg" in optim
+    # A prefix with nothing under it names what there is.
+    r = subprocess.run(cli + ["restore", "--job", "cons", "--out",
+                              str(tmp_path / "o3"), "--consolidate",
+                              "--only", "modle"],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 1
+    assert "--only modle names no tensor" in r.stderr
+    assert "model, optim" in r.stderr, r.stderr
+    r = subprocess.run(cli + ["restore", "--job", "cons", "--out",
+                              str(tmp_path / "o4"), "--only", "model"],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode != 0 and "needs --consolidate" in r.stderr
+
+
+def test_consolidate_refuses_per_rank_tensors_that_differ(tmp_path, server):
+    for r in range(2):
+        ck = stagger.Checkpointer(servers=server, job="diff", rank=r,
+                                  world_size=2)
+        st.save_state_dict(ck, {"model": {"w": torch.full((3,), float(r))}},
+                           1).wait()
+    r = subprocess.run([os.path.join(bin_dir(), "stagger"), "--server",
+                        server, "restore", "--job", "diff", "--out",
+                        str(tmp_path / "out"), "--consolidate"],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 1
+    assert "'model.w' is per-rank" in r.stderr, r.stderr
+    assert "rank 1 saved other values" in r.stderr, r.stderr
+    assert not (tmp_path / "out" / "model.safetensors").exists()
