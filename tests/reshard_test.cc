@@ -7,6 +7,7 @@
 #include <cinttypes>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <random>
@@ -393,8 +394,11 @@ TEST_F(ReshardTest, TwoServersLoadAndConsolidate) {
   EXPECT_FALSE(std::ifstream(out + "/model.safetensors").good());
   EXPECT_FALSE(std::ifstream(out + "/model.safetensors.partial").good());
 
-  // Step 2, without the incomplete tensor, consolidates.
-  {
+  // Steps 2 and 3 without the incomplete tensor. In step 2 the per-rank
+  // tensors differ between ranks: one file cannot hold them, and the
+  // restore says which. In step 3 every rank holds the same ones (as
+  // replicated state is): they are written once.
+  auto save_step = [&](int64_t step, bool same_per_rank) {
     std::vector<std::unique_ptr<Checkpointer>> cks;
     std::vector<std::vector<char>> held;
     held.reserve(8 * kSavers);
@@ -416,18 +420,30 @@ TEST_F(ReshardTest, TwoServersLoadAndConsolidate) {
                       ->Register(Sliced("norm", "F32", norm_.shape,
                                         held.back().data(), norm_.shape, {0}))
                       .ok());
-      held.push_back(RankBytes(r));
+      const uint32_t as = same_per_rank ? 0 : r;
+      held.push_back(RankBytes(as));
       ASSERT_TRUE(
           cks.back()->Register({"rng", "U8", {40}, held.back().data()}).ok());
-      held.push_back(Count(r));
+      held.push_back(Count(as));
       ASSERT_TRUE(
           cks.back()->Register({"count", "I64", {}, held.back().data()}).ok());
-      auto h = cks.back()->Save(2);
+      auto h = cks.back()->Save(step);
       ASSERT_TRUE(h.ok()) << h.status();
       handles.push_back(*h);
     }
     for (auto& h : handles) ASSERT_TRUE(h.Wait().ok()) << h.Wait();
-  }
+  };
+  save_step(2, /*same_per_rank=*/false);
+  run = testutil::RunProcess({testutil::BinDir() + "/stagger", "--server",
+                              servers_, "restore", "--job", "rs", "--step", "2",
+                              "--consolidate", "--out", out});
+  EXPECT_EQ(run.exit_code, 1) << run.out;
+  EXPECT_NE(run.out.find("tensor 'count' is per-rank (no global shape) and "
+                         "rank 1 saved other values"),
+            std::string::npos)
+      << run.out;
+  EXPECT_FALSE(std::filesystem::exists(out + "/model.safetensors"));
+  save_step(3, /*same_per_rank=*/true);
   run = testutil::RunProcess({testutil::BinDir() + "/stagger", "--server",
                               servers_, "restore", "--job", "rs",
                               "--consolidate", "--out", out});
@@ -437,8 +453,8 @@ TEST_F(ReshardTest, TwoServersLoadAndConsolidate) {
   std::string file((std::istreambuf_iterator<char>(f)), {});
   uint64_t data = 0;
   auto header = Header(file, &data);
-  EXPECT_NE(header["__metadata__"].find("\"step\":\"2\""), std::string::npos);
-  // Per-rank tensors: rank 0's copy.
+  EXPECT_NE(header["__metadata__"].find("\"step\":\"3\""), std::string::npos);
+  // Per-rank tensors, the same on every rank: written once.
   Global rng{"rng", "U8", {40}, 1, RankBytes(0)};
   Global count{"count", "I64", {}, 8, Count(0)};
   uint64_t total = 0;

@@ -171,7 +171,9 @@ Result<std::map<std::string, Placed>> PlaceTensors(
                              "rank ",
                              p.per_rank.front()->rank(),
                              ": one file cannot "
-                             "hold both; restore without --consolidate"));
+                             "hold both; restore without --consolidate, or "
+                             "leave it out with "
+                             "--only"));
           }
           p.per_rank.push_back(&shard);
         }
@@ -226,11 +228,12 @@ Status SameOnRank(ChunkIo& io, ServerSet* servers, const LoadTarget& t,
       PlanLoad({x}, {shard}, shard->rank(), *servers, &plan));
   STAGGER_RETURN_IF_ERROR(io.Fetch(plan.items, nullptr));
   if (size != 0 && std::memcmp(copy.data(), have, size) != 0) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("tensor '", t.name,
-                     "' is per-rank (no global shape) and rank ", shard->rank(),
-                     " saved other values than the rank written: one file "
-                     "cannot hold both; restore without --consolidate"));
+    return absl::FailedPreconditionError(absl::StrCat(
+        "tensor '", t.name, "' is per-rank (no global shape) and rank ",
+        shard->rank(),
+        " saved other values than the rank written: one file "
+        "cannot hold both; restore without --consolidate, or leave it out "
+        "with --only"));
   }
   return absl::OkStatus();
 }
