@@ -141,6 +141,13 @@ void ChunkIo::PutAsync(const std::vector<ServerConn*>& ranked, size_t replicas,
     format::EncodeOptions eo = encode_;
     // Plain "zstd" keeps its bytes ungrouped in deltas too.
     eo.element_size = (element_size > 0 && codec_ != "zstd") ? element_size : 1;
+    // The numeric delta only where every home server can store it.
+    for (size_t i = 0; i < st->home; ++i) {
+      if (ranked[i]->codec_count.load() <=
+          static_cast<uint32_t>(format::Codec::kNumDeltaByteGroupZstd)) {
+        eo.numeric_delta = false;
+      }
+    }
     auto codec = format::EncodeDelta(std::string_view(data, len), *delta->bytes,
                                      delta->id, owned.get(), eo);
     if (codec.ok() && format::IsDelta(*codec)) {

@@ -49,6 +49,7 @@ Status ServerSet::Dial(ServerConn* conn, double timeout_s,
     STAGGER_RETURN_IF_ERROR(
         WithContext(a, absl::StrCat(where, ": key from Hello")));
   }
+  conn->codec_count = reply.codec_count() == 0 ? 4 : reply.codec_count();
   conn->SetData(std::shared_ptr<transport::Connection>(std::move(*connected)));
   return absl::OkStatus();
 }

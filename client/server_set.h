@@ -49,6 +49,10 @@ struct ServerConn {
   // A probe of this server is running (the prober's or AwaitUp's): one at
   // a time, so that a server is never dialled twice at once.
   std::atomic<bool> probing{false};
+  // Codec values below this the server takes (HelloReply::codec_count; 4
+  // for a server that does not say): newer delta codecs go only to servers
+  // that know them.
+  std::atomic<uint32_t> codec_count{4};
 
   // The data-plane connection; nullptr while the server has never been
   // reached. A caller holds its own reference for as long as it uses it.

@@ -377,7 +377,7 @@ Result<Codec> EncodeDelta(std::string_view raw, std::string_view base,
   const int w = options.element_size;
   STAGGER_RETURN_IF_ERROR(CheckDelta(Codec::kXorByteGroupZstd, w, raw, base));
   Codec codec = Codec::kXorByteGroupZstd;
-  if (w != 1) {
+  if (w != 1 && options.numeric_delta) {
     // Which delta compresses better, judged on a sample: the first
     // kDeltaSampleBytes (whole elements), each way.
     const size_t len = std::min(raw.size(), kDeltaSampleBytes) / w * w;

@@ -13,6 +13,9 @@ namespace stagger::format {
 
 struct EncodeOptions {
   int zstd_level = 1;
+  // EncodeDelta may use kNumDeltaByteGroupZstd (false: XOR only, for a
+  // reader that does not know it).
+  bool numeric_delta = true;
   // Element width for kByteGroupZstd: 2 (bf16, f16), 4 (f32) or 8 (f64).
   int element_size = 4;
 };

@@ -224,6 +224,11 @@ TEST(CodecTest, NumericDeltaRoundTripsEveryBitPatternAndWinsOnSmallSteps) {
   EXPECT_EQ(*EncodeDelta(w1, w0, w0_id, &picked, o),
             Codec::kNumDeltaByteGroupZstd);
   EXPECT_EQ(picked.size(), n.size());
+  // Not for a reader that does not know it.
+  EncodeOptions xor_only = o;
+  xor_only.numeric_delta = false;
+  EXPECT_EQ(*EncodeDelta(w1, w0, w0_id, &picked, xor_only),
+            Codec::kXorByteGroupZstd);
   // Width 1 has no numeric form.
   o.element_size = 1;
   EXPECT_EQ(EncodeDeltaWith(Codec::kNumDeltaByteGroupZstd, w1, w0, w0_id, &n, o)

@@ -64,6 +64,7 @@ grpc::Status ControlService::Hello(grpc::ServerContext* ctx,
   if (*grant != nullptr) reply->set_data_key(auth_->MintDataKey(*grant));
   reply->set_data_address(data_address_);
   reply->set_format_version(format::kFormatVersion);
+  reply->set_codec_count(format::kCodecCount);
   reply->set_server_id(server_id_);
   return grpc::Status::OK;
 }

@@ -200,6 +200,10 @@ TEST_F(AuthTest, TheDataPlaneNeedsTheKeyFromHello) {
   pb::HelloReply hello;
   ASSERT_TRUE(stub_->Hello(&ctx, pb::HelloRequest(), &hello).ok());
   ASSERT_FALSE(hello.data_key().empty());
+  // The server says which codecs it takes: the numeric delta included.
+  EXPECT_EQ(hello.codec_count(), static_cast<uint32_t>(format::kCodecCount));
+  EXPECT_GT(hello.codec_count(),
+            static_cast<uint32_t>(format::Codec::kNumDeltaByteGroupZstd));
   auto transport = transport::NewUcxTransport();
   ASSERT_TRUE(transport.ok()) << transport.status();
   auto conn = (*transport)->Connect(hello.data_address());
