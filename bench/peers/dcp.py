@@ -1,0 +1,347 @@
+#!/usr/bin/env python3
+"""PyTorch DCP and stagger side by side, on the same state dicts and disk.
+
+Run with the python of bench/peers/setup_venv.sh (torch 2.x from PyPI):
+
+  PY=$(bench/peers/setup_venv.sh | tail -1)
+  $PY bench/peers/dcp.py [--gib 1] [--layout gpt,large] [--dir /tmp]
+
+For each layout (``gpt``: a GPT-like model's fp32 weights with AdamW's two
+moments, hundreds of tensors from a few KiB to tens of MiB; ``large``: four
+large tensors), one process does, on one disk:
+
+  floor      copy of every tensor into preallocated memory (torch copy_,
+             all threads): what any snapshot must at least cost
+  DCP        step 1 ``dcp.save``; a training-like update; step 2
+             ``dcp.async_save`` (blocking time = the call, durable = the
+             future's result); bytes of step 2's directory (du);
+             ``dcp.load`` of step 2 into preallocated tensors
+  stagger    a stagger-server process on its own data directory, default
+             options; step 1 eager ``save_state_dict``; the same update;
+             step 2 eager (blocking time, durable), step 3 lazy (the call
+             plus ``before_update()``); bytes step 2 added to the server's
+             data directory (du, the server stopped so reservations are
+             given back); ``load_state_dict`` of step 2 into preallocated
+             tensors, from a fresh Checkpointer
+
+The page cache is dropped before each load (/proc/sys/vm/drop_caches;
+the output says when that is not allowed). Prints a table per layout and
+
+  RESULT peers layout=L eager_x_async=... eager_x_floor=... lazy_x_async=...
+         dcp_durable_x_stagger=... dcp_bytes_x_stagger=... load_x_dcp=...
+         ratio=eager_x_async
+
+ratios the targets of BENCHMARKS.md are stated in. Exits 2 when torch 2.x
+or DCP is missing.
+"""
+import argparse
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+
+try:
+    import torch
+    import torch.distributed.checkpoint as dcp
+except ImportError as e:
+    print(f"dcp.py: torch 2.x with DCP is needed ({e}); peer skipped")
+    sys.exit(2)
+if int(torch.__version__.split(".")[0]) < 2:
+    print(f"dcp.py: torch {torch.__version__} is too old for DCP; skipped")
+    sys.exit(2)
+
+
+def gpt_state(total_bytes, dim=768, vocab=16000):
+    """A GPT-like model's weights and AdamW moments, about total_bytes."""
+    g = torch.Generator().manual_seed(1)
+    params = {}
+
+    def add(name, *shape):
+        params[name] = torch.randn(*shape, generator=g) * 0.02
+
+    add("wte", vocab, dim)
+    add("wpe", 1024, dim)
+    per_layer = 12 * dim * dim * 4
+    layers = max(1, int((total_bytes / 3 - vocab * dim * 4) // per_layer))
+    for i in range(layers):
+        p = f"h.{i}."
+        add(p + "ln_1.weight", dim)
+        add(p + "ln_1.bias", dim)
+        add(p + "attn.c_attn.weight", 3 * dim, dim)
+        add(p + "attn.c_attn.bias", 3 * dim)
+        add(p + "attn.c_proj.weight", dim, dim)
+        add(p + "attn.c_proj.bias", dim)
+        add(p + "ln_2.weight", dim)
+        add(p + "ln_2.bias", dim)
+        add(p + "mlp.c_fc.weight", 4 * dim, dim)
+        add(p + "mlp.c_fc.bias", 4 * dim)
+        add(p + "mlp.c_proj.weight", dim, 4 * dim)
+        add(p + "mlp.c_proj.bias", dim)
+    add("ln_f.weight", dim)
+    add("ln_f.bias", dim)
+    state = {}
+    for i, (name, w) in enumerate(params.items()):
+        state[i] = {"step": torch.tensor(100.0),
+                    "exp_avg": torch.randn(w.shape, generator=g) * 1e-3,
+                    "exp_avg_sq": torch.rand(w.shape, generator=g) * 1e-6}
+    return {"model": params,
+            "optim": {"state": state,
+                      "param_groups": [{"lr": 3e-4,
+                                        "params": list(range(len(params)))}]}}
+
+
+def large_state(total_bytes):
+    g = torch.Generator().manual_seed(2)
+    n = max(1, int(total_bytes // 16))
+    return {"model": {f"w{i}": torch.randn(n, generator=g) for i in range(4)}}
+
+
+def tensors(sd):
+    out = []
+
+    def walk(v):
+        if isinstance(v, torch.Tensor):
+            out.append(v)
+        elif isinstance(v, dict):
+            for x in v.values():
+                walk(x)
+        elif isinstance(v, (list, tuple)):
+            for x in v:
+                walk(x)
+    walk(sd)
+    return out
+
+
+def empty_like_tree(sd):
+    if isinstance(sd, torch.Tensor):
+        return torch.empty_like(sd)
+    if isinstance(sd, dict):
+        return {k: empty_like_tree(v) for k, v in sd.items()}
+    if isinstance(sd, list):
+        return [empty_like_tree(v) for v in sd]
+    return sd
+
+
+def train_step(sd):
+    """An AdamW-like update of every weight and moment, in place."""
+    g = torch.Generator().manual_seed(int(time.time()))
+    model, optim = sd["model"], sd.get("optim")
+    for i, (name, w) in enumerate(model.items()):
+        grad = torch.randn(w.shape, generator=g) * 0.01
+        if optim is not None:
+            st = optim["state"][i]
+            st["exp_avg"].mul_(0.9).add_(grad, alpha=0.1)
+            st["exp_avg_sq"].mul_(0.999).addcmul_(grad, grad, value=0.001)
+            st["step"].add_(1)
+            w.sub_(3e-4 * st["exp_avg"] / (st["exp_avg_sq"].sqrt() + 1e-8))
+        else:
+            w.add_(grad, alpha=1e-4)
+
+
+def du(path):
+    n = 0
+    for root, _, files in os.walk(path):
+        for f in files:
+            try:
+                n += os.stat(os.path.join(root, f)).st_blocks * 512
+            except FileNotFoundError:
+                pass
+    return n
+
+
+def drop_caches():
+    os.sync()
+    try:
+        with open("/proc/sys/vm/drop_caches", "w") as f:
+            f.write("3\n")
+        return True
+    except OSError:
+        return False
+
+
+class Server:
+    """A stagger-server on `data`, restartable on the same address."""
+
+    def __init__(self, binary, data):
+        self.binary, self.data, self.listen = binary, data, "127.0.0.1:0"
+        self.proc = None
+        self.start()
+
+    def start(self):
+        self.proc = subprocess.Popen(
+            [self.binary, "--data", self.data, "--listen", self.listen],
+            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        line = self.proc.stdout.readline()
+        if not line.startswith("stagger-server ready grpc="):
+            raise RuntimeError(f"stagger-server did not start: {line!r}")
+        self.grpc = line.split()[2].split("=", 1)[1]
+        self.listen = self.grpc
+
+    def stop(self):
+        self.proc.send_signal(signal.SIGTERM)
+        self.proc.wait(timeout=120)
+
+
+def run_dcp(sd, work, dropped):
+    out = {}
+    d1, d2 = os.path.join(work, "dcp1"), os.path.join(work, "dcp2")
+    t = time.perf_counter()
+    dcp.save(sd, checkpoint_id=d1)
+    out["save_s"] = time.perf_counter() - t
+    train_step(sd)
+    t = time.perf_counter()
+    future = dcp.async_save(sd, checkpoint_id=d2)
+    out["async_block_s"] = time.perf_counter() - t
+    future.result()
+    out["async_durable_s"] = time.perf_counter() - t
+    os.sync()
+    out["bytes"] = du(d2)
+    dest = empty_like_tree(sd)
+    dropped.append(drop_caches())
+    t = time.perf_counter()
+    dcp.load(dest, checkpoint_id=d2)
+    out["load_s"] = time.perf_counter() - t
+    ok = all(torch.equal(a, b) for a, b in zip(tensors(sd), tensors(dest)))
+    out["bit_exact"] = ok
+    return out
+
+
+def run_stagger(sd, work, server_bin, dropped):
+    sys.path.insert(0, os.path.join(ROOT, "build", "python"))
+    import stagger.torch as st
+    out = {}
+    data = os.path.join(work, "stagger-data")
+    server = Server(server_bin, data)
+    try:
+        ck = st.checkpointer(server.grpc, job="peers")
+        st.save_state_dict(ck, sd, 1).wait()
+        train_step(sd)
+        t = time.perf_counter()
+        h = st.save_state_dict(ck, sd, 2)
+        out["eager_block_s"] = time.perf_counter() - t
+        h.wait()
+        out["durable_s"] = time.perf_counter() - t
+        train_step(sd)
+        t = time.perf_counter()
+        h3 = st.save_state_dict(ck, sd, 3, lazy=True)
+        ck.before_update()
+        out["lazy_visible_s"] = time.perf_counter() - t
+        h3.wait()
+        dest = empty_like_tree(sd)
+        del ck
+        server.stop()
+        dropped.append(drop_caches())
+        server.start()
+        ck = st.checkpointer(server.grpc, job="peers")
+        t = time.perf_counter()
+        st.load_state_dict(ck, dest, step=3)
+        out["load_s"] = time.perf_counter() - t
+        out["bit_exact"] = all(torch.equal(a, b) for a, b in
+                               zip(tensors(sd), tensors(dest)))
+        del ck
+    finally:
+        server.stop()
+    return out
+
+
+def stagger_step_bytes(sd, work, server_bin):
+    """Disk bytes a step after the first adds (du, with the server stopped
+    so that its reservations are given back; the same Checkpointer goes on
+    against the restarted server, so it keeps its delta bases)."""
+    sys.path.insert(0, os.path.join(ROOT, "build", "python"))
+    import stagger.torch as st
+    data = os.path.join(work, "stagger-bytes")
+    server = Server(server_bin, data)
+    try:
+        ck = st.checkpointer(server.grpc, job="bytes")
+        st.save_state_dict(ck, sd, 1).wait()
+        server.stop()
+        first = du(data)
+        server.start()
+        train_step(sd)
+        st.save_state_dict(ck, sd, 2).wait()
+        server.stop()
+        return du(data) - first
+    finally:
+        if server.proc.poll() is None:
+            server.stop()
+
+
+def floor_copy(sd):
+    torch.set_num_threads(os.cpu_count() or 1)
+    src = tensors(sd)
+    dst = [torch.empty_like(t) for t in src]
+    for d, s in zip(dst, src):  # fault the pages in first
+        d.copy_(s)
+    t = time.perf_counter()
+    for d, s in zip(dst, src):
+        d.copy_(s)
+    return time.perf_counter() - t
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--gib", type=float, default=1.0)
+    p.add_argument("--layout", default="gpt,large")
+    p.add_argument("--dir", default="/tmp")
+    p.add_argument("--server-bin",
+                   default=os.path.join(ROOT, "build", "bin",
+                                        "stagger-server"))
+    a = p.parse_args()
+    total = int(a.gib * (1 << 30))
+    print(f"dcp.py: torch {torch.__version__}, {a.gib} GiB per layout, "
+          f"{os.cpu_count()} cores, disk under {a.dir}")
+    for layout in a.layout.split(","):
+        sd = gpt_state(total) if layout == "gpt" else large_state(total)
+        ts = tensors(sd)
+        nbytes = sum(t.numel() * t.element_size() for t in ts)
+        work = tempfile.mkdtemp(prefix=f"stagger-peers-{layout}-",
+                                dir=a.dir)
+        dropped = []
+        try:
+            floor = floor_copy(sd)
+            d = run_dcp(sd, work, dropped)
+            s = run_stagger(sd, work, a.server_bin, dropped)
+            step_bytes = stagger_step_bytes(sd, work, a.server_bin)
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+        print(f"\nlayout {layout}: {len(ts)} tensors, {nbytes / 2**20:.1f} "
+              f"MiB; page cache dropped before loads: {all(dropped)}")
+        rows = [("blocking time of a save (s)", d["async_block_s"],
+                 s["eager_block_s"]),
+                ("lazy: call + before_update (s)", None, s["lazy_visible_s"]),
+                ("save call to durable (s)", d["async_durable_s"],
+                 s["durable_s"]),
+                ("dcp.save, step 1 (s)", d["save_s"], None),
+                ("bytes stored for a step after the first (MiB)",
+                 d["bytes"] / 2**20, step_bytes / 2**20),
+                ("load of the last step (s)", d["load_s"], s["load_s"]),
+                ("bit exact", d["bit_exact"], s["bit_exact"])]
+        print(f"{'figure':<48} {'DCP':>10} {'stagger':>10}")
+        for name, x, y in rows:
+            fx = "-" if x is None else (f"{x:.3f}" if isinstance(x, float)
+                                        else str(x))
+            fy = "-" if y is None else (f"{y:.3f}" if isinstance(y, float)
+                                        else str(y))
+            print(f"{name:<48} {fx:>10} {fy:>10}")
+        print(f"{'copy floor, all threads (s)':<48} {floor:>10.3f}")
+        r = {"eager_x_async": s["eager_block_s"] / d["async_block_s"],
+             "eager_x_floor": s["eager_block_s"] / floor,
+             "lazy_x_async": s["lazy_visible_s"] / d["async_block_s"],
+             "dcp_durable_x_stagger": d["async_durable_s"] / s["durable_s"],
+             "dcp_bytes_x_stagger": d["bytes"] / max(1, step_bytes),
+             "load_x_dcp": s["load_s"] / d["load_s"]}
+        print("RESULT peers layout=" + layout + " "
+              + " ".join(f"{k}={v:.4g}" for k, v in r.items())
+              + f" ratio={r['eager_x_async']:.4g}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,27 @@
+#!/bin/sh
+# Makes the virtual environment bench/peers/dcp.py runs in: torch 2.x and
+# numpy from PyPI, outside the repository (about 5 GB, once; never part of
+# `make test`). Prints the environment's python on its last line.
+#
+#   bench/peers/setup_venv.sh [DIR]     (default: $STAGGER_PEERS_VENV, or
+#                                        ~/.cache/stagger/peers-venv)
+#
+# Exits 0 with a message, and no python line, when PyPI cannot be reached:
+# the peer comparison is then skipped, not failed.
+set -eu
+dir=${1:-${STAGGER_PEERS_VENV:-$HOME/.cache/stagger/peers-venv}}
+py=$dir/bin/python
+if [ -x "$py" ] && "$py" -c 'import torch, numpy, sys
+sys.exit(0 if int(torch.__version__.split(".")[0]) >= 2 else 1)' 2>/dev/null; then
+  echo "$py"
+  exit 0
+fi
+# The same interpreter the stagger module is built for.
+/usr/bin/python3 -m venv "$dir"
+if ! "$dir/bin/pip" install --quiet --disable-pip-version-check \
+    "torch>=2" numpy; then
+  echo "setup_venv.sh: could not install torch from PyPI; the DCP peer is" \
+    "skipped" >&2
+  exit 0
+fi
+echo "$py"
