@@ -57,32 +57,12 @@ inline uint64_t Load64(const char* p) {
 // XorGroupW<2> a word (4 elements) at a time; the tail bytewise. With
 // y == nullptr, plain grouping of x.
 void XorGroup2(const char* x, const char* y, size_t n, char* out) {
-  if (y == nullptr) {
-    char* g0 = out;
-    char* g1 = out + n;
-    size_t i = 0;
-    for (; i + 4 <= n; i += 4) {
-      const uint64_t v = Load64(x + 2 * i);
-      const uint32_t lo = static_cast<uint32_t>(
-          (v & 0xff) | ((v >> 8) & 0xff00) | ((v >> 16) & 0xff0000) |
-          ((v >> 24) & 0xff000000));
-      const uint32_t hi = static_cast<uint32_t>(
-          ((v >> 8) & 0xff) | ((v >> 16) & 0xff00) | ((v >> 24) & 0xff0000) |
-          ((v >> 32) & 0xff000000));
-      std::memcpy(g0 + i, &lo, 4);
-      std::memcpy(g1 + i, &hi, 4);
-    }
-    for (; i < n; ++i) {
-      g0[i] = x[2 * i];
-      g1[i] = x[2 * i + 1];
-    }
-    return;
-  }
   char* g0 = out;
   char* g1 = out + n;
   size_t i = 0;
   for (; i + 4 <= n; i += 4) {
-    const uint64_t v = Load64(x + 2 * i) ^ Load64(y + 2 * i);
+    const uint64_t v =
+        Load64(x + 2 * i) ^ (y == nullptr ? 0 : Load64(y + 2 * i));
     const uint32_t lo = static_cast<uint32_t>((v & 0xff) | ((v >> 8) & 0xff00) |
                                               ((v >> 16) & 0xff0000) |
                                               ((v >> 24) & 0xff000000));
@@ -93,8 +73,8 @@ void XorGroup2(const char* x, const char* y, size_t n, char* out) {
     std::memcpy(g1 + i, &hi, 4);
   }
   for (; i < n; ++i) {
-    g0[i] = x[2 * i] ^ y[2 * i];
-    g1[i] = x[2 * i + 1] ^ y[2 * i + 1];
+    g0[i] = x[2 * i] ^ (y == nullptr ? 0 : y[2 * i]);
+    g1[i] = x[2 * i + 1] ^ (y == nullptr ? 0 : y[2 * i + 1]);
   }
 }
 
