@@ -276,12 +276,56 @@ void NumUngroup(const char* grouped, const char* base, size_t n, char* out) {
   }
 }
 
+// NumGroup's differences for the lanes of one 64-bit word at once (SWAR):
+// `lanes` of 16 or 32 bits. `low` has the lowest bit of each lane set.
+template <int kBits>
+inline uint64_t NumDiffWord(uint64_t a, uint64_t b) {
+  constexpr uint64_t kLow =
+      kBits == 16 ? 0x0001000100010001ull : 0x0000000100000001ull;
+  constexpr uint64_t kHigh = kLow << (kBits - 1);
+  constexpr uint64_t kLane = kBits == 16 ? 0xffffull : 0xffffffffull;
+  auto ordered = [](uint64_t v) {
+    const uint64_t mask = ((v >> (kBits - 1)) & kLow) * kLane;
+    return v ^ (mask | kHigh);
+  };
+  const uint64_t x = ordered(a), y = ordered(b);
+  // Lane-wise x - y mod 2^kBits, no borrow across lanes.
+  const uint64_t d = ((x | kHigh) - (y & ~kHigh)) ^ ((x ^ ~y) & kHigh);
+  // Lane-wise zig-zag: (d << 1) ^ (d's sign spread over the lane).
+  return ((d << 1) & ~kLow) ^ (((d >> (kBits - 1)) & kLow) * kLane);
+}
+
+// NumGroup<U> for 16- and 32-bit elements, a word at a time.
+template <int kBits>
+void NumGroupSwar(const char* x, const char* y, size_t n, char* out) {
+  constexpr size_t kPer = 64 / kBits;  // elements per word
+  constexpr size_t kSize = kBits / 8;
+  static thread_local std::string diffs;
+  if (diffs.size() < n * kSize) diffs.resize(n * kSize);
+  char* z = diffs.data();
+  size_t i = 0;
+  for (; i + kPer <= n; i += kPer) {
+    const uint64_t d =
+        NumDiffWord<kBits>(Load64(x + i * kSize), Load64(y + i * kSize));
+    std::memcpy(z + i * kSize, &d, 8);
+  }
+  using U = std::conditional_t<kBits == 16, uint16_t, uint32_t>;
+  for (; i < n; ++i) {
+    U a, b;
+    std::memcpy(&a, x + i * kSize, kSize);
+    std::memcpy(&b, y + i * kSize, kSize);
+    const U d = ZigZag<U>(static_cast<U>(Ordered(a) - Ordered(b)));
+    std::memcpy(z + i * kSize, &d, kSize);
+  }
+  XorGroupAny(z, nullptr, n, kSize, out);
+}
+
 void NumGroupAny(const char* x, const char* y, size_t n, int w, char* out) {
   switch (w) {
     case 2:
-      return NumGroup<uint16_t>(x, y, n, out);
+      return NumGroupSwar<16>(x, y, n, out);
     case 4:
-      return NumGroup<uint32_t>(x, y, n, out);
+      return NumGroupSwar<32>(x, y, n, out);
     default:
       return NumGroup<uint64_t>(x, y, n, out);
   }
