@@ -12,6 +12,7 @@
 #include <list>
 #include <map>
 #include <optional>
+#include <set>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -209,15 +210,22 @@ class CheckpointerImpl : public Checkpointer {
     }
     // Deltas need the previous version of every chunk kept in memory.
     uint64_t state_bytes = 0;
-    // Staging the whole state takes a slab per chunk: each tensor's last,
-    // partial chunk holds a whole slab.
+    // Staging the whole state takes a slab per whole chunk, and for each
+    // tensor's last, partial chunk a slab or a piece (StagingPool).
     uint64_t staging_needed = 0;
+    std::set<uint64_t> piece_sizes;  // each is cut from slabs of its own
     for (const auto& [name, reg] : tensors_) {
       if (!Stores(reg)) continue;
       state_bytes += reg.bytes;
-      staging_needed += (reg.bytes + options_.chunk_size - 1) /
-                        options_.chunk_size * options_.chunk_size;
+      const uint64_t tail = reg.bytes % options_.chunk_size;
+      const uint64_t piece =
+          tail == 0 ? 0 : StagingPool::Footprint(tail, options_.chunk_size);
+      staging_needed +=
+          reg.bytes / options_.chunk_size * options_.chunk_size + piece;
+      if (piece != 0 && piece < options_.chunk_size) piece_sizes.insert(piece);
     }
+    // A slab cut for a piece size may be partly used.
+    staging_needed += piece_sizes.size() * options_.chunk_size;
     // The previous version of each chunk, kept as its delta base, and the
     // new one being captured meanwhile: half the budget each, given to the
     // chunks in tensor order, the same ones every save.

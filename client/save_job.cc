@@ -95,19 +95,20 @@ void SaveJob::Run() {
       continue;
     }
     bool waited = false;
-    char* slab = deps_.pool->TryAcquire();
+    const SaveChunk& c = chunks_[i];
+    char* slab = deps_.pool->TryAcquire(c.len);
     if (slab == nullptr) {
       // The pool is dry: only draining frees slabs now.
       StartDraining();
-      slab = deps_.pool->Acquire(&waited);
+      slab = deps_.pool->Acquire(c.len, &waited);
       waited = true;
     }
     {
       absl::MutexLock lock(&mu_);
       staging_limited_ |= waited;
-      peak_held_ = std::max(peak_held_, ++held_);
+      held_ += deps_.pool->SizeOf(slab);
+      peak_held_ = std::max(peak_held_, held_);
     }
-    const SaveChunk& c = chunks_[i];
     snapshotted += c.len;
     c.source->Copy(
         slab, c.src, c.len, [self](const Status& s) { self->ChunkCaptured(s); },
@@ -171,7 +172,7 @@ void SaveJob::Run() {
     stats.staging_limited = staging_limited_;
     stats.bytes_overlapped = overlapped_;
     stats.peak_chunks_shipping = peak_shipping_;
-    stats.staging_bytes = peak_held_ * deps_.pool->slab_bytes();
+    stats.staging_bytes = peak_held_;
     stats.staging_pool_bytes = deps_.pool->size();
   }
   if (s.ok()) {
@@ -261,7 +262,7 @@ void SaveJob::ReleaseSlab(char* slab) {
   {
     // Count it returned before the pool can hand it out again.
     absl::MutexLock lock(&mu_);
-    --held_;
+    held_ -= deps_.pool->SizeOf(slab);
   }
   deps_.pool->Release(slab);
 }

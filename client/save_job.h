@@ -185,8 +185,8 @@ class SaveJob : public std::enable_shared_from_this<SaveJob> {
   size_t shipping_ ABSL_GUARDED_BY(mu_) = 0;
   size_t peak_shipping_ ABSL_GUARDED_BY(mu_) = 0;
   std::deque<std::pair<size_t, char*>> waiting_ ABSL_GUARDED_BY(mu_);
-  uint64_t held_ ABSL_GUARDED_BY(mu_) = 0;       // slabs held now
-  uint64_t peak_held_ ABSL_GUARDED_BY(mu_) = 0;  // most slabs held at once
+  uint64_t held_ ABSL_GUARDED_BY(mu_) = 0;       // staging bytes held now
+  uint64_t peak_held_ ABSL_GUARDED_BY(mu_) = 0;  // most held at once
 };
 
 }  // namespace stagger::client

@@ -39,7 +39,7 @@ Result<std::unique_ptr<StagingPool>> StagingPool::Create(uint64_t total_bytes,
 }
 
 StagingPool::StagingPool(char* base, uint64_t slabs, uint64_t slab_bytes)
-    : base_(base), slabs_(slabs), slab_bytes_(slab_bytes) {
+    : base_(base), slabs_(slabs), slab_bytes_(slab_bytes), cut_(slabs, 0) {
   free_.reserve(slabs);
   for (uint64_t i = slabs; i > 0; --i)
     free_.push_back(base + (i - 1) * slab_bytes);
@@ -47,39 +47,91 @@ StagingPool::StagingPool(char* base, uint64_t slabs, uint64_t slab_bytes)
 
 StagingPool::~StagingPool() { munmap(base_, slabs_ * slab_bytes_); }
 
-char* StagingPool::Acquire(bool* waited) {
-  absl::MutexLock lock(&mu_);
-  if (waited) *waited = free_.empty();
-  mu_.Await(absl::Condition(
-      +[](std::vector<char*>* f) { return !f->empty(); }, &free_));
-  char* slab = free_.back();
-  free_.pop_back();
-  peak_slabs_ = std::max<uint64_t>(peak_slabs_, slabs_ - free_.size());
-  return slab;
+uint64_t StagingPool::Footprint(uint64_t len, uint64_t slab_bytes) {
+  if (len == 0 || 2 * len > slab_bytes) return slab_bytes;
+  uint64_t piece = 4096;
+  while (piece < len) piece <<= 1;
+  return piece;
 }
 
-char* StagingPool::TryAcquire() {
+int StagingPool::ClassOf(uint64_t len) const {
+  const uint64_t piece = Footprint(len);
+  return piece == slab_bytes_ ? 0 : __builtin_ctzll(piece);
+}
+
+bool StagingPool::CanTakeLocked(int c) const {
+  return !free_.empty() || (c != 0 && !pieces_[c].empty());
+}
+
+char* StagingPool::TakeLocked(int c) {
+  uint64_t bytes = slab_bytes_;
+  char* out = nullptr;
+  if (c == 0) {
+    if (free_.empty()) return nullptr;
+    out = free_.back();
+    free_.pop_back();
+  } else {
+    bytes = 1ull << c;
+    if (pieces_[c].empty()) {
+      if (free_.empty()) return nullptr;
+      // Cut a whole slab into pieces of this size.
+      char* slab = free_.back();
+      free_.pop_back();
+      cut_[(slab - base_) / slab_bytes_] = static_cast<uint8_t>(c);
+      for (uint64_t off = slab_bytes_ / bytes * bytes; off > 0; off -= bytes) {
+        pieces_[c].push_back(slab + off - bytes);
+      }
+    }
+    out = pieces_[c].back();
+    pieces_[c].pop_back();
+  }
+  in_use_ += bytes;
+  peak_ = std::max(peak_, in_use_);
+  return out;
+}
+
+char* StagingPool::Acquire(uint64_t len, bool* waited) {
+  const int c = ClassOf(len);
   absl::MutexLock lock(&mu_);
-  if (free_.empty()) return nullptr;
-  char* slab = free_.back();
-  free_.pop_back();
-  peak_slabs_ = std::max<uint64_t>(peak_slabs_, slabs_ - free_.size());
-  return slab;
+  if (waited) *waited = !CanTakeLocked(c);
+  auto can = [this, c]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return CanTakeLocked(c);
+  };
+  mu_.Await(absl::Condition(&can));
+  return TakeLocked(c);
+}
+
+char* StagingPool::TryAcquire(uint64_t len) {
+  absl::MutexLock lock(&mu_);
+  return TakeLocked(ClassOf(len));
 }
 
 void StagingPool::Release(char* slab) {
   absl::MutexLock lock(&mu_);
-  free_.push_back(slab);
+  const int c = cut_[(slab - base_) / slab_bytes_];
+  if (c == 0) {
+    free_.push_back(slab);
+    in_use_ -= slab_bytes_;
+  } else {
+    pieces_[c].push_back(slab);
+    in_use_ -= 1ull << c;
+  }
+}
+
+uint64_t StagingPool::SizeOf(const char* p) const {
+  absl::MutexLock lock(&mu_);
+  const int c = cut_[(p - base_) / slab_bytes_];
+  return c == 0 ? slab_bytes_ : 1ull << c;
 }
 
 uint64_t StagingPool::in_use_bytes() const {
   absl::MutexLock lock(&mu_);
-  return (slabs_ - free_.size()) * slab_bytes_;
+  return in_use_;
 }
 
 uint64_t StagingPool::peak_bytes() const {
   absl::MutexLock lock(&mu_);
-  return peak_slabs_ * slab_bytes_;
+  return peak_;
 }
 
 }  // namespace stagger::client

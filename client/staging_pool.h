@@ -5,6 +5,13 @@
 // waits for one to be released, so a state larger than the pool is
 // snapshotted in pieces instead of running out of memory.
 //
+// A chunk of at most half a slab (a small tensor, a tensor's last chunk)
+// takes a piece instead: the smallest power of two from 4 KiB that holds
+// it, cut from a free slab when that size has none left. Pieces go back to
+// their size's free list, not to whole slabs: the same sizes come back at
+// every save. So a state of hundreds of small tensors needs about its own
+// size in staging, not a slab per tensor.
+//
 // Thread-safety: all methods are thread-safe.
 #ifndef STAGGER_CLIENT_STAGING_POOL_H_
 #define STAGGER_CLIENT_STAGING_POOL_H_
@@ -26,13 +33,21 @@ class StagingPool {
                                                      uint64_t slab_bytes);
   ~StagingPool();
 
-  // A free slab; blocks while none is free. `*waited` (optional) is set
-  // true when it had to wait.
-  char* Acquire(bool* waited = nullptr);
-  // A free slab, or nullptr when none is free right now.
-  char* TryAcquire();
-  // Returns a slab from Acquire().
+  // A free slab, or piece for `len` bytes (default: a whole slab); blocks
+  // while none is free. `*waited` (optional) is set true when it had to.
+  char* Acquire(bool* waited = nullptr) { return Acquire(slab_bytes_, waited); }
+  char* Acquire(uint64_t len, bool* waited);
+  // As Acquire, or nullptr when nothing is free right now.
+  char* TryAcquire() { return TryAcquire(slab_bytes_); }
+  char* TryAcquire(uint64_t len);
+  // Returns a slab or piece from Acquire().
   void Release(char* slab);
+  // The size of the slab or piece at `p` (from Acquire()).
+  uint64_t SizeOf(const char* p) const;
+  // The bytes Acquire(len) takes from the pool: a whole slab, or the
+  // piece's size.
+  uint64_t Footprint(uint64_t len) const { return Footprint(len, slab_bytes_); }
+  static uint64_t Footprint(uint64_t len, uint64_t slab_bytes);
 
   char* base() const { return base_; }
   uint64_t size() const { return slabs_ * slab_bytes_; }
@@ -47,12 +62,23 @@ class StagingPool {
 
  private:
   StagingPool(char* base, uint64_t slabs, uint64_t slab_bytes);
+  // The piece size class (log2) for `len`, or 0 for a whole slab.
+  int ClassOf(uint64_t len) const;
+  // A free slab or piece of class `c`, cutting a slab when needed; nullptr
+  // when none.
+  char* TakeLocked(int c) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  bool CanTakeLocked(int c) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   char* const base_;
   const uint64_t slabs_;
   const uint64_t slab_bytes_;
   mutable absl::Mutex mu_;
-  std::vector<char*> free_ ABSL_GUARDED_BY(mu_);
-  uint64_t peak_slabs_ ABSL_GUARDED_BY(mu_) = 0;
+  std::vector<char*> free_ ABSL_GUARDED_BY(mu_);  // whole slabs
+  // Free pieces by class (log2 of their size, 12 .. 63).
+  std::vector<char*> pieces_[64] ABSL_GUARDED_BY(mu_);
+  // Per slab: the class it is cut into, 0 while whole.
+  std::vector<uint8_t> cut_ ABSL_GUARDED_BY(mu_);
+  uint64_t in_use_ ABSL_GUARDED_BY(mu_) = 0;  // bytes handed out
+  uint64_t peak_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace stagger::client

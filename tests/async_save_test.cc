@@ -167,7 +167,8 @@ TEST_F(AsyncSaveTest, WithOverlapOnChunksShipWhileTheSnapshotIsTaken) {
 }
 
 // The default pool holds the whole state even when every tensor ends in a
-// partial chunk (a slab each): the snapshot never waits for the drain.
+// partial chunk (a piece each, the power of two from 4 KiB that holds
+// it): the snapshot never waits for the drain.
 TEST_F(AsyncSaveTest, DefaultPoolHoldsEveryTensorsLastPartialChunk) {
   CheckpointerOptions o;
   o.chunk_size = 256 << 10;
@@ -188,7 +189,51 @@ TEST_F(AsyncSaveTest, DefaultPoolHoldsEveryTensorsLastPartialChunk) {
   SaveStats s = h->stats();
   EXPECT_EQ(s.chunks, 25u);  // 5 x (4 whole + 1 partial)
   EXPECT_FALSE(s.staging_limited);
-  EXPECT_EQ(s.staging_bytes, 25u * o.chunk_size);
+  // 20 whole slabs, and pieces for tails of 4, 8, 12, 16 and 20 KiB.
+  EXPECT_EQ(s.staging_bytes,
+            20u * o.chunk_size + ((4 + 8 + 16 + 16 + 32) << 10));
+}
+
+// Hundreds of small tensors (biases, norms) take pieces, not a 4 MiB slab
+// each: the default pool stays near the state's size and the snapshot does
+// not wait for the drain.
+TEST_F(AsyncSaveTest, HundredsOfSmallTensorsStageInPieces) {
+  auto ck = Open();
+  std::vector<std::vector<char>> ts;
+  uint64_t pieces = 0;  // 3000..5093 bytes: 4 KiB or 8 KiB pieces
+  for (int i = 0; i < 300; ++i) {
+    ts.emplace_back(3000 + 7 * i);
+    pieces += ts.back().size() <= 4096 ? 4096 : 8192;
+  }
+  for (int i = 0; i < 300; ++i) {
+    FillPattern(ts[i], 40 + i);
+    ASSERT_TRUE(ck->Register({"b" + std::to_string(i),
+                              "U8",
+                              {int64_t(ts[i].size())},
+                              ts[i].data()})
+                    .ok());
+  }
+  auto h = ck->Save(1);
+  ASSERT_TRUE(h.ok()) << h.status();
+  ASSERT_TRUE(h->Wait().ok());
+  SaveStats s = h->stats();
+  EXPECT_EQ(s.chunks, 300u);
+  EXPECT_FALSE(s.staging_limited);
+  // The pieces, plus the slabs they are cut from (one per size): far
+  // below 300 slabs of 4 MiB.
+  EXPECT_EQ(s.staging_bytes, pieces);
+  EXPECT_LE(s.staging_pool_bytes, pieces + 2 * (4u << 20));
+  for (int i : {0, 137, 299}) {
+    std::vector<char> out(ts[i].size());
+    ck->ClearRegistrations();
+    ASSERT_TRUE(ck->Register({"b" + std::to_string(i),
+                              "U8",
+                              {int64_t(out.size())},
+                              out.data()})
+                    .ok());
+    ASSERT_EQ(ck->Load(1).value_or(-1), 1);
+    EXPECT_EQ(out, ts[i]) << i;
+  }
 }
 
 TEST_F(AsyncSaveTest, BusyCheckpointerFailsFastWhenAsked) {
