@@ -92,6 +92,7 @@ class CheckpointerImpl : public Checkpointer {
         shaping_(std::move(shaping)),
         executor_(PipelineThreads(options)),
         driver_(options.max_outstanding_saves),
+        fetch_executor_(ChunkIo::DefaultFetchThreads()),
         host_source_(NewHostSnapshotSource(HostCopyThreads())),
         // Encoders get the cores the data path leaves: one core moves bytes
         // to the wire (copies, completions) however many encode.
@@ -99,7 +100,7 @@ class CheckpointerImpl : public Checkpointer {
             PipelineThreads(options),
             std::max(
                 1, static_cast<int>(std::thread::hardware_concurrency()) - 1))),
-        io_(&executor_, options.job, options.codec,
+        io_(&fetch_executor_, options.job, options.codec,
             format::EncodeOptions{options.zstd_level},
             options.max_inflight_chunks,
             options.adaptive_codec ? &policy_ : nullptr, shaping_.get()) {}
@@ -662,8 +663,11 @@ class CheckpointerImpl : public Checkpointer {
   std::shared_ptr<ServerSet> servers_;
   std::unique_ptr<StagingPool> pool_;
   std::unique_ptr<Shaping> shaping_;
-  qos::Executor executor_;  // fingerprint, encode, decode
+  qos::Executor executor_;  // fingerprint, encode
   qos::Executor driver_;    // one thread per outstanding save
+  // Loads: decode fetched chunks, and fetch a delta's bases (blocking), so
+  // more threads than cores.
+  qos::Executor fetch_executor_;
   std::unique_ptr<SnapshotSource> host_source_;
   std::map<int, std::unique_ptr<SnapshotSource>> cuda_sources_;
   bool pool_pinned_ = false;

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -54,6 +55,11 @@ ChunkIo::ChunkIo(qos::Executor* executor, std::string job, std::string codec,
       policy_(codec_ == "auto" ? policy : nullptr),
       shaping_(shaping),
       sender_(max_inflight, policy_, shaping) {}
+
+int ChunkIo::DefaultFetchThreads() {
+  return std::clamp(2 * static_cast<int>(std::thread::hardware_concurrency()),
+                    4, 16);
+}
 
 format::Codec ChunkIo::CodecFor(int element_size) const {
   bool floats = element_size == 2 || element_size == 4 || element_size == 8;

@@ -74,9 +74,14 @@ class ChunkIo {
   // policy is fed encode and wire timings. With "auto", an encoding that
   // saves less than CodecPolicy::kMinGain goes raw.
   // With `shaping`, puts go on the wire as its QoS allows (sender.h).
+  // `executor` decodes fetched chunks (and fetches a delta's bases, which
+  // blocks its thread): DefaultFetchThreads() threads suit it.
   ChunkIo(qos::Executor* executor, std::string job, std::string codec,
           format::EncodeOptions encode, size_t max_inflight,
           CodecPolicy* policy = nullptr, Shaping* shaping = nullptr);
+  // Twice the cores, 4 to 16: decoding is CPU work, a delta's base fetch
+  // waits on the network.
+  static int DefaultFetchThreads();
 
   // Fingerprints and encodes `len` bytes at `data` on the calling thread,
   // fills `ref`, and queues the chunk for the first `replicas` servers of

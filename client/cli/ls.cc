@@ -4,6 +4,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "client/checkpointer_impl.h"
+#include "client/chunk_io.h"
 #include "client/cli/commands.h"
 #include "client/cli/progress.h"
 #include "client/cli/session.h"
@@ -55,7 +56,7 @@ Result<Session> OpenSession(const std::string& servers) {
   STAGGER_ASSIGN_OR_RETURN(
       s.servers, ServerSet::Connect(servers, s.transport.get(), 60, TlsCaFile(),
                                     /*tolerate_down=*/true, Token()));
-  s.executor = std::make_unique<qos::Executor>(2);
+  s.executor = std::make_unique<qos::Executor>(ChunkIo::DefaultFetchThreads());
   return s;
 }
 
