@@ -9,6 +9,7 @@
 #include "format/chunk_id.h"
 #include "format/crc32c.h"
 #include "format/internal/xxh3_avx2.h"
+#include "util/build_info.h"
 
 namespace stagger::format {
 namespace {
@@ -177,6 +178,20 @@ TEST(RecordTest, VerifyPayloadNamesTheChunk) {
   Status s = VerifyPayload(h, payload);
   EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss);
   EXPECT_NE(s.message().find(h.chunk_id.ToHex()), std::string::npos);
+}
+
+}  // namespace
+}  // namespace stagger::format
+
+namespace stagger::format {
+namespace {
+
+// util/build_info.cc repeats the format version (util sits below format/).
+TEST(RecordTest, BuildInfoNamesThisFormatVersion) {
+  EXPECT_NE(
+      BuildInfo("x").find("(format " + std::to_string(kFormatVersion) + ")"),
+      std::string::npos)
+      << BuildInfo("x");
 }
 
 }  // namespace

@@ -19,6 +19,7 @@
 #include "absl/strings/str_cat.h"
 #include "server/rebuild.h"
 #include "server/server.h"
+#include "util/build_info.h"
 #include "util/log.h"
 
 int main(int argc, char** argv) {
@@ -30,6 +31,7 @@ int main(int argc, char** argv) {
   mallopt(M_MMAP_THRESHOLD, 256 << 20);
   mallopt(M_TRIM_THRESHOLD, 1 << 30);
   CLI::App app{"stagger-server: stores stagger checkpoints"};
+  app.set_version_flag("--version", stagger::BuildInfo("stagger-server"));
   stagger::server::ServerOptions options;
   app.add_option("--data", options.data_dir, "data directory")->required();
   app.add_option("--listen", options.listen,
@@ -94,7 +96,14 @@ int main(int argc, char** argv) {
                  "debug, info, warning or error: events below it are not "
                  "logged (stderr, one line each)")
       ->capture_default_str();
-  CLI11_PARSE(app, argc, argv);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    if (e.get_exit_code() == 0) return app.exit(e);  // --help, --version
+    fprintf(stderr, "stagger-server: %s\nRun 'stagger-server --help'.\n",
+            e.what());
+    return 2;
+  }
   auto level = stagger::log::ParseLevel(log_level);
   if (!level.ok()) {
     fprintf(stderr, "stagger-server: --log-level: %s\n",

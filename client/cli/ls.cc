@@ -97,7 +97,7 @@ int RunLs(const LsArgs& a) {
         "{\"job\":\"%s\",\"disk_bytes\":%llu,\"servers\":%zu,\"steps\":[%s]}\n",
         a.job.c_str(), static_cast<unsigned long long>(disk), servers_up,
         absl::StrJoin(rows, ",").c_str());
-    return 0;
+    return steps->empty() ? 1 : 0;  // nothing there, as restore says
   }
   // STORED_BYTES: what the step's chunks occupy, shared ones included;
   // NEW_BYTES: what this step shipped (its increment over earlier steps).
@@ -114,7 +114,13 @@ int RunLs(const LsArgs& a) {
            static_cast<unsigned long long>(s.shipped_bytes()),
            Time(s.created_unix_ms()).c_str());
   }
-  if (steps->empty()) fprintf(stderr, "job '%s' has no steps\n", a.job.c_str());
+  if (steps->empty()) {
+    // Exit 1, as restore of a step that does not exist: a typo in --job
+    // must not look like an empty job.
+    fprintf(stderr, "stagger ls: job '%s' has no steps on %zu server%s\n",
+            a.job.c_str(), servers_up, servers_up == 1 ? "" : "s");
+    return 1;
+  }
   // What `du` finds of the job: every segment file, reserved space and
   // bytes that gc freed but compaction has not reclaimed yet included. On
   // stderr, like the line above: stdout stays the table alone, for scripts.

@@ -7,18 +7,127 @@
 //   stagger [--server HOST:PORT[,...]] gc --job J --keep N [--grace-s S]
 //   stagger demo [--servers HOST:PORT[,...]]
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <set>
 #include <string>
+#include <vector>
 
 #include "client/cli/commands.h"
 #include "client/cli/session.h"
+#include "util/build_info.h"
 #include "util/log.h"
+
+namespace {
+
+// Edit distance, for "did you mean".
+size_t Distance(const std::string& a, const std::string& b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diag = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      const size_t up = row[j];
+      row[j] = std::min(
+          {row[j] + 1, row[j - 1] + 1, diag + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diag = up;
+    }
+  }
+  return row[b.size()];
+}
+
+// The nearest of `names` to `word` when it is close enough, else "".
+std::string Nearest(const std::string& word,
+                    const std::vector<std::string>& names) {
+  std::string best;
+  size_t best_d = 3;  // at most two edits
+  for (const std::string& n : names) {
+    const size_t d = Distance(word, n);
+    if (d < best_d) {
+      best = n;
+      best_d = d;
+    }
+  }
+  return best;
+}
+
+std::string Join(const std::vector<std::string>& v) {
+  std::string out;
+  for (const std::string& s : v) out += (out.empty() ? "" : ", ") + s;
+  return out;
+}
+
+// A clearer message than CLI11's for the commonest mistakes: an unknown
+// command (CLI11: "A subcommand is required") and an unknown option (CLI11
+// reports a missing required option first). "" when neither applies.
+std::string UsageHint(CLI::App& app, int argc, char** argv) {
+  std::vector<std::string> commands;
+  for (const CLI::App* c : app.get_subcommands({})) {
+    commands.push_back(c->get_name());
+  }
+  std::set<std::string> with_value;  // the top level's options with values
+  for (const CLI::Option* o : app.get_options()) {
+    if (o->get_type_size() != 0) {
+      for (const std::string& n : o->get_lnames()) with_value.insert("--" + n);
+    }
+  }
+  CLI::App* command = nullptr;
+  std::vector<std::string> flags;
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg.rfind("--", 0) == 0) {
+      const std::string name = arg.substr(0, arg.find('='));
+      flags.push_back(name);
+      if (command == nullptr && with_value.count(name) &&
+          arg.find('=') == std::string::npos) {
+        ++i;  // its value
+      }
+      continue;
+    }
+    if (command != nullptr || arg.rfind("-", 0) == 0) continue;
+    try {
+      command = app.get_subcommand(arg);
+    } catch (const CLI::OptionNotFound&) {
+      const std::string near = Nearest(arg, commands);
+      return "unknown command '" + arg + "'" +
+             (near.empty() ? "" : "; did you mean '" + near + "'?") +
+             " (commands: " + Join(commands) + ")";
+    }
+  }
+  if (command == nullptr) return "a command is required: " + Join(commands);
+  std::vector<std::string> known;
+  for (const CLI::App* scope : {static_cast<const CLI::App*>(&app),
+                                static_cast<const CLI::App*>(command)}) {
+    for (const CLI::Option* o : scope->get_options()) {
+      for (const std::string& n : o->get_lnames()) known.push_back("--" + n);
+    }
+  }
+  known.push_back("--help");
+  for (const std::string& f : flags) {
+    if (std::find(known.begin(), known.end(), f) != known.end()) continue;
+    const std::string near = Nearest(f, known);
+    return "unknown option '" + f + "' for '" + command->get_name() + "'" +
+           (near.empty() ? "" : "; did you mean '" + near + "'?");
+  }
+  return "";
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   using namespace stagger::client;
   CLI::App app{"stagger: checkpoints for deep-learning training"};
   app.require_subcommand(1);
+  // --server, --token, --tls-ca and --log-level go before or after the
+  // command: what a command does not know falls through to here.
+  app.fallthrough();
+  app.set_version_flag("--version", stagger::BuildInfo("stagger"));
+  app.footer(
+      "Exit status: 0 done; 1 the operation failed (the message says why); "
+      "2 a usage error (the command line is wrong); 130 or 143 interrupted "
+      "by SIGINT or SIGTERM (restore).");
   std::string server = "127.0.0.1:7700";
   app.add_option("--server", server,
                  "stagger-server gRPC HOST:PORT[,HOST:PORT...]: every server "
@@ -71,9 +180,17 @@ int main(int argc, char** argv) {
   auto* gc_cmd = app.add_subcommand(
       "gc", "delete all but the newest complete steps and what only they use");
   gc_cmd->add_option("--job", gc.job, "job name")->required();
-  gc_cmd->add_option("--keep", gc.keep, "complete steps to keep")
+  gc_cmd->add_option("--keep", gc.keep, "complete steps to keep (at least 1)")
       ->required()
-      ->check(CLI::PositiveNumber);
+      ->check(CLI::Validator(
+          [](std::string& v) {
+            return v.find_first_not_of("0123456789") == std::string::npos &&
+                           !v.empty() && v.size() < 10 && std::stoul(v) >= 1
+                       ? std::string()
+                       : "must be a whole number of steps, at least 1, got '" +
+                             v + "'";
+          },
+          "N >= 1"));
   gc_cmd
       ->add_option("--grace-s", gc.grace_s,
                    "keep chunks written this recently (saves in flight)")
@@ -108,7 +225,15 @@ int main(int argc, char** argv) {
   app.add_option("--log-level", log_level,
                  "debug, info, warning or error (events on stderr)")
       ->capture_default_str();
-  CLI11_PARSE(app, argc, argv);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    if (e.get_exit_code() == 0) return app.exit(e);  // --help, --version
+    const std::string hint = UsageHint(app, argc, argv);
+    fprintf(stderr, "stagger: %s\n", hint.empty() ? e.what() : hint.c_str());
+    fprintf(stderr, "Run 'stagger --help' or 'stagger COMMAND --help'.\n");
+    return 2;
+  }
   auto level = stagger::log::ParseLevel(log_level);
   if (!level.ok()) {
     fprintf(stderr, "stagger: --log-level: %s\n",

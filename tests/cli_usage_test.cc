@@ -1,0 +1,81 @@
+// The CLI as a new user meets it: exit codes (2 for a usage error, 1 for a
+// failed operation), global flags on either side of the command, "did you
+// mean" for a misspelled command or option, --version, and `ls` of a job
+// that does not exist.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "tests/testutil/process.h"
+
+namespace stagger {
+namespace {
+
+using testutil::RunProcess;
+using testutil::RunResult;
+
+std::string Cli() { return testutil::BinDir() + "/stagger"; }
+
+TEST(CliUsageTest, UsageErrorsExit2AndSayWhatWasWrong) {
+  RunResult r = RunProcess({Cli(), "restor", "--job", "j"});
+  EXPECT_EQ(r.exit_code, 2) << r.out;
+  EXPECT_NE(r.out.find("unknown command 'restor'; did you mean 'restore'?"),
+            std::string::npos)
+      << r.out;
+  r = RunProcess({Cli(), "restore", "--job", "j", "--otu", "/tmp/x"});
+  EXPECT_EQ(r.exit_code, 2) << r.out;
+  EXPECT_NE(r.out.find("unknown option '--otu' for 'restore'; did you mean "
+                       "'--out'?"),
+            std::string::npos)
+      << r.out;
+  r = RunProcess({Cli()});
+  EXPECT_EQ(r.exit_code, 2) << r.out;
+  EXPECT_NE(r.out.find("a command is required: ls, restore"), std::string::npos)
+      << r.out;
+  r = RunProcess({Cli(), "gc", "--job", "j", "--keep", "0"});
+  EXPECT_EQ(r.exit_code, 2) << r.out;
+  EXPECT_NE(r.out.find("--keep: must be a whole number of steps, at least 1"),
+            std::string::npos)
+      << r.out;
+  r = RunProcess({Cli(), "--help"});
+  EXPECT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_NE(r.out.find("2 a usage error"), std::string::npos) << r.out;
+  r = RunProcess({testutil::BinDir() + "/stagger-server", "--bogus"});
+  EXPECT_EQ(r.exit_code, 2) << r.out;
+}
+
+TEST(CliUsageTest, VersionNamesTheFormatAndTheLibraries) {
+  for (const std::string& bin :
+       {Cli(), testutil::BinDir() + "/stagger-server"}) {
+    RunResult r = RunProcess({bin, "--version"});
+    EXPECT_EQ(r.exit_code, 0) << r.out;
+    for (const char* want :
+         {"(format 1)", "UCX 1.", "liburing 2.", "RocksDB 7.", "gRPC 1.",
+          "protobuf 3.", "zstd 1."}) {
+      EXPECT_NE(r.out.find(want), std::string::npos) << bin << ": " << r.out;
+    }
+  }
+}
+
+TEST(CliUsageTest, GlobalFlagsGoOnEitherSideAndAMissingJobExits1) {
+  testutil::TempDir dir;
+  auto server = testutil::ServerProcess::Start(dir.path() + "/data");
+  ASSERT_TRUE(server.ok()) << server.status();
+  const std::string s = (*server)->grpc();
+  // --server (and --log-level) after the command.
+  RunResult r = RunProcess(
+      {Cli(), "ls", "--job", "typo", "--server", s, "--log-level", "error"});
+  EXPECT_EQ(r.exit_code, 1) << r.out;
+  EXPECT_NE(r.out.find("job 'typo' has no steps on 1 server"),
+            std::string::npos)
+      << r.out;
+  r = RunProcess({Cli(), "--server", s, "ls", "--job", "typo", "--json"});
+  EXPECT_EQ(r.exit_code, 1) << r.out;
+  EXPECT_NE(r.out.find("\"steps\":[]"), std::string::npos) << r.out;
+  // A failed operation is 1, not a usage error.
+  r = RunProcess({Cli(), "show", "--job", "typo", "--server", s});
+  EXPECT_EQ(r.exit_code, 1) << r.out;
+}
+
+}  // namespace
+}  // namespace stagger
