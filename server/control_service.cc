@@ -105,7 +105,8 @@ grpc::Status ControlService::CommitShard(grpc::ServerContext* ctx,
     log::Info("stagger-server",
               absl::StrCat("job '", req->manifest().job(), "' step ",
                            info->step(), " complete: ", info->world_size(),
-                           " ranks, ", info->raw_bytes(), " bytes"));
+                           info->world_size() == 1 ? " rank, " : " ranks, ",
+                           info->raw_bytes(), " bytes"));
   }
   if (info->complete() && retention_.keep_last > 0) {
     auto gc = meta_->Gc(req->manifest().job(), retention_.keep_last,

@@ -8,6 +8,7 @@
 #include <cstdlib>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 
 namespace stagger::log {
 namespace {
@@ -41,6 +42,24 @@ Result<Level> ParseLevel(std::string_view text) {
 }
 
 void SetLevel(Level level) { g_level.store(static_cast<int>(level)); }
+
+namespace {
+absl::Mutex g_floor_mu;
+std::string* g_floor_component ABSL_GUARDED_BY(g_floor_mu) = nullptr;
+std::atomic<int> g_floor{0};
+}  // namespace
+
+void SetComponentFloor(std::string_view component, Level floor) {
+  absl::MutexLock lock(&g_floor_mu);
+  if (g_floor_component == nullptr) g_floor_component = new std::string();
+  *g_floor_component = std::string(component);
+  g_floor.store(static_cast<int>(floor));
+}
+
+bool LevelFromEnvironment() {
+  const char* env = std::getenv("STAGGER_LOG_LEVEL");
+  return env != nullptr && *env != '\0';
+}
 
 Level GetLevel() {
   int v = g_level.load(std::memory_order_relaxed);
@@ -85,6 +104,12 @@ std::string Format(Level level, std::string_view component,
 
 void Write(Level level, std::string_view component, std::string_view message) {
   if (!Enabled(level)) return;
+  if (static_cast<int>(level) < g_floor.load(std::memory_order_relaxed)) {
+    absl::MutexLock lock(&g_floor_mu);
+    if (g_floor_component != nullptr && *g_floor_component == component) {
+      return;
+    }
+  }
   const std::string line = Format(level, component, message);
   (void)!::write(2, line.data(), line.size());
 }

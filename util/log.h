@@ -28,6 +28,12 @@ Result<Level> ParseLevel(std::string_view text);
 void SetLevel(Level level);
 Level GetLevel();
 bool Enabled(Level level);
+// Events of `component` below `floor` are dropped too (the process's level
+// still applies). An embedded server sets "stagger-server" to warning, so
+// that a training script's stderr does not get a line per step.
+void SetComponentFloor(std::string_view component, Level floor);
+// Whether the level was given by $STAGGER_LOG_LEVEL.
+bool LevelFromEnvironment();
 
 // The line Write emits, without writing it (for tests).
 std::string Format(Level level, std::string_view component,

@@ -53,6 +53,16 @@ void Progress::Finish() {
   Report(/*final=*/true);
 }
 
+void Progress::Say(std::FILE* to, const std::string& line) {
+  std::lock_guard<std::mutex> l(print_mu_);
+  if (terminal_) {
+    std::fputs("\r\033[K", out_);
+    std::fflush(out_);
+  }
+  std::fprintf(to, "%s\n", line.c_str());
+  std::fflush(to);
+}
+
 void Progress::Loop() {
   const auto period = terminal_ ? std::chrono::milliseconds(200)
                                 : std::chrono::milliseconds(5000);
@@ -96,6 +106,7 @@ void Progress::Report(bool final) {
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start_)
           .count();
   const std::string line = Line(done_.load(), seconds);
+  std::lock_guard<std::mutex> l(print_mu_);
   if (terminal_) {
     std::fprintf(out_, "\r%s\033[K%s", line.c_str(), final ? "\n" : "");
   } else {

@@ -36,6 +36,10 @@ class Progress {
   void SetTotal(uint64_t total) { total_.store(total); }
   // Stops the reporting thread and prints the final line.
   void Finish();
+  // Prints `line` (and a newline) to `to` (stdout for results) without
+  // mixing it into the bar: on a terminal the bar's line is cleared first
+  // and redrawn at the next report.
+  void Say(std::FILE* to, const std::string& line);
 
   // The text of one report (what the bar or line shows), for tests.
   std::string Line(uint64_t done, double seconds) const;
@@ -52,6 +56,7 @@ class Progress {
   const std::chrono::steady_clock::time_point start_;
   std::atomic<uint64_t> done_{0};
   std::mutex mu_;
+  std::mutex print_mu_;  // one report or Say at a time
   std::condition_variable cv_;
   bool finished_ = false;
   std::thread thread_;

@@ -55,5 +55,34 @@ TEST(ProgressTest, BarOnATerminalCountsItems) {
   std::fclose(f);
 }
 
+TEST(ProgressTest, SayClearsTheBarBeforeItsLine) {
+  std::FILE* bar = std::tmpfile();
+  std::FILE* results = std::tmpfile();
+  ASSERT_NE(bar, nullptr);
+  ASSERT_NE(results, nullptr);
+  {
+    Progress p("restore", 10, /*bytes=*/false, bar, /*terminal=*/1);
+    p.Say(results, "wrote out/rank-00000.safetensors");
+  }
+  EXPECT_EQ(Read(results), "wrote out/rank-00000.safetensors\n");
+  // The bar's line is cleared before the result is printed; the bar never
+  // shares a line with it.
+  const std::string out = Read(bar);
+  EXPECT_EQ(out.rfind("\r\033[K", 0), 0u) << out;
+  std::fclose(bar);
+  std::fclose(results);
+  // Off a terminal nothing is cleared.
+  std::FILE* log = std::tmpfile();
+  std::FILE* res = std::tmpfile();
+  {
+    Progress p("restore", 10, false, log, /*terminal=*/0);
+    p.Say(res, "wrote x");
+  }
+  EXPECT_EQ(Read(log).find('\r'), std::string::npos);
+  EXPECT_EQ(Read(res), "wrote x\n");
+  std::fclose(log);
+  std::fclose(res);
+}
+
 }  // namespace
 }  // namespace stagger::client

@@ -355,7 +355,7 @@ int RunRestore(const RestoreArgs& a) {
                   WithContext(s, absl::StrCat("consolidate of step ",
                                               reply->step().step())));
     }
-    printf("wrote %s\n", path.c_str());
+    progress.Say(stdout, absl::StrCat("wrote ", path));
     printf("restored job '%s' step %lld: %d ranks consolidated, %llu bytes\n",
            a.job.c_str(), static_cast<long long>(reply->step().step()),
            reply->shards_size(), static_cast<unsigned long long>(bytes));
@@ -371,7 +371,7 @@ int RunRestore(const RestoreArgs& a) {
                   WithContext(s, absl::StrCat("rank ", shard.rank())));
     }
     for (const auto& t : shard.tensors()) bytes += t.byte_size();
-    printf("wrote %s\n", path.c_str());
+    progress.Say(stdout, absl::StrCat("wrote ", path));
   }
   progress.Finish();
   printf("restored job '%s' step %lld: %d ranks, %llu bytes\n", a.job.c_str(),

@@ -8,6 +8,7 @@
 #include "absl/synchronization/mutex.h"
 #include "client/checkpointer_impl.h"
 #include "server/server.h"
+#include "util/log.h"
 
 namespace stagger::client {
 namespace {
@@ -38,6 +39,11 @@ Result<ResolvedServers> ResolveServers(const std::string& servers) {
     server::ServerOptions o;
     o.data_dir = dir;
     o.listen = "127.0.0.1:0";
+    // Inside a training process: the server's warnings and errors only,
+    // unless $STAGGER_LOG_LEVEL asks for more.
+    if (!log::LevelFromEnvironment()) {
+      log::SetComponentFloor("stagger-server", log::Level::kWarning);
+    }
     auto started = server::Server::Start(o);
     if (!started.ok()) {
       return WithContext(started.status(),

@@ -1,5 +1,6 @@
 import os
 import subprocess
+import sys
 import time
 
 import numpy as np
@@ -461,3 +462,23 @@ def test_client_metrics_count_saves_and_loads(server):
                              metrics_listen=addr)
     assert e.value.code == "UNAVAILABLE"
     assert "metrics: cannot listen on" in str(e.value)
+
+
+def test_an_embedded_server_logs_warnings_only_unless_asked(tmp_path):
+    script = ("import sys, numpy as np, stagger\n"
+              "ck = stagger.Checkpointer(servers='embedded:' + sys.argv[1], "
+              "job='quiet')\n"
+              "ck.save({'a': np.ones(4, np.float32)}, step=1).wait()\n")
+    env = dict(os.environ)
+    env.pop("STAGGER_LOG_LEVEL", None)
+    quiet = subprocess.run([sys.executable, "-c", script, str(tmp_path / "q")],
+                           capture_output=True, text=True, env=env,
+                           timeout=120)
+    assert quiet.returncode == 0, quiet.stderr
+    assert "complete" not in quiet.stderr, quiet.stderr
+    env["STAGGER_LOG_LEVEL"] = "info"
+    loud = subprocess.run([sys.executable, "-c", script, str(tmp_path / "l")],
+                          capture_output=True, text=True, env=env,
+                          timeout=120)
+    assert loud.returncode == 0, loud.stderr
+    assert "job 'quiet' step 1 complete: 1 rank, " in loud.stderr, loud.stderr
