@@ -14,6 +14,8 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/str_format.h"
+#include "format/crc32c.h"
 #include "gtest/gtest.h"
 #include "stagger/checkpointer.h"
 #include "testutil/pattern.h"
@@ -107,6 +109,43 @@ INSTANTIATE_TEST_SUITE_P(Signals, RestoreInterruptTest,
                          [](const auto& info) {
                            return info.param == SIGINT ? "Sigint" : "Sigterm";
                          });
+
+TEST(RestoreErrorsTest, ANonEmptyDirectoryIsRefusedAndAManifestListsTheFiles) {
+  testutil::TempDir dir;
+  auto server = testutil::ServerProcess::Start(dir.path() + "/data");
+  ASSERT_TRUE(server.ok()) << server.status();
+  ASSERT_NO_FATAL_FAILURE(SaveTwoRanks((*server)->grpc(), 1 << 20));
+  const std::string s = (*server)->grpc();
+  const std::string out = dir.path() + "/out";
+  RunResult first =
+      RunProcess({Cli(), "--server", s, "restore", "--job", "r", "--out", out});
+  ASSERT_EQ(first.exit_code, 0) << first.out;
+  const std::string manifest = ReadFile(out + "/MANIFEST.json");
+  EXPECT_NE(manifest.find("{\"job\":\"r\",\"step\":1,\"world_size\":2,"
+                          "\"consolidated\":false"),
+            std::string::npos)
+      << manifest;
+  for (const char* f : {"rank-00000.safetensors", "rank-00001.safetensors"}) {
+    const std::string bytes = ReadFile(out + "/" + f);
+    ASSERT_FALSE(bytes.empty()) << f;
+    const std::string row = absl::StrFormat(
+        "{\"file\":\"%s\",\"bytes\":%d,\"crc32c\":\"%08x\"}", f, bytes.size(),
+        format::Crc32c(bytes.data(), bytes.size()));
+    EXPECT_NE(manifest.find(row), std::string::npos) << row << "\n" << manifest;
+  }
+  // A second restore into it would mix files: refused, unless --force.
+  RunResult again =
+      RunProcess({Cli(), "--server", s, "restore", "--job", "r", "--out", out});
+  EXPECT_EQ(again.exit_code, 1) << again.out;
+  EXPECT_NE(again.out.find("FAILED_PRECONDITION: --out " + out +
+                           " is not empty (3 entries"),
+            std::string::npos)
+      << again.out;
+  EXPECT_NE(again.out.find("pass --force"), std::string::npos) << again.out;
+  RunResult forced = RunProcess(
+      {Cli(), "--server", s, "restore", "--job", "r", "--out", out, "--force"});
+  EXPECT_EQ(forced.exit_code, 0) << forced.out;
+}
 
 TEST(RestoreErrorsTest, LocalFileSystemErrorsHaveTheirOwnCodes) {
   testutil::TempDir dir;

@@ -30,6 +30,9 @@ struct RestoreArgs {
   // With consolidate: only the tensors under these prefixes ("model"),
   // the prefix stripped, so the file loads straight into the module.
   std::vector<std::string> only;
+  // Write into a directory that is not empty (files of the same names are
+  // replaced).
+  bool force = false;
 };
 int RunRestore(const RestoreArgs& a);
 

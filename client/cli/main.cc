@@ -149,6 +149,8 @@ int main(int argc, char** argv) {
   restore_cmd->add_flag("--consolidate", restore.consolidate,
                         "write one model.safetensors with every tensor at "
                         "its global shape, assembled from all ranks");
+  restore_cmd->add_flag("--force", restore.force,
+                        "write into a non-empty --out (same names replaced)");
   restore_cmd->add_option(
       "--only", restore.only,
       "with --consolidate: only the tensors under this prefix (repeat for "

@@ -23,8 +23,10 @@
 #include "client/cli/session.h"
 #include "client/control.h"
 #include "client/loader.h"
+#include "format/crc32c.h"
 #include "format/names.h"
 #include "format/safetensors.h"
+#include "util/json.h"
 
 namespace stagger::client {
 namespace {
@@ -42,7 +44,7 @@ Status Errno(const std::string& what, int error = errno) {
 // leaves a file that looks complete and is not. Chunks land in the mapping
 // as they arrive, so nothing holds a whole tensor in memory.
 Status WriteMapped(const std::string& path, uint64_t size,
-                   const std::function<Status(char*)>& fill) {
+                   const std::function<Status(char*)>& fill, uint32_t* crc) {
   std::string tmp = path + ".partial";
   RestoreWriting(tmp);
   int fd = open(tmp.c_str(), O_RDWR | O_CREAT | O_TRUNC, 0644);
@@ -66,6 +68,8 @@ Status WriteMapped(const std::string& path, uint64_t size,
     if (map == MAP_FAILED) s = Errno("map " + tmp);
   }
   if (s.ok()) s = fill(static_cast<char*>(map));
+  // The file's checksum for MANIFEST.json, from memory it was just written.
+  if (s.ok()) *crc = format::Crc32c(static_cast<char*>(map), size);
   if (s.ok() && msync(map, size, MS_SYNC) != 0) s = Errno("sync " + tmp);
   if (map != MAP_FAILED) munmap(map, size);
   if (s.ok() && fsync(fd) != 0) s = Errno("sync " + tmp);
@@ -82,7 +86,7 @@ Status WriteMapped(const std::string& path, uint64_t size,
 // Fetches every tensor of `shard` into a new safetensors file at `path`.
 Status WriteShard(ChunkIo& io, ServerSet* servers,
                   const pb::ShardManifest& shard, const std::string& path,
-                  Progress* progress) {
+                  Progress* progress, uint32_t* crc) {
   std::vector<format::SafetensorsEntry> entries;
   for (const pb::TensorEntry& t : shard.tensors()) {
     entries.push_back({t.name(), t.dtype(),
@@ -98,21 +102,24 @@ Status WriteShard(ChunkIo& io, ServerSet* servers,
                     {"world_size", absl::StrCat(shard.world_size())}}));
   uint64_t total = header.size();
   for (const pb::TensorEntry& t : shard.tensors()) total += t.byte_size();
-  return WriteMapped(path, total, [&](char* base) {
-    std::memcpy(base, header.data(), header.size());
-    std::vector<FetchItem> items;
-    uint64_t off = header.size();
-    for (const pb::TensorEntry& t : shard.tensors()) {
-      for (int i = 0; i < t.chunks_size(); ++i) {
-        const pb::ChunkRef& c = t.chunks(i);
-        items.push_back(
-            {&c, base + off, servers->ForSlot(shard.rank(), t.name(), i)});
-        off += c.raw_length();
-      }
-    }
-    return io.Fetch(items, nullptr,
-                    [progress](uint64_t n) { progress->Add(n); });
-  });
+  return WriteMapped(
+      path, total,
+      [&](char* base) {
+        std::memcpy(base, header.data(), header.size());
+        std::vector<FetchItem> items;
+        uint64_t off = header.size();
+        for (const pb::TensorEntry& t : shard.tensors()) {
+          for (int i = 0; i < t.chunks_size(); ++i) {
+            const pb::ChunkRef& c = t.chunks(i);
+            items.push_back(
+                {&c, base + off, servers->ForSlot(shard.rank(), t.name(), i)});
+            off += c.raw_length();
+          }
+        }
+        return io.Fetch(items, nullptr,
+                        [progress](uint64_t n) { progress->Add(n); });
+      },
+      crc);
 }
 
 // Assembles every tensor of the step at its global shape, from the slices
@@ -242,7 +249,7 @@ Status WriteConsolidated(ChunkIo& io, ServerSet* servers,
                          const std::string& job, const pb::GetStepReply& reply,
                          const std::vector<std::string>& only,
                          const std::string& path, uint64_t* bytes,
-                         Progress* progress) {
+                         Progress* progress, uint32_t* crc) {
   STAGGER_ASSIGN_OR_RETURN(auto placed, PlaceTensors(reply, only));
   // The file lists tensors by their names in it.
   std::map<std::string, Placed*> by_out;
@@ -266,36 +273,104 @@ Status WriteConsolidated(ChunkIo& io, ServerSet* servers,
   for (const format::SafetensorsEntry& e : entries) total += e.byte_size;
   std::vector<const pb::ShardManifest*> shards;
   for (const pb::ShardManifest& m : reply.shards()) shards.push_back(&m);
-  STAGGER_RETURN_IF_ERROR(WriteMapped(path, total, [&](char* base) {
-    std::memcpy(base, header.data(), header.size());
-    std::vector<LoadTarget> list;
-    uint64_t off = header.size();
-    size_t i = 0;
-    for (auto& [out, p] : by_out) {
-      p->target.dest = base + off;
-      off += entries[i++].byte_size;
-      list.push_back(p->target);
-    }
-    LoadPlan plan;
-    STAGGER_RETURN_IF_ERROR(PlanLoad(list, shards, 0, *servers, &plan));
-    uint64_t planned = 0;
-    for (const FetchItem& item : plan.items) planned += item.ref->raw_length();
-    progress->SetTotal(planned);
-    STAGGER_RETURN_IF_ERROR(io.Fetch(
-        plan.items, nullptr, [progress](uint64_t n) { progress->Add(n); }));
-    // Per-rank tensors of several ranks: every copy must be the one written.
-    i = 0;
-    for (auto& [out, p] : by_out) {
-      const uint64_t size = entries[i++].byte_size;
-      for (size_t r = 1; r < p->per_rank.size(); ++r) {
-        STAGGER_RETURN_IF_ERROR(SameOnRank(
-            io, servers, p->target, p->per_rank[r], p->target.dest, size));
-      }
-    }
-    return absl::OkStatus();
-  }));
+  STAGGER_RETURN_IF_ERROR(WriteMapped(
+      path, total,
+      [&](char* base) {
+        std::memcpy(base, header.data(), header.size());
+        std::vector<LoadTarget> list;
+        uint64_t off = header.size();
+        size_t i = 0;
+        for (auto& [out, p] : by_out) {
+          p->target.dest = base + off;
+          off += entries[i++].byte_size;
+          list.push_back(p->target);
+        }
+        LoadPlan plan;
+        STAGGER_RETURN_IF_ERROR(PlanLoad(list, shards, 0, *servers, &plan));
+        uint64_t planned = 0;
+        for (const FetchItem& item : plan.items)
+          planned += item.ref->raw_length();
+        progress->SetTotal(planned);
+        STAGGER_RETURN_IF_ERROR(io.Fetch(
+            plan.items, nullptr, [progress](uint64_t n) { progress->Add(n); }));
+        // Per-rank tensors of several ranks: every copy must be the one
+        // written.
+        i = 0;
+        for (auto& [out, p] : by_out) {
+          const uint64_t size = entries[i++].byte_size;
+          for (size_t r = 1; r < p->per_rank.size(); ++r) {
+            STAGGER_RETURN_IF_ERROR(SameOnRank(
+                io, servers, p->target, p->per_rank[r], p->target.dest, size));
+          }
+        }
+        return absl::OkStatus();
+      },
+      crc));
   *bytes += total - header.size();
   return absl::OkStatus();
+}
+
+// One file a restore wrote, for MANIFEST.json.
+struct Written {
+  std::string file;  // name inside --out
+  uint64_t bytes = 0;
+  uint32_t crc32c = 0;
+};
+
+// Writes OUT/MANIFEST.json (to a temporary name, synced, renamed): what was
+// restored, from where, and each file's size and CRC32C, so that a
+// directory of restored files says what it holds.
+Status WriteRestoreManifest(const std::string& out, const std::string& job,
+                            const pb::StepInfo& step, bool consolidated,
+                            const std::vector<std::string>& only,
+                            const std::vector<Written>& files) {
+  std::vector<std::string> rows, prefixes;
+  for (const Written& w : files) {
+    rows.push_back(absl::StrFormat(
+        "{\"file\":%s,\"bytes\":%llu,\"crc32c\":\"%08x\"}", JsonQuote(w.file),
+        static_cast<unsigned long long>(w.bytes), w.crc32c));
+  }
+  for (const std::string& p : only) prefixes.push_back(JsonQuote(p));
+  const std::string doc =
+      absl::StrCat("{\"job\":", JsonQuote(job), ",\"step\":", step.step(),
+                   ",\"world_size\":", step.world_size(),
+                   ",\"consolidated\":", consolidated ? "true" : "false",
+                   ",\"only\":[", absl::StrJoin(prefixes, ","), "],\"files\":[",
+                   absl::StrJoin(rows, ","), "]}\n");
+  const std::string path = out + "/MANIFEST.json";
+  const std::string tmp = path + ".partial";
+  int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  if (fd < 0) return Errno("create " + tmp);
+  Status s;
+  if (write(fd, doc.data(), doc.size()) != static_cast<ssize_t>(doc.size()) ||
+      fsync(fd) != 0) {
+    s = Errno("write " + tmp);
+  }
+  close(fd);
+  if (s.ok() && rename(tmp.c_str(), path.c_str()) != 0) {
+    s = Errno("rename to " + path);
+  }
+  if (!s.ok()) unlink(tmp.c_str());
+  return s;
+}
+
+// FAILED_PRECONDITION unless `dir` is empty (or does not exist yet): a
+// restore into a directory of other files would mix them with its own.
+Status CheckEmpty(const std::string& dir) {
+  std::error_code ec;
+  if (!std::filesystem::exists(dir, ec)) return absl::OkStatus();
+  size_t n = 0;
+  std::string first;
+  for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
+    if (n++ == 0) first = e.path().filename().string();
+  }
+  if (n == 0) return absl::OkStatus();
+  return absl::FailedPreconditionError(absl::StrCat(
+      "--out ", dir, " is not empty (", n, n == 1 ? " entry" : " entries",
+      ", e.g. '", first,
+      "'): a restore writes into an empty directory, so "
+      "that its files are not mixed with others; pass --force to write "
+      "into it anyway"));
 }
 
 }  // namespace
@@ -331,10 +406,14 @@ int RunRestore(const RestoreArgs& a) {
                 absl::FailedPreconditionError(absl::StrCat(
                     "--out ", a.out, " exists and is not a directory")));
   }
+  if (!a.force) {
+    if (Status s = CheckEmpty(a.out); !s.ok()) return Fail("restore", s);
+  }
   std::filesystem::create_directories(a.out, ec);
   if (ec) {
     return Fail("restore", Errno("cannot create --out " + a.out, ec.value()));
   }
+  std::vector<Written> written;
   InstallRestoreInterrupts(a.out, a.consolidate ? 1 : reply->shards_size());
   ChunkIo io(session->executor.get(), a.job, "raw", {}, 16);
   uint64_t bytes = 0;
@@ -347,9 +426,16 @@ int RunRestore(const RestoreArgs& a) {
   Progress progress("restore", stored);
   if (a.consolidate) {
     std::string path = a.out + "/model.safetensors";
+    Written w{"model.safetensors"};
     Status s = WriteConsolidated(io, session->servers.get(), a.job, *reply,
-                                 a.only, path, &bytes, &progress);
+                                 a.only, path, &bytes, &progress, &w.crc32c);
     progress.Finish();
+    w.bytes = std::filesystem::file_size(path, ec);
+    written.push_back(w);
+    if (s.ok()) {
+      s = WriteRestoreManifest(a.out, a.job, reply->step(), true, a.only,
+                               written);
+    }
     if (!s.ok()) {
       return Fail("restore",
                   WithContext(s, absl::StrCat("consolidate of step ",
@@ -364,7 +450,13 @@ int RunRestore(const RestoreArgs& a) {
   for (const pb::ShardManifest& shard : reply->shards()) {
     std::string path =
         absl::StrFormat("%s/rank-%05d.safetensors", a.out, shard.rank());
-    Status s = WriteShard(io, session->servers.get(), shard, path, &progress);
+    Written w{std::filesystem::path(path).filename().string()};
+    Status s = WriteShard(io, session->servers.get(), shard, path, &progress,
+                          &w.crc32c);
+    if (s.ok()) {
+      w.bytes = std::filesystem::file_size(path, ec);
+      written.push_back(w);
+    }
     if (!s.ok()) {
       progress.Finish();
       return Fail("restore",
@@ -374,6 +466,11 @@ int RunRestore(const RestoreArgs& a) {
     progress.Say(stdout, absl::StrCat("wrote ", path));
   }
   progress.Finish();
+  if (Status s =
+          WriteRestoreManifest(a.out, a.job, reply->step(), false, {}, written);
+      !s.ok()) {
+    return Fail("restore", s);
+  }
   printf("restored job '%s' step %lld: %d ranks, %llu bytes\n", a.job.c_str(),
          static_cast<long long>(reply->step().step()), reply->shards_size(),
          static_cast<unsigned long long>(bytes));
