@@ -9,6 +9,7 @@
 //   stagger-server ready grpc=HOST:PORT data=ucx:HEX
 // (data: the UCX worker address that Hello hands to clients.)
 // SIGTERM or SIGINT: stop accepting, finish in-flight work, exit 0.
+#include <grpc/support/log.h>
 #include <malloc.h>
 #include <signal.h>
 
@@ -30,6 +31,11 @@ int main(int argc, char** argv) {
   // freed ones are reused (the ingest budget bounds how many are live).
   mallopt(M_MMAP_THRESHOLD, 256 << 20);
   mallopt(M_TRIM_THRESHOLD, 1 << 30);
+  // gRPC's own log lines (a raw error tree when a port is in use) go to
+  // our log at debug level: the server says what failed in its own words.
+  gpr_set_log_function([](gpr_log_func_args* args) {
+    stagger::log::Debug("grpc", args->message);
+  });
   CLI::App app{"stagger-server: stores stagger checkpoints"};
   app.set_version_flag("--version", stagger::BuildInfo("stagger-server"));
   stagger::server::ServerOptions options;

@@ -161,8 +161,28 @@ Result<std::unique_ptr<Server>> Server::Start(const ServerOptions& options) {
   }
 
   auto impl = std::make_unique<Impl>();
-  STAGGER_ASSIGN_OR_RETURN(impl->meta,
-                           MetaStore::Open(options.data_dir + "/meta"));
+  const std::string pid_file = options.data_dir + "/stagger-server.pid";
+  auto meta = MetaStore::Open(options.data_dir + "/meta");
+  if (!meta.ok() &&
+      meta.status().message().find("lock") != std::string_view::npos) {
+    // RocksDB's "While lock file: .../LOCK: Resource temporarily
+    // unavailable": another process has the index open.
+    std::ifstream f(pid_file);
+    long pid = 0;
+    const bool known = static_cast<bool>(f >> pid) && pid > 0;
+    return absl::FailedPreconditionError(absl::StrCat(
+        "data directory ", options.data_dir,
+        " is in use by another "
+        "stagger-server",
+        known ? absl::StrCat(" (PID ", pid, ", from ", pid_file, ")") : "",
+        ": one server per --data; stop it or choose another directory"));
+  }
+  STAGGER_ASSIGN_OR_RETURN(impl->meta, std::move(meta));
+  {
+    // Who holds the directory, for the message above (best effort).
+    std::ofstream f(pid_file, std::ios::trunc);
+    f << ::getpid() << "\n";
+  }
   SegmentStoreOptions seg;
   seg.dir = options.data_dir + "/segments";
   seg.segment_bytes = options.segment_bytes;

@@ -77,5 +77,29 @@ TEST(CliUsageTest, GlobalFlagsGoOnEitherSideAndAMissingJobExits1) {
   EXPECT_EQ(r.exit_code, 1) << r.out;
 }
 
+TEST(CliUsageTest, AServerSaysWhyItCannotStart) {
+  testutil::TempDir dir;
+  auto server = testutil::ServerProcess::Start(dir.path() + "/data");
+  ASSERT_TRUE(server.ok()) << server.status();
+  const std::string bin = testutil::BinDir() + "/stagger-server";
+  // The same --data: the first server holds it.
+  RunResult r = RunProcess(
+      {bin, "--data", dir.path() + "/data", "--listen", "127.0.0.1:0"});
+  EXPECT_EQ(r.exit_code, 1) << r.out;
+  EXPECT_NE(r.out.find("is in use by another stagger-server (PID " +
+                       std::to_string((*server)->pid()) + ","),
+            std::string::npos)
+      << r.out;
+  EXPECT_EQ(r.out.find("LOCK"), std::string::npos) << r.out;
+  // Its port: one clear line, no gRPC error tree.
+  r = RunProcess(
+      {bin, "--data", dir.path() + "/other", "--listen", (*server)->grpc()});
+  EXPECT_EQ(r.exit_code, 1) << r.out;
+  EXPECT_NE(r.out.find("cannot listen for gRPC on " + (*server)->grpc()),
+            std::string::npos)
+      << r.out;
+  EXPECT_EQ(r.out.find("chttp2"), std::string::npos) << r.out;
+}
+
 }  // namespace
 }  // namespace stagger

@@ -6,6 +6,8 @@
 //   stagger [--server HOST:PORT[,...]] show --job J [--step N] [--json]
 //   stagger [--server HOST:PORT[,...]] gc --job J --keep N [--grace-s S]
 //   stagger demo [--servers HOST:PORT[,...]]
+#include <grpc/support/log.h>
+
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cstdio>
@@ -118,6 +120,11 @@ std::string UsageHint(CLI::App& app, int argc, char** argv) {
 
 int main(int argc, char** argv) {
   using namespace stagger::client;
+  // gRPC's own log lines go to our log at debug level: each command says
+  // what failed in its own words.
+  gpr_set_log_function([](gpr_log_func_args* args) {
+    stagger::log::Debug("grpc", args->message);
+  });
   CLI::App app{"stagger: checkpoints for deep-learning training"};
   app.require_subcommand(1);
   // --server, --token, --tls-ca and --log-level go before or after the
