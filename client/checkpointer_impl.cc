@@ -325,7 +325,10 @@ class CheckpointerImpl : public Checkpointer {
     auto job = std::make_shared<SaveJob>(
         SaveJobDeps{servers_.get(), &io_, pool_.get(), &executor_,
                     shaping_.get(), options_.replicas, overlap,
-                    2 * options_.max_inflight_chunks},
+                    2 * options_.max_inflight_chunks,
+                    [this](const Status& s, const SaveStats& st) {
+                      CountFinished(s, st);
+                    }},
         std::move(*job_manifest), std::move(chunks), start);
     {
       absl::MutexLock lock(&save_mu_);
@@ -333,7 +336,6 @@ class CheckpointerImpl : public Checkpointer {
     }
     driver_.Submit([this, job] {
       job->Run();
-      CountFinished(*job);
       absl::MutexLock lock(&save_mu_);
       if (job->status().ok()) RememberChunks(job->manifest(), job->outcomes());
       --outstanding_;
@@ -581,11 +583,11 @@ class CheckpointerImpl : public Checkpointer {
   }
 
   // Adds a finished save to the metrics.
-  void CountFinished(SaveJob& job) {
-    const SaveStats st = SaveHandle(job.handle_state()).stats();
+  // Before the handle reports the outcome (SaveJobDeps::on_finished).
+  void CountFinished(const Status& status, const SaveStats& st) {
     absl::MutexLock lock(&metrics_mu_);
     ++metrics_.saves;
-    if (!job.status().ok()) ++metrics_.saves_failed;
+    if (!status.ok()) ++metrics_.saves_failed;
     metrics_.snapshot_s += st.snapshot_s;
     metrics_.durable_s += st.durable_s;
     metrics_.last_durable_s = st.durable_s;

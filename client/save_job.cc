@@ -205,6 +205,7 @@ void SaveJob::Run() {
     stats.late_s = stats.durable_s - qos.deadline_s;
   }
   status_ = s;
+  if (deps_.on_finished) deps_.on_finished(s, stats);
   state_->Finish(WithContext(s, absl::StrCat("save of job '", manifest_.job(),
                                              "' step ", manifest_.step(),
                                              " rank ", manifest_.rank())),

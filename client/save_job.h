@@ -22,6 +22,7 @@
 #include <array>
 #include <chrono>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <vector>
@@ -95,6 +96,10 @@ struct SaveJobDeps {
   // racing ahead of it: their CPU goes to moving bytes already ready, and
   // encoded copies never pile up. 0: no bound.
   size_t ship_window = 0;
+  // Runs with the save's outcome and stats just before its handle reports
+  // them, so that counters (Checkpointer::Metrics) include the save by the
+  // time a Wait() returns. Optional.
+  std::function<void(const Status&, const SaveStats&)> on_finished;
 };
 
 class SaveJob : public std::enable_shared_from_this<SaveJob> {

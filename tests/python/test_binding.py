@@ -421,6 +421,8 @@ def test_client_metrics_count_saves_and_loads(server):
     s = state(30)
     handles = [ck.save(s, step=1), None]
     handles[0].wait()
+    # Counted by the time wait() returns, not a moment later.
+    assert ck.metrics()["saves"] == 1
     handles[1] = ck.save(s, step=2)
     handles[1].wait()
     ck.wait_all()
