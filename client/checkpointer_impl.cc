@@ -107,6 +107,11 @@ class CheckpointerImpl : public Checkpointer {
 
   ~CheckpointerImpl() override {
     WaitAll();
+    {
+      absl::MutexLock lock(&async_mu_);
+      async_mu_.Await(absl::Condition(
+          +[](int* n) { return *n == 0; }, &async_calls_));
+    }
     if (pool_pinned_) {
       cuda_sources_.begin()->second->UnregisterStaging(pool_->base());
     }
@@ -472,6 +477,20 @@ class CheckpointerImpl : public Checkpointer {
     return loaded;
   }
 
+  void StepsAsync(
+      bool include_partial,
+      std::function<void(Result<std::vector<StepSummary>>)> done) override {
+    {
+      absl::MutexLock lock(&async_mu_);
+      ++async_calls_;  // before the thread exists: the destructor waits
+    }
+    std::thread([this, include_partial, done = std::move(done)] {
+      done(Steps(include_partial));
+      absl::MutexLock lock(&async_mu_);
+      --async_calls_;
+    }).detach();
+  }
+
   Result<std::vector<StepSummary>> Steps(bool include_partial) override {
     STAGGER_ASSIGN_OR_RETURN(
         auto steps, ListSteps(*servers_, options_.job, include_partial));
@@ -674,6 +693,9 @@ class CheckpointerImpl : public Checkpointer {
   std::map<int, std::unique_ptr<SnapshotSource>> cuda_sources_;
   bool pool_pinned_ = false;
   bool warned_pool_cap_ = false;
+  // StepsAsync calls still running (the destructor waits for them).
+  absl::Mutex async_mu_;
+  int async_calls_ ABSL_GUARDED_BY(async_mu_) = 0;
   CodecPolicy policy_;
   ChunkIo io_;
   std::map<std::string, Registered> tensors_;

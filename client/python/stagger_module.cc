@@ -414,11 +414,29 @@ PYBIND11_MODULE(_stagger, m) {
       .def(
           "steps",
           [](Checkpointer& ck, bool include_partial) {
-            Result<std::vector<StepSummary>> r = absl::UnknownError("unset");
-            {
-              py::gil_scoped_release release;
-              r = ck.Steps(include_partial);
-            }
+            // On a thread of the Checkpointer's, waited for in slices:
+            // Ctrl-C raises at once, and the call finishes on its own.
+            struct Call {
+              absl::Mutex mu;
+              bool done = false;
+              Result<std::vector<StepSummary>> result =
+                  absl::UnknownError("unset");
+            };
+            auto call = std::make_shared<Call>();
+            ck.StepsAsync(include_partial,
+                          [call](Result<std::vector<StepSummary>> r) {
+                            absl::MutexLock lock(&call->mu);
+                            call->result = std::move(r);
+                            call->done = true;
+                          });
+            WaitInSlices(py::none(), [&](absl::Duration d) {
+              absl::MutexLock lock(&call->mu);
+              return call->mu.AwaitWithTimeout(absl::Condition(&call->done), d);
+            });
+            Result<std::vector<StepSummary>> r = [&] {
+              absl::MutexLock lock(&call->mu);
+              return std::move(call->result);
+            }();
             std::vector<int64_t> out;
             for (const StepSummary& s : Check(std::move(r))) {
               out.push_back(s.step);

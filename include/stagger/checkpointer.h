@@ -17,6 +17,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -214,6 +215,12 @@ class Checkpointer {
 
   // Complete steps, oldest first (partial ones too when asked).
   virtual Result<std::vector<StepSummary>> Steps(bool include_partial) = 0;
+  // As Steps(), on a thread of its own; `done` gets the result on that
+  // thread. The caller need not wait (an interrupted caller moves on): the
+  // Checkpointer's destructor waits for the calls in flight.
+  virtual void StepsAsync(
+      bool include_partial,
+      std::function<void(Result<std::vector<StepSummary>>)> done) = 0;
 
   // QoS marks from the training loop (any thread, cheap, never block).
   // CollectiveBegin/End bracket a collective of the job (e.g. a gradient

@@ -191,3 +191,57 @@ def test_ctrl_c_stops_a_load_before_it_fetches_the_rest(tmp_path):
             child.wait()
         server.terminate()
         server.wait(timeout=60)
+
+
+CHILD_STEPS = r"""
+import sys, time
+import numpy as np
+import stagger
+ck = stagger.Checkpointer(servers=sys.argv[1], job="steps")
+ck.save({"a": np.ones(16, dtype=np.uint8)}, step=1).wait()
+print("saved", flush=True)
+sys.stdin.readline()
+print("waiting", flush=True)
+t = time.monotonic()
+try:
+    ck.steps()
+    print("listed", flush=True)
+except KeyboardInterrupt:
+    print(f"interrupted after {time.monotonic() - t:.2f} s", flush=True)
+sys.stdin.readline()  # the server goes on
+print("again", ck.steps(), "end", flush=True)
+"""
+
+
+def test_ctrl_c_interrupts_steps_on_a_server_that_does_not_answer(tmp_path):
+    from conftest import start_server
+    server, grpc = start_server(tmp_path / "data")
+    child = subprocess.Popen([sys.executable, "-c", CHILD_STEPS, grpc],
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE)
+    try:
+        out, _ = read_until(child.stdout, "saved", 60)
+        assert "saved" in out
+        server.send_signal(signal.SIGSTOP)
+        child.stdin.write(b"go\n")
+        child.stdin.flush()
+        out, _ = read_until(child.stdout, "waiting", 10)
+        assert "waiting" in out
+        time.sleep(0.3)
+        child.send_signal(signal.SIGINT)
+        out, took = read_until(child.stdout, " s\n", 10)
+        assert "interrupted after" in out, out
+        assert took < 1.0, out
+        server.send_signal(signal.SIGCONT)
+        child.stdin.write(b"go\n")
+        child.stdin.flush()
+        out, _ = read_until(child.stdout, " end", 60)
+        assert "again [1] end" in out, out
+        assert child.wait(timeout=60) == 0
+    finally:
+        server.send_signal(signal.SIGCONT)
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+        server.terminate()
+        server.wait(timeout=60)
