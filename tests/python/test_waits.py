@@ -159,13 +159,16 @@ except KeyboardInterrupt:
 """
 
 
-def test_ctrl_c_stops_a_load_before_it_fetches_the_rest(tmp_path):
-    """The server is stopped (SIGSTOP) while the load asks it for the step,
-    Ctrl-C comes, then the server goes on: the load fetches nothing more,
-    raises KeyboardInterrupt, and the Checkpointer loads normally after."""
+@contextlib.contextmanager
+def child_of_a_stopped_server(script, tmp_path):
+    """Starts a stagger-server and `script` (the server's address as its
+    argument). Once the child prints "saved", stops the server (SIGSTOP),
+    tells the child to go on (a line on its stdin), waits for "waiting" and
+    sends the child SIGINT 0.3 s later; yields (server, child). The server
+    is continued and both are ended at the end."""
     from conftest import start_server
     server, grpc = start_server(tmp_path / "data")
-    child = subprocess.Popen([sys.executable, "-c", CHILD_LOAD, grpc],
+    child = subprocess.Popen([sys.executable, "-c", script, grpc],
                              stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                              stderr=subprocess.PIPE)
     try:
@@ -178,12 +181,7 @@ def test_ctrl_c_stops_a_load_before_it_fetches_the_rest(tmp_path):
         assert "waiting" in out
         time.sleep(0.3)
         child.send_signal(signal.SIGINT)
-        time.sleep(0.3)
-        server.send_signal(signal.SIGCONT)
-        out, took = read_until(child.stdout, " end", 30)
-        assert f"interrupted filled=0 of {32 << 20}" in out, out
-        assert "reloaded 1 True end" in out, out
-        assert child.wait(timeout=30) == 0
+        yield server, child
     finally:
         server.send_signal(signal.SIGCONT)
         if child.poll() is None:
@@ -192,6 +190,18 @@ def test_ctrl_c_stops_a_load_before_it_fetches_the_rest(tmp_path):
         server.terminate()
         server.wait(timeout=60)
 
+
+def test_ctrl_c_stops_a_load_before_it_fetches_the_rest(tmp_path):
+    """The server is stopped (SIGSTOP) while the load asks it for the step,
+    Ctrl-C comes, then the server goes on: the load fetches nothing more,
+    raises KeyboardInterrupt, and the Checkpointer loads normally after."""
+    with child_of_a_stopped_server(CHILD_LOAD, tmp_path) as (server, child):
+        time.sleep(0.3)
+        server.send_signal(signal.SIGCONT)
+        out, _ = read_until(child.stdout, " end", 30)
+        assert f"interrupted filled=0 of {32 << 20}" in out, out
+        assert "reloaded 1 True end" in out, out
+        assert child.wait(timeout=30) == 0
 
 CHILD_STEPS = r"""
 import sys, time
@@ -214,21 +224,10 @@ print("again", ck.steps(), "end", flush=True)
 
 
 def test_ctrl_c_interrupts_steps_on_a_server_that_does_not_answer(tmp_path):
-    from conftest import start_server
-    server, grpc = start_server(tmp_path / "data")
-    child = subprocess.Popen([sys.executable, "-c", CHILD_STEPS, grpc],
-                             stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                             stderr=subprocess.PIPE)
-    try:
-        out, _ = read_until(child.stdout, "saved", 60)
-        assert "saved" in out
-        server.send_signal(signal.SIGSTOP)
-        child.stdin.write(b"go\n")
-        child.stdin.flush()
-        out, _ = read_until(child.stdout, "waiting", 10)
-        assert "waiting" in out
-        time.sleep(0.3)
-        child.send_signal(signal.SIGINT)
+    """With its server stopped, steps() would block up to rpc_timeout_s:
+    Ctrl-C raises at once, and the same Checkpointer lists the steps once
+    the server goes on."""
+    with child_of_a_stopped_server(CHILD_STEPS, tmp_path) as (server, child):
         out, took = read_until(child.stdout, " s\n", 10)
         assert "interrupted after" in out, out
         assert took < 1.0, out
@@ -238,10 +237,3 @@ def test_ctrl_c_interrupts_steps_on_a_server_that_does_not_answer(tmp_path):
         out, _ = read_until(child.stdout, " end", 60)
         assert "again [1] end" in out, out
         assert child.wait(timeout=60) == 0
-    finally:
-        server.send_signal(signal.SIGCONT)
-        if child.poll() is None:
-            child.kill()
-            child.wait()
-        server.terminate()
-        server.wait(timeout=60)
