@@ -1,7 +1,5 @@
 #include "client/checkpointer_impl.h"
 
-#include <unistd.h>
-
 #include <algorithm>
 #include <array>
 #include <atomic>
@@ -12,7 +10,6 @@
 #include <list>
 #include <map>
 #include <optional>
-#include <set>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -26,6 +23,7 @@
 #include "client/host_snapshot.h"
 #include "client/internal/save_state.h"
 #include "client/loader.h"
+#include "client/memory.h"
 #include "client/save_job.h"
 #include "client/server_set.h"
 #include "client/shaping.h"
@@ -61,21 +59,6 @@ int64_t NowMs() {
       .count();
 }
 
-// CheckpointerOptions::delta_memory_bytes, 0 resolved: an eighth of the
-// host's memory shared among the ranks on it (LOCAL_WORLD_SIZE, as torchrun
-// sets it; 1 without), at least 64 MiB.
-uint64_t DeltaMemoryBytes(const CheckpointerOptions& o) {
-  if (o.delta_memory_bytes != 0) return o.delta_memory_bytes;
-  const uint64_t phys = static_cast<uint64_t>(sysconf(_SC_PHYS_PAGES)) *
-                        static_cast<uint64_t>(sysconf(_SC_PAGE_SIZE));
-  uint64_t local_ranks = 1;
-  if (const char* env = std::getenv("LOCAL_WORLD_SIZE")) {
-    const long long n = std::atoll(env);
-    if (n > 0) local_ranks = static_cast<uint64_t>(n);
-  }
-  return std::max<uint64_t>(phys / 8 / local_ranks, 64ull << 20);
-}
-
 class CheckpointerImpl : public Checkpointer {
  public:
   CheckpointerImpl(const CheckpointerOptions& options,
@@ -88,12 +71,12 @@ class CheckpointerImpl : public Checkpointer {
         keepalive_(std::move(keepalive)),
         transport_(std::move(transport)),
         servers_(std::move(servers)),
-        pool_(std::move(pool)),
         shaping_(std::move(shaping)),
         executor_(PipelineThreads(options)),
         driver_(options.max_outstanding_saves),
         fetch_executor_(ChunkIo::DefaultFetchThreads()),
         host_source_(NewHostSnapshotSource(HostCopyThreads())),
+        staging_(std::move(pool), options.chunk_size, options.job),
         // Encoders get the cores the data path leaves: one core moves bytes
         // to the wire (copies, completions) however many encode.
         policy_(std::min<int>(
@@ -112,9 +95,7 @@ class CheckpointerImpl : public Checkpointer {
       async_mu_.Await(absl::Condition(
           +[](int* n) { return *n == 0; }, &async_calls_));
     }
-    if (pool_pinned_) {
-      cuda_sources_.begin()->second->UnregisterStaging(pool_->base());
-    }
+    staging_.Unpin();  // while the CUDA source exists
   }
 
   static int HostCopyThreads() {
@@ -216,22 +197,12 @@ class CheckpointerImpl : public Checkpointer {
     }
     // Deltas need the previous version of every chunk kept in memory.
     uint64_t state_bytes = 0;
-    // Staging the whole state takes a slab per whole chunk, and for each
-    // tensor's last, partial chunk a slab or a piece (StagingPool).
-    uint64_t staging_needed = 0;
-    std::set<uint64_t> piece_sizes;  // each is cut from slabs of its own
+    std::vector<uint64_t> stored_sizes;
     for (const auto& [name, reg] : tensors_) {
       if (!Stores(reg)) continue;
       state_bytes += reg.bytes;
-      const uint64_t tail = reg.bytes % options_.chunk_size;
-      const uint64_t piece =
-          tail == 0 ? 0 : StagingPool::Footprint(tail, options_.chunk_size);
-      staging_needed +=
-          reg.bytes / options_.chunk_size * options_.chunk_size + piece;
-      if (piece != 0 && piece < options_.chunk_size) piece_sizes.insert(piece);
+      stored_sizes.push_back(reg.bytes);
     }
-    // A slab cut for a piece size may be partly used.
-    staging_needed += piece_sizes.size() * options_.chunk_size;
     // The previous version of each chunk, kept as its delta base, and the
     // new one being captured meanwhile: half the budget each, given to the
     // chunks in tensor order, the same ones every save.
@@ -318,7 +289,14 @@ class CheckpointerImpl : public Checkpointer {
       --outstanding_;
       return fenced;
     }
-    if (Status s = SizePool(staging_needed); !s.ok()) {
+    bool in_use;
+    {
+      absl::MutexLock lock(&save_mu_);
+      in_use = outstanding_ > 1;  // another save holds staging slabs
+    }
+    if (Status s = staging_.Size(
+            StagingNeeded(stored_sizes, options_.chunk_size), in_use);
+        !s.ok()) {
       absl::MutexLock lock(&save_mu_);
       --outstanding_;
       return s;
@@ -328,7 +306,7 @@ class CheckpointerImpl : public Checkpointer {
                                          : options_.qos_deadline_s);
     const bool overlap = ShipWhileSnapshotting(chunks);
     auto job = std::make_shared<SaveJob>(
-        SaveJobDeps{servers_.get(), &io_, pool_.get(), &executor_,
+        SaveJobDeps{servers_.get(), &io_, staging_.pool(), &executor_,
                     shaping_.get(), options_.replicas, overlap,
                     2 * options_.max_inflight_chunks,
                     [this](const Status& s, const SaveStats& st) {
@@ -597,12 +575,12 @@ class CheckpointerImpl : public Checkpointer {
     STAGGER_RETURN_IF_ERROR(src.status());  // UNIMPLEMENTED without CUDA
     SnapshotSource* raw = src->get();
     cuda_sources_.emplace(device, std::move(*src));
-    PinPool();
+    staging_.SetCuda(raw);
     return raw;
   }
 
-  // Adds a finished save to the metrics.
-  // Before the handle reports the outcome (SaveJobDeps::on_finished).
+  // Adds a finished save to the metrics, before the handle reports its
+  // outcome (SaveJobDeps::on_finished).
   void CountFinished(const Status& status, const SaveStats& st) {
     absl::MutexLock lock(&metrics_mu_);
     ++metrics_.saves;
@@ -621,68 +599,12 @@ class CheckpointerImpl : public Checkpointer {
     }
   }
 
-  // Default staging (staging_bytes 0): sized to the largest state saved so
-  // far, up to StagingPool::DefaultBytes(), so a small job does not pin a
-  // large pool and a tiny first save does not leave every later one
-  // snapshotting through a few slabs. The pool is replaced by a larger one
-  // only while no other save holds its slabs (this save is the only one
-  // outstanding); otherwise it grows at a later save.
-  Status SizePool(uint64_t staging_needed) {
-    if (pool_ && options_.staging_bytes != 0) return absl::OkStatus();
-    const uint64_t cap = StagingPool::DefaultBytes();
-    const uint64_t want = std::min(cap, staging_needed);
-    if (pool_ && pool_->size() >= want) return absl::OkStatus();
-    if (staging_needed > cap && !warned_pool_cap_) {
-      warned_pool_cap_ = true;
-      log::Info("stagger", absl::StrCat("job '", options_.job,
-                                        "': the state needs ", staging_needed,
-                                        " bytes of staging, more than "
-                                        "the default pool's ",
-                                        cap,
-                                        "; saves snapshot it in pieces (set "
-                                        "CheckpointerOptions::staging_bytes, "
-                                        "Python staging_bytes=, for more)"));
-    }
-    if (pool_) {
-      absl::MutexLock lock(&save_mu_);
-      if (outstanding_ > 1) return absl::OkStatus();  // in use: next time
-    }
-    STAGGER_ASSIGN_OR_RETURN(auto pool,
-                             StagingPool::Create(want, options_.chunk_size));
-    UnpinPool();
-    pool_ = std::move(pool);
-    PinPool();
-    return absl::OkStatus();
-  }
-
-  void UnpinPool() {
-    if (pool_pinned_ && pool_ && !cuda_sources_.empty()) {
-      cuda_sources_.begin()->second->UnregisterStaging(pool_->base());
-    }
-    pool_pinned_ = false;
-  }
-
-  // Pins the staging pool for device-to-host copies once both exist. A
-  // pool that cannot be pinned still works, just slower.
-  void PinPool() {
-    if (!pool_ || pool_pinned_ || cuda_sources_.empty()) return;
-    Status s = cuda_sources_.begin()->second->RegisterStaging(pool_->base(),
-                                                              pool_->size());
-    if (!s.ok()) {
-      log::Warning("stagger",
-                   absl::StrCat("staging memory not pinned (", s.message(),
-                                "); CUDA snapshots will be slower"));
-      return;
-    }
-    pool_pinned_ = true;
-  }
   CheckpointerOptions options_;
   // Declaration order is destruction order reversed: connections close
   // before the transport, and both before the embedded server.
   std::shared_ptr<void> keepalive_;
   std::shared_ptr<transport::Transport> transport_;
   std::shared_ptr<ServerSet> servers_;
-  std::unique_ptr<StagingPool> pool_;
   std::unique_ptr<Shaping> shaping_;
   qos::Executor executor_;  // fingerprint, encode
   qos::Executor driver_;    // one thread per outstanding save
@@ -691,8 +613,7 @@ class CheckpointerImpl : public Checkpointer {
   qos::Executor fetch_executor_;
   std::unique_ptr<SnapshotSource> host_source_;
   std::map<int, std::unique_ptr<SnapshotSource>> cuda_sources_;
-  bool pool_pinned_ = false;
-  bool warned_pool_cap_ = false;
+  Staging staging_;  // pinned with the first of cuda_sources_
   // StepsAsync calls still running (the destructor waits for them).
   absl::Mutex async_mu_;
   int async_calls_ ABSL_GUARDED_BY(async_mu_) = 0;

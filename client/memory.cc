@@ -1,0 +1,95 @@
+#include "client/memory.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <set>
+
+#include "absl/strings/str_cat.h"
+#include "util/log.h"
+
+namespace stagger::client {
+
+uint64_t DeltaMemoryBytes(const CheckpointerOptions& o) {
+  if (o.delta_memory_bytes != 0) return o.delta_memory_bytes;
+  const uint64_t phys = static_cast<uint64_t>(sysconf(_SC_PHYS_PAGES)) *
+                        static_cast<uint64_t>(sysconf(_SC_PAGE_SIZE));
+  uint64_t local_ranks = 1;
+  if (const char* env = std::getenv("LOCAL_WORLD_SIZE")) {
+    const long long n = std::atoll(env);
+    if (n > 0) local_ranks = static_cast<uint64_t>(n);
+  }
+  return std::max<uint64_t>(phys / 8 / local_ranks, 64ull << 20);
+}
+
+uint64_t StagingNeeded(const std::vector<uint64_t>& tensor_bytes,
+                       uint64_t chunk_size) {
+  uint64_t needed = 0;
+  std::set<uint64_t> piece_sizes;  // each is cut from slabs of its own
+  for (uint64_t bytes : tensor_bytes) {
+    const uint64_t tail = bytes % chunk_size;
+    const uint64_t piece =
+        tail == 0 ? 0 : StagingPool::Footprint(tail, chunk_size);
+    needed += bytes / chunk_size * chunk_size + piece;
+    if (piece != 0 && piece < chunk_size) piece_sizes.insert(piece);
+  }
+  return needed + piece_sizes.size() * chunk_size;
+}
+
+Staging::Staging(std::unique_ptr<StagingPool> fixed, uint64_t chunk_size,
+                 std::string job)
+    : pool_(std::move(fixed)),
+      fixed_(pool_ != nullptr),
+      chunk_size_(chunk_size),
+      job_(std::move(job)) {}
+
+Status Staging::Size(uint64_t needed, bool in_use) {
+  if (fixed_) return absl::OkStatus();
+  const uint64_t cap = StagingPool::DefaultBytes();
+  const uint64_t want = std::min(cap, needed);
+  if (pool_ && pool_->size() >= want) return absl::OkStatus();
+  if (needed > cap && !warned_) {
+    warned_ = true;
+    log::Info(
+        "stagger",
+        absl::StrCat("job '", job_, "': the state needs ", needed,
+                     " bytes of staging, more than the default pool's ", cap,
+                     "; saves snapshot it in pieces (set "
+                     "CheckpointerOptions::staging_bytes, Python "
+                     "staging_bytes=, for more)"));
+  }
+  if (pool_ && in_use) return absl::OkStatus();  // grows at a later save
+  STAGGER_ASSIGN_OR_RETURN(auto pool, StagingPool::Create(want, chunk_size_));
+  Unpin();
+  pool_ = std::move(pool);
+  Pin();
+  return absl::OkStatus();
+}
+
+void Staging::SetCuda(SnapshotSource* cuda) {
+  if (cuda_ != nullptr) return;  // the first source pins
+  cuda_ = cuda;
+  Pin();
+}
+
+void Staging::Pin() {
+  if (!pool_ || pinned_ || cuda_ == nullptr) return;
+  Status s = cuda_->RegisterStaging(pool_->base(), pool_->size());
+  if (!s.ok()) {
+    log::Warning("stagger",
+                 absl::StrCat("staging memory not pinned (", s.message(),
+                              "); CUDA snapshots will be slower"));
+    return;
+  }
+  pinned_ = true;
+}
+
+void Staging::Unpin() {
+  if (pinned_ && pool_ && cuda_ != nullptr) {
+    cuda_->UnregisterStaging(pool_->base());
+  }
+  pinned_ = false;
+}
+
+}  // namespace stagger::client

@@ -1,0 +1,44 @@
+#include "client/memory.h"
+
+#include <gtest/gtest.h>
+
+namespace stagger::client {
+namespace {
+
+constexpr uint64_t kChunk = 4 << 20;
+
+TEST(StagingNeeded, WholeChunksTakeSlabsAndTailsTakePieces) {
+  EXPECT_EQ(StagingNeeded({}, kChunk), 0u);
+  EXPECT_EQ(StagingNeeded({2 * kChunk}, kChunk), 2 * kChunk);
+  // A 3 KB tail takes a 4 KiB piece, and a slab is cut for that size.
+  EXPECT_EQ(StagingNeeded({kChunk + 3000}, kChunk), 2 * kChunk + 4096);
+  // Two tails of one piece size share the slab they are cut from.
+  EXPECT_EQ(StagingNeeded({3000, 4000}, kChunk), kChunk + 2 * 4096);
+  // A tail over half a chunk takes a whole slab, and no cut slab.
+  EXPECT_EQ(StagingNeeded({kChunk / 2 + 1}, kChunk), kChunk);
+}
+
+TEST(Staging, TheDefaultPoolGrowsWhenFreeAndAFixedOneNever) {
+  Staging grows(nullptr, kChunk, "j");
+  EXPECT_EQ(grows.pool(), nullptr);
+  ASSERT_TRUE(grows.Size(kChunk, /*in_use=*/false).ok());
+  ASSERT_NE(grows.pool(), nullptr);
+  EXPECT_EQ(grows.pool()->size(), kChunk);
+  // Held by another save: not replaced now.
+  ASSERT_TRUE(grows.Size(3 * kChunk, /*in_use=*/true).ok());
+  EXPECT_EQ(grows.pool()->size(), kChunk);
+  ASSERT_TRUE(grows.Size(3 * kChunk, /*in_use=*/false).ok());
+  EXPECT_EQ(grows.pool()->size(), 3 * kChunk);
+  // Smaller needs keep the larger pool.
+  ASSERT_TRUE(grows.Size(kChunk, false).ok());
+  EXPECT_EQ(grows.pool()->size(), 3 * kChunk);
+
+  auto fixed = StagingPool::Create(2 * kChunk, kChunk);
+  ASSERT_TRUE(fixed.ok());
+  Staging pinned_size(std::move(*fixed), kChunk, "j");
+  ASSERT_TRUE(pinned_size.Size(8 * kChunk, false).ok());
+  EXPECT_EQ(pinned_size.pool()->size(), 2 * kChunk);
+}
+
+}  // namespace
+}  // namespace stagger::client
