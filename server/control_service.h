@@ -15,6 +15,7 @@
 #include "server/compactor.h"
 #include "server/manifest_log.h"
 #include "server/meta_store.h"
+#include "server/rebaser.h"
 
 namespace stagger::server {
 
@@ -59,6 +60,11 @@ class ControlService final : public pb::Stagger::Service {
                  Compactor* compactor = nullptr, Authorizer* auth = nullptr,
                  ManifestLog* log = nullptr, SegmentStore* segments = nullptr);
 
+  // With a rebaser (not owned; before serving): Hello tells clients that
+  // this server rebases deltas (server/rebaser.h), so they need not cut
+  // their delta chains.
+  void SetRebaser(Rebaser* rebaser) { rebaser_ = rebaser; }
+
   grpc::Status Hello(grpc::ServerContext*, const pb::HelloRequest*,
                      pb::HelloReply*) override;
   grpc::Status CommitShard(grpc::ServerContext*, const pb::CommitShardRequest*,
@@ -99,6 +105,7 @@ class ControlService final : public pb::Stagger::Service {
   SegmentStore* segments_;  // may be null: no disk figures in ListSteps
   std::string data_address_;
   std::string server_id_;
+  Rebaser* rebaser_ = nullptr;
   RetentionPolicy retention_;
   ControlCounters counters_;
 };

@@ -246,6 +246,9 @@ void DataService::HandlePut(transport::Message request,
           ReplyStatus(
               shared.get(), DataOp::kPutChunkReply,
               WithContext(s, absl::StrCat("chunk ", header.chunk_id.ToHex())));
+          if (s.ok() && base && rebaser_ != nullptr) {
+            rebaser_->Enqueue(job, header.chunk_id);
+          }
         });
   });
 }

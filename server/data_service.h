@@ -30,6 +30,7 @@
 #include "server/auth.h"
 #include "server/ingest_admission.h"
 #include "server/meta_store.h"
+#include "server/rebaser.h"
 #include "server/storage/segment_store.h"
 #include "transport/transport.h"
 
@@ -66,6 +67,9 @@ class DataService : public transport::RequestHandler {
   // present a data-session key from Hello (DataOp::kAuth) before its puts
   // and gets, and each is checked against the key's grant.
   void SetAuthorizer(Authorizer* auth) { auth_ = auth; }
+  // With a rebaser (not owned; call before serving), every delta chunk
+  // stored is queued for a rebase once acknowledged.
+  void SetRebaser(Rebaser* rebaser) { rebaser_ = rebaser; }
   // The admission's books (queue depth, credit in use, per-client bytes);
   // all zero without an admission.
   AdmissionStats admission_stats() const;
@@ -101,6 +105,7 @@ class DataService : public transport::RequestHandler {
   qos::Executor* readers_;
   IngestAdmission* admission_;
   Authorizer* auth_ = nullptr;
+  Rebaser* rebaser_ = nullptr;
   DataServiceCounters counters_;
   // The grant each authenticated connection presented (bounded: the
   // oldest connections are forgotten past Authorizer::kMaxKeys).

@@ -89,6 +89,12 @@ int main(int argc, char** argv) {
                  "file of 'TOKEN JOB[,JOB...]' lines ('*': every job): every "
                  "call must carry a token allowed its job (default: no "
                  "tokens, and then only loopback addresses unless --insecure)");
+  bool no_rebase = false;
+  app.add_flag("--no-rebase", no_rebase,
+               "store deltas as clients send them instead of keeping the "
+               "newest version of each chunk whole and the older ones as "
+               "deltas of it (clients then cut their delta chains every "
+               "delta_chain_max saves)");
   bool rebuild = false;
   app.add_flag("--rebuild-index", rebuild,
                "rebuild the metadata (DIR/meta) from the segments and "
@@ -120,6 +126,7 @@ int main(int argc, char** argv) {
   options.ingest_budget_bytes = ingest_budget_mib << 20;
   options.gc_grace_ms = static_cast<int64_t>(gc_grace_s * 1000);
   options.segment_bytes = segment_mib << 20;
+  options.rebase_deltas = !no_rebase;
   options.compact_bytes_per_s =
       static_cast<uint64_t>(compact_mib_per_s * (1 << 20));
 

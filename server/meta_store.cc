@@ -71,11 +71,21 @@ std::string EncodeChunkMeta(const ChunkMeta& m) {
   v[40] = static_cast<char>(m.codec);
   PutLE<uint64_t>(&v[41], static_cast<uint64_t>(m.written_unix_ms));
   if (m.base) v += m.base->ToBytes();
+  if (m.behind_hops != 0 || m.behind_bytes != 0) {
+    char b[12];
+    PutLE<uint32_t>(&b[0], m.behind_hops);
+    PutLE<uint64_t>(&b[4], m.behind_bytes);
+    v.append(b, sizeof b);
+  }
   return v;
 }
 
 Result<ChunkMeta> DecodeChunkMeta(std::string_view v) {
-  if ((v.size() != kChunkMetaSize && v.size() != kChunkMetaSize + 16) ||
+  const size_t extra =
+      v.size() < kChunkMetaSize ? 1 : v.size() - kChunkMetaSize;
+  const bool has_base = extra == 16 || extra == 28;
+  const bool has_behind = extra == 12 || extra == 28;
+  if ((extra != 0 && !has_base && !has_behind) ||
       !format::IsKnownCodec(static_cast<uint8_t>(v[40]))) {
     return absl::DataLossError("corrupt chunk index entry");
   }
@@ -87,8 +97,15 @@ Result<ChunkMeta> DecodeChunkMeta(std::string_view v) {
   m.stored_length = GetLE<uint64_t>(&v[32]);
   m.codec = static_cast<format::Codec>(v[40]);
   m.written_unix_ms = static_cast<int64_t>(GetLE<uint64_t>(&v[41]));
-  if (v.size() == kChunkMetaSize + 16) {
-    m.base = *format::ChunkId::FromBytes(v.substr(kChunkMetaSize, 16));
+  if (has_base) {
+    auto base = format::ChunkId::FromBytes(v.substr(kChunkMetaSize, 16));
+    if (!base.ok()) return absl::DataLossError("corrupt chunk index entry");
+    m.base = *base;
+  }
+  if (has_behind) {
+    const char* b = v.data() + v.size() - 12;
+    m.behind_hops = GetLE<uint32_t>(b);
+    m.behind_bytes = GetLE<uint64_t>(b + 4);
   }
   return m;
 }
@@ -513,6 +530,34 @@ Status MetaStore::ForEachChunk(
     fn(*id, *meta);
   }
   return FromRocks(it->status(), "chunk index scan");
+}
+
+Status MetaStore::Restore(const std::string& job,
+                          const std::vector<Restored>& changes) {
+  STAGGER_RETURN_IF_ERROR(format::ValidateName("job", job));
+  rocksdb::WriteBatch batch;
+  absl::MutexLock lock(&index_mu_);
+  for (const Restored& c : changes) {
+    const std::string key = ChunkKey(job, c.id);
+    std::string v;
+    rocksdb::Status s = db_->Get(rocksdb::ReadOptions(), key, &v);
+    if (s.IsNotFound()) {
+      return absl::AbortedError(
+          absl::StrCat("chunk ", c.id.ToHex(), " was collected meanwhile"));
+    }
+    STAGGER_RETURN_IF_ERROR(FromRocks(s, "get chunk"));
+    STAGGER_ASSIGN_OR_RETURN(ChunkMeta now, DecodeChunkMeta(v));
+    if (!(now.location == c.from)) {
+      return absl::AbortedError(
+          absl::StrCat("chunk ", c.id.ToHex(), " was moved meanwhile"));
+    }
+    ChunkMeta to = c.to;
+    to.written_unix_ms = now.written_unix_ms;
+    batch.Put(key, EncodeChunkMeta(to));
+  }
+  rocksdb::WriteOptions wo;
+  wo.sync = true;
+  return FromRocks(db_->Write(wo, &batch), "restore chunks");
 }
 
 Result<uint64_t> MetaStore::RelocateChunks(

@@ -4,7 +4,8 @@
 // every rank in [0, world_size) has committed its shard.
 //
 // Keys (job names cannot contain '\0'):
-//   c/<job>\0<chunk id 16B>          -> ChunkMeta (49 bytes; 65 with a base)
+//   c/<job>\0<chunk id 16B>          -> ChunkMeta (49 bytes; +16 with a
+//                                       base; +12 with behind_*)
 //   s/<job>\0<step u64 big-endian>   -> pb::StepInfo
 //   m/<job>\0<step BE><rank u32 BE>  -> pb::ShardManifest
 //
@@ -54,6 +55,11 @@ struct ChunkMeta {
   // For a delta chunk, the chunk it is a delta of.
   std::optional<format::ChunkId> base;
   int64_t written_unix_ms = 0;  // set by PutChunk when 0
+  // For a whole chunk that older versions are stored as deltas against
+  // (server/rebaser.h): how many deltas lead to it, at most, and their
+  // stored bytes. 0 for every other chunk.
+  uint32_t behind_hops = 0;
+  uint64_t behind_bytes = 0;
 };
 
 using ChunkIdSet = absl::flat_hash_set<format::ChunkId>;
@@ -73,6 +79,14 @@ struct GcResult {
 struct SweepResult {
   uint64_t chunks_deleted = 0;
   uint64_t bytes_freed = 0;  // stored bytes no longer indexed
+};
+
+// A rebase (server/rebaser.h) stored chunk `id`, found at `from`, anew as
+// `to` (its location, codec and base).
+struct Restored {
+  format::ChunkId id;
+  ChunkLocation from;
+  ChunkMeta to;
 };
 
 // Compaction moved chunk `id` from `from` to `to` (a durable copy).
@@ -152,6 +166,13 @@ class MetaStore {
   Result<uint64_t> RelocateChunks(const std::string& job,
                                   const std::vector<Relocation>& moves);
 
+  // Points every chunk of `changes` at its new record, all or none: only
+  // when each entry still points at its `from` (ABORTED otherwise: a gc,
+  // a relocation or a repair came first). One synced batch, so the old
+  // records may be reclaimed once it returns. The entries keep their
+  // written time.
+  Status Restore(const std::string& job, const std::vector<Restored>& changes);
+
   // NOT_FOUND when the rank has not committed that step.
   Result<pb::ShardManifest> GetShard(const std::string& job, int64_t step,
                                      uint32_t rank);
@@ -174,7 +195,8 @@ class MetaStore {
   std::unique_ptr<rocksdb::DB> db_;
   absl::Mutex commit_mu_;
   // Orders read-check-write updates of index entries (PutChunk,
-  // RelocateChunks, the delete write of Gc and Sweep) against each other.
+  // RelocateChunks, Restore, the delete write of Gc and Sweep) against each
+  // other.
   absl::Mutex index_mu_ ABSL_ACQUIRED_AFTER(commit_mu_);
 };
 

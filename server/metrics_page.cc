@@ -55,6 +55,26 @@ std::string RenderServerMetrics(const MetricsSources& s) {
               "be written; the commit stands.",
               c.manifest_log_failures.load());
   }
+  if (s.rebaser != nullptr) {
+    const RebaserStats r = s.rebaser->Stats();
+    w.Counter("stagger_server_rebased_chunks_total",
+              "Delta chunks written whole with their base made a delta of "
+              "them (server/rebaser.h).",
+              r.rebased);
+    w.Counter("stagger_server_rebase_keyframes_total",
+              "Delta chunks written whole with their base left as it was "
+              "(a keyframe, or a base that was no smaller as a delta).",
+              r.keyframes);
+    w.Counter("stagger_server_rebase_failures_total",
+              "Rebases that failed or lost a race (the chunk stays a delta "
+              "of its previous version) or found the queue full.",
+              r.failed + r.aborted + r.dropped);
+    w.Counter("stagger_server_rebase_bytes_written_total",
+              "Record payload bytes the rebases wrote.", r.bytes_written);
+    w.Gauge("stagger_server_rebase_queue_chunks",
+            "Delta chunks waiting for a rebase.",
+            static_cast<double>(r.queued));
+  }
   if (s.segments != nullptr) {
     const SegmentStoreStats st = s.segments->Stats();
     w.Counter("stagger_server_records_written_total",

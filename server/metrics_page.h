@@ -9,6 +9,7 @@
 #include "server/control_service.h"
 #include "server/data_service.h"
 #include "server/ingest_admission.h"
+#include "server/rebaser.h"
 #include "server/storage/segment_store.h"
 
 namespace stagger::server {
@@ -20,6 +21,7 @@ struct MetricsSources {
   const ControlService* control = nullptr;
   const SegmentStore* segments = nullptr;
   const IngestAdmission* admission = nullptr;
+  const Rebaser* rebaser = nullptr;
   std::string data_dir;  // statvfs'd for disk space; empty: left out
 };
 

@@ -4,6 +4,8 @@
 #include <filesystem>
 #include <map>
 #include <set>
+#include <string>
+#include <vector>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
@@ -14,6 +16,73 @@
 #include "server/storage/segment_store.h"
 
 namespace stagger::server {
+
+namespace {
+
+// Which of a chunk's records to index. Any record of a chunk decodes to
+// the same bytes, but a delta's base must resolve: records the index no
+// longer pointed at survive until compaction (a forward delta the rebaser
+// replaced, a copy whose relocation lost a race), and choosing by segment
+// order alone could close a cycle (A a delta of B, B of A). So: the last
+// whole record when one survives, else the last delta whose base resolves
+// without coming back to it.
+class RecordChooser {
+ public:
+  using Found = std::map<format::ChunkId, std::vector<ChunkMeta>>;
+  RecordChooser(SegmentStore* segments, const std::string& job, Found* found,
+                std::vector<std::string>* problems)
+      : segments_(segments), job_(job), found_(found), problems_(problems) {}
+
+  // nullptr when no record of `id` resolves (reported).
+  const ChunkMeta* Choose(const format::ChunkId& id) {
+    auto it = found_->find(id);
+    if (it == found_->end()) return nullptr;
+    auto [state, inserted] = state_.try_emplace(id, kVisiting);
+    if (!inserted) {
+      if (state->second == kVisiting || state->second == kNone) return nullptr;
+      return &it->second[state->second];
+    }
+    std::vector<ChunkMeta>& records = it->second;
+    for (size_t i = records.size(); i-- > 0;) {
+      if (!format::IsDelta(records[i].codec)) return Chose(id, i);
+    }
+    std::string why = "no record";
+    for (size_t i = records.size(); i-- > 0;) {
+      auto rec = segments_->Read(job_, records[i].location);
+      auto base = rec.ok() ? format::DeltaBase(rec->payload.view())
+                           : Result<format::ChunkId>(rec.status());
+      if (!base.ok()) {
+        why = absl::StrCat("delta base unreadable: ", base.status().message());
+        continue;
+      }
+      records[i].base = *base;
+      // A base held elsewhere cannot close a cycle here.
+      if (found_->count(*base) == 0 || Choose(*base) != nullptr) {
+        return Chose(id, i);
+      }
+      why = absl::StrCat("its base ", base->ToHex(), " does not resolve");
+    }
+    state_[id] = kNone;
+    problems_->push_back(absl::StrCat("job ", job_, " chunk ", id.ToHex(),
+                                      ": not indexed: ", why));
+    return nullptr;
+  }
+
+ private:
+  static constexpr int64_t kVisiting = -1, kNone = -2;
+  const ChunkMeta* Chose(const format::ChunkId& id, size_t i) {
+    state_[id] = static_cast<int64_t>(i);
+    return &(*found_)[id][i];
+  }
+
+  SegmentStore* segments_;
+  const std::string& job_;
+  Found* found_;
+  std::vector<std::string>* problems_;
+  std::map<format::ChunkId, int64_t> state_;
+};
+
+}  // namespace
 
 Result<RebuildReport> RebuildIndex(const std::string& data_dir) {
   namespace fs = std::filesystem;
@@ -65,7 +134,8 @@ Result<RebuildReport> RebuildIndex(const std::string& data_dir) {
   for (const std::string& job : jobs) {
     if (!format::ValidateName("job", job).ok()) continue;
     ++report.jobs;
-    std::map<format::ChunkId, ChunkMeta> found;
+    // Every intact record of each chunk, in segment order.
+    std::map<format::ChunkId, std::vector<ChunkMeta>> found;
     Status scanned = segments->Scan(
         job,
         [&](const format::RecordHeader& h, const ChunkLocation& loc) {
@@ -75,7 +145,7 @@ Result<RebuildReport> RebuildIndex(const std::string& data_dir) {
           m.raw_length = h.raw_length;
           m.stored_length = h.encoded_length;
           m.codec = h.codec;
-          found[h.chunk_id] = m;
+          found[h.chunk_id].push_back(m);
         },
         [&](const Status& s) {
           ++report.torn;
@@ -85,21 +155,11 @@ Result<RebuildReport> RebuildIndex(const std::string& data_dir) {
     if (!scanned.ok() && !absl::IsNotFound(scanned)) {
       return WithContext(scanned, absl::StrCat("scan of job ", job));
     }
-    for (auto& [id, m] : found) {
-      if (format::IsDelta(m.codec)) {
-        auto rec = segments->Read(job, m.location);
-        auto base = rec.ok() ? format::DeltaBase(rec->payload.view())
-                             : Result<format::ChunkId>(rec.status());
-        if (!base.ok()) {
-          report.problems.push_back(
-              absl::StrCat("job ", job, " chunk ", id.ToHex(),
-                           ": delta base unreadable, not indexed: ",
-                           base.status().message()));
-          continue;
-        }
-        m.base = *base;
-      }
-      STAGGER_RETURN_IF_ERROR(meta->PutChunk(job, id, m));
+    RecordChooser chooser(segments.get(), job, &found, &report.problems);
+    for (const auto& [id, records] : found) {
+      const ChunkMeta* m = chooser.Choose(id);
+      if (m == nullptr) continue;
+      STAGGER_RETURN_IF_ERROR(meta->PutChunk(job, id, *m));
       ++report.chunks;
     }
     STAGGER_ASSIGN_OR_RETURN(ManifestLog::Contents log,

@@ -4,9 +4,10 @@
 // manifest logs (server/manifest_log.h). The old DIR/meta, if any, is kept
 // as DIR/meta.before-rebuild-<unix seconds>.
 //
-// A chunk found in several records is indexed at the last one found (each
-// is intact: Scan verifies what it returns). A delta chunk's base is read
-// from its payload. Manifests are committed as a multi-server client's
+// A chunk found in several records is indexed at the last whole one found
+// (each is intact: Scan verifies what it returns), else at the last delta
+// whose base resolves without a cycle; a delta's base is read from its
+// payload. Manifests are committed as a multi-server client's
 // are (a chunk missing here is taken as its manifest describes it), in log
 // order; a manifest the new index refuses is reported and skipped. Rebuilt
 // chunks count as just written, so a gc spares them for its grace period.

@@ -31,6 +31,7 @@ class Server::Impl {
   std::unique_ptr<MetaStore> meta;
   std::unique_ptr<SegmentStore> segments;
   std::unique_ptr<Compactor> compactor;
+  std::unique_ptr<Rebaser> rebaser;
   std::unique_ptr<qos::Executor> ingest;
   std::unique_ptr<qos::Executor> readers;
   // Outlives every payload Buffer it charged: reset after the stores.
@@ -69,6 +70,7 @@ class Server::Impl {
     listener.reset();
     readers.reset();
     ingest.reset();
+    rebaser.reset();
     compactor.reset();
     segments.reset();
     admission.reset();
@@ -86,6 +88,12 @@ std::string Server::metrics_address() const {
 }
 std::string Server::data_address() const {
   return impl_->listener ? impl_->listener->address() : std::string();
+}
+RebaserStats Server::rebaser_stats() const {
+  return impl_->rebaser ? impl_->rebaser->Stats() : RebaserStats();
+}
+void Server::WaitRebased() {
+  if (impl_->rebaser) impl_->rebaser->WaitIdle();
 }
 AdmissionStats Server::admission_stats() const {
   return impl_->admission ? impl_->admission->Stats() : AdmissionStats();
@@ -208,6 +216,12 @@ Result<std::unique_ptr<Server>> Server::Start(const ServerOptions& options) {
   impl->data = std::make_unique<DataService>(
       impl->segments.get(), impl->meta.get(), impl->ingest.get(),
       impl->readers.get(), impl->admission.get());
+  if (options.rebase_deltas) {
+    impl->rebaser =
+        std::make_unique<Rebaser>(impl->segments.get(), impl->meta.get());
+    impl->rebaser->SetCompactor(impl->compactor.get());
+    impl->data->SetRebaser(impl->rebaser.get());
+  }
   impl->auth = std::move(auth);
   impl->manifest_log =
       std::make_unique<ManifestLog>(options.data_dir + "/manifests");
@@ -244,6 +258,7 @@ Result<std::unique_ptr<Server>> Server::Start(const ServerOptions& options) {
       RetentionPolicy{options.keep_last, options.gc_grace_ms},
       impl->compactor.get(), impl->auth.get(), impl->manifest_log.get(),
       impl->segments.get());
+  impl->control->SetRebaser(impl->rebaser.get());
   grpc::ServerBuilder builder;
   int bound_port = 0;
   builder.AddListeningPort(options.listen, creds, &bound_port);
@@ -265,6 +280,7 @@ Result<std::unique_ptr<Server>> Server::Start(const ServerOptions& options) {
     sources.control = impl->control.get();
     sources.segments = impl->segments.get();
     sources.admission = impl->admission.get();
+    sources.rebaser = impl->rebaser.get();
     sources.data_dir = options.data_dir;
     auto exporter = metrics::HttpExporter::Start(
         options.metrics_listen,

@@ -5,6 +5,7 @@
 //   Server ─┬─ MetaStore (RocksDB at <data>/meta)
 //           ├─ SegmentStore (<data>/segments) ── writer thread (io_uring)
 //           ├─ Compactor ── one thread, rewrites mostly dead segments
+//           ├─ Rebaser ── one thread, keeps the newest chunk versions whole
 //           ├─ Executor (reads)
 //           ├─ IngestAdmission ── credit for pulls and reads (one budget)
 //           ├─ DataService ── transport Listener (UCX or in-process)
@@ -18,6 +19,7 @@
 #include <string>
 
 #include "server/ingest_admission.h"
+#include "server/rebaser.h"
 #include "stagger/status.h"
 
 namespace stagger::transport {
@@ -49,6 +51,11 @@ struct ServerOptions {
   // most `compact_bytes_per_s` (0: unlimited).
   double compact_threshold = 0.5;
   uint64_t compact_bytes_per_s = 64ull << 20;
+  // Rebase deltas in the background (server/rebaser.h): the newest version
+  // of each chunk stays whole, older ones become deltas of their
+  // successors. false: deltas are stored as they come (clients then cut
+  // their chains every delta_chain_max saves).
+  bool rebase_deltas = true;
   // Admission (DESIGN.md §5): bytes clients may have inside the server at
   // once, pulled but not yet written (checkpoint payloads) or being read and
   // sent (restore reads, which go first). Must be > 0; one chunk larger
@@ -87,6 +94,10 @@ class Server {
   // Admission queue depth, credit in use and per-client bytes in flight
   // (ingest_admission.h); all zero after Shutdown.
   AdmissionStats admission_stats() const;
+  // The rebaser's books (server/rebaser.h); all zero without one.
+  RebaserStats rebaser_stats() const;
+  // Blocks until every delta stored so far has been rebased (tests).
+  void WaitRebased();
 
   class Impl;
 

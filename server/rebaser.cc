@@ -1,0 +1,303 @@
+#include "server/rebaser.h"
+
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
+#include "format/crc32c.h"
+#include "server/chunk_read.h"
+#include "transport/buffer.h"
+#include "util/log.h"
+
+namespace stagger::server {
+
+Status DecodeStoredChunk(MetaStore* meta, SegmentStore* segments,
+                         const std::string& job, const format::ChunkId& id,
+                         const ChunkMeta& chunk, char* out,
+                         format::Codec* whole_codec, int max_depth) {
+  // Down the chain to a whole chunk, then back up, two buffers at a time.
+  struct Link {
+    format::ChunkId id;
+    StoredRecord record;
+  };
+  std::vector<Link> chain;
+  format::ChunkId at = id;
+  std::optional<ChunkMeta> known = chunk;
+  for (;;) {
+    STAGGER_ASSIGN_OR_RETURN(StoredRecord rec,
+                             ReadChunk(meta, segments, job, at, known));
+    known.reset();
+    if (rec.header.raw_length != chunk.raw_length) {
+      return absl::DataLossError(absl::StrCat(
+          "chunk ", at.ToHex(), " has ", rec.header.raw_length,
+          " bytes, the chunk it is a base of has ", chunk.raw_length));
+    }
+    const bool delta = format::IsDelta(rec.header.codec);
+    format::ChunkId base;
+    if (delta) {
+      STAGGER_ASSIGN_OR_RETURN(base, format::DeltaBase(rec.payload.view()));
+    }
+    chain.push_back({at, std::move(rec)});
+    if (!delta) break;
+    if (static_cast<int>(chain.size()) > max_depth) {
+      return absl::DataLossError(absl::StrCat(
+          "chunk ", id.ToHex(), ": delta chain longer than ", max_depth));
+    }
+    at = base;
+  }
+  const size_t n = chunk.raw_length;
+  std::string below(n, '\0'), above(n, '\0');
+  for (size_t i = chain.size(); i-- > 0;) {
+    const Link& l = chain[i];
+    char* dest = i == 0 ? out : above.data();
+    if (i + 1 == chain.size()) {
+      if (whole_codec != nullptr) *whole_codec = l.record.header.codec;
+      STAGGER_RETURN_IF_ERROR(format::Decode(l.record.header.codec,
+                                             l.record.payload.view(), dest, n));
+    } else {
+      STAGGER_RETURN_IF_ERROR(format::DecodeDelta(
+          l.record.header.codec, l.record.payload.view(), below, dest, n));
+    }
+    if (format::ChunkId::Of(dest, n) != l.id) {
+      return absl::DataLossError(absl::StrCat(
+          "chunk ", l.id.ToHex(), " decodes to other bytes than its id"));
+    }
+    if (i != 0) std::swap(below, above);
+  }
+  return absl::OkStatus();
+}
+
+Rebaser::Rebaser(SegmentStore* segments, MetaStore* meta,
+                 const RebaserOptions& options)
+    : segments_(segments), meta_(meta), options_(options) {
+  thread_ = std::thread([this] { Loop(); });
+}
+
+Rebaser::~Rebaser() {
+  {
+    absl::MutexLock l(&mu_);
+    // A restart should not leave the last save's chunks unrebased, nor
+    // wait long for a deep queue.
+    mu_.AwaitWithTimeout(
+        absl::Condition(
+            +[](Rebaser* r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(r->mu_) {
+              return r->queue_.empty() && !r->busy_;
+            },
+            this),
+        absl::Seconds(5));
+    stop_ = true;
+    queue_.clear();
+  }
+  thread_.join();
+}
+
+void Rebaser::Enqueue(const std::string& job, const format::ChunkId& id) {
+  absl::MutexLock l(&mu_);
+  if (stop_) return;
+  if (queue_.size() >= options_.max_queue) {
+    ++stats_.dropped;
+    return;
+  }
+  queue_.emplace_back(job, id);
+}
+
+void Rebaser::WaitIdle() {
+  absl::MutexLock l(&mu_);
+  mu_.Await(absl::Condition(
+      +[](Rebaser* r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(r->mu_) {
+        return r->stop_ || (r->queue_.empty() && !r->busy_);
+      },
+      this));
+}
+
+RebaserStats Rebaser::Stats() const {
+  absl::MutexLock l(&mu_);
+  RebaserStats s = stats_;
+  s.queued = queue_.size();
+  return s;
+}
+
+void Rebaser::Loop() {
+  // Behind the work clients wait for: ingest, reads, compaction.
+  setpriority(PRIO_PROCESS, static_cast<id_t>(syscall(SYS_gettid)), 10);
+  for (;;) {
+    std::pair<std::string, format::ChunkId> item;
+    {
+      absl::MutexLock l(&mu_);
+      mu_.Await(absl::Condition(
+          +[](Rebaser* r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(r->mu_) {
+            return r->stop_ || !r->queue_.empty();
+          },
+          this));
+      if (stop_) return;
+      item = std::move(queue_.front());
+      queue_.pop_front();
+      busy_ = true;
+    }
+    Status s = RebaseOne(item.first, item.second);
+    // A relocation or a gc raced it: once more from the new entries.
+    if (absl::IsAborted(s)) s = RebaseOne(item.first, item.second);
+    if (!s.ok() && !absl::IsAborted(s) && !absl::IsNotFound(s)) {
+      log::Warning("stagger-server",
+                   absl::StrCat("job '", item.first, "': rebase of chunk ",
+                                item.second.ToHex(),
+                                " failed (it stays a "
+                                "delta of its previous version): ",
+                                s.message()));
+    }
+    std::set<std::string> compact;
+    {
+      absl::MutexLock l(&mu_);
+      if (absl::IsAborted(s)) {
+        ++stats_.aborted;
+      } else if (!s.ok() && !absl::IsNotFound(s)) {
+        ++stats_.failed;
+      } else if (s.ok()) {
+        rebased_jobs_.insert(item.first);
+      }
+      if (queue_.empty() && compactor_ != nullptr) compact.swap(rebased_jobs_);
+      // Still busy until the passes are queued: WaitIdle then covers them
+      // being scheduled.
+    }
+    for (const std::string& job : compact) compactor_->Schedule(job);
+    absl::MutexLock l(&mu_);
+    busy_ = false;
+  }
+}
+
+Result<ChunkLocation> Rebaser::Write(const std::string& job,
+                                     const format::RecordHeader& h,
+                                     std::string_view payload) {
+  transport::Buffer b = transport::Buffer::WithHeadroom(
+      payload.size(), format::kRecordHeaderSize);
+  if (!payload.empty()) std::memcpy(b.data(), payload.data(), payload.size());
+  absl::Notification done;
+  Result<ChunkLocation> where = absl::UnknownError("not written");
+  segments_->Append(job, h, std::move(b), [&](Result<ChunkLocation> loc) {
+    where = std::move(loc);
+    done.Notify();
+  });
+  done.WaitForNotification();
+  if (where.ok()) {
+    absl::MutexLock l(&mu_);
+    stats_.bytes_written += payload.size();
+  }
+  return where;
+}
+
+namespace {
+
+format::RecordHeader HeaderFor(format::Codec codec, const format::ChunkId& id,
+                               uint64_t raw_length, std::string_view payload) {
+  format::RecordHeader h;
+  h.codec = codec;
+  h.chunk_id = id;
+  h.raw_length = raw_length;
+  h.encoded_length = payload.size();
+  h.payload_crc32c = format::Crc32c(payload.data(), payload.size());
+  return h;
+}
+
+}  // namespace
+
+Status Rebaser::RebaseOne(const std::string& job, const format::ChunkId& y) {
+  STAGGER_ASSIGN_OR_RETURN(ChunkMeta ym, meta_->GetChunk(job, y));
+  if (!format::IsDelta(ym.codec) || !ym.base) return absl::OkStatus();
+  STAGGER_ASSIGN_OR_RETURN(StoredRecord yrec,
+                           ReadChunk(meta_, segments_, job, y, ym));
+  const std::string_view delta = yrec.payload.view();
+  const format::ChunkId b = *ym.base;
+  STAGGER_ASSIGN_OR_RETURN(ChunkMeta bm, meta_->GetChunk(job, b));
+  const size_t n = ym.raw_length;
+  std::string braw(n, '\0'), yraw(n, '\0');
+  format::Codec whole_codec = format::Codec::kRaw;
+  STAGGER_RETURN_IF_ERROR(DecodeStoredChunk(meta_, segments_, job, b, bm,
+                                            braw.data(), &whole_codec));
+  STAGGER_RETURN_IF_ERROR(
+      format::DecodeDelta(ym.codec, delta, braw, yraw.data(), n));
+  if (format::ChunkId::Of(yraw.data(), n) != y) {
+    return absl::DataLossError(absl::StrCat(
+        "delta chunk ", y.ToHex(), " decodes to other bytes than its id"));
+  }
+  const int w = static_cast<uint8_t>(delta[0]);
+  format::EncodeOptions eo;
+  eo.zstd_level = options_.zstd_level;
+  eo.element_size = w == 1 ? 4 : w;
+
+  // 1. Y whole, in the codec its base's whole version used.
+  std::string ywhole;
+  format::Codec yc = format::Codec::kRaw;
+  if (whole_codec == format::Codec::kByteGroupZstd && w == 1) {
+    whole_codec = format::Codec::kZstd;
+  }
+  if (whole_codec != format::Codec::kRaw) {
+    STAGGER_ASSIGN_OR_RETURN(yc,
+                             format::Encode(whole_codec, yraw, &ywhole, eo));
+  } else {
+    ywhole = std::move(yraw);
+  }
+
+  // 2. B as a delta of Y, unless B is to stay as it is.
+  std::string brev;
+  format::Codec bc = ym.codec;
+  bool reverse = !bm.base.has_value();
+  if (reverse) {
+    if (bc == format::Codec::kXorByteGroupZstd) {
+      brev.assign(delta.data(), delta.size());
+      const std::string yid = y.ToBytes();
+      std::memcpy(&brev[1], yid.data(), yid.size());
+    } else {
+      const std::string& ybytes = yc == format::Codec::kRaw ? ywhole : yraw;
+      STAGGER_ASSIGN_OR_RETURN(
+          bc, format::EncodeDeltaWith(bc, braw, ybytes, y, &brev, eo));
+    }
+    reverse = format::IsDelta(bc) && brev.size() < bm.stored_length;
+  }
+  const uint32_t hops = bm.behind_hops + 1;
+  const uint64_t behind = bm.behind_bytes + brev.size();
+  const bool keyframe =
+      reverse && (hops > options_.max_behind_hops ||
+                  static_cast<double>(behind) >
+                      options_.max_behind_ratio * static_cast<double>(n));
+  if (keyframe) reverse = false;
+
+  std::vector<Restored> changes;
+  format::RecordHeader yh = HeaderFor(yc, y, n, ywhole);
+  STAGGER_ASSIGN_OR_RETURN(ChunkLocation yloc, Write(job, yh, ywhole));
+  ChunkMeta ynew;
+  ynew.location = yloc;
+  ynew.raw_length = n;
+  ynew.stored_length = ywhole.size();
+  ynew.codec = yc;
+  if (reverse) {
+    ynew.behind_hops = hops;
+    ynew.behind_bytes = behind;
+  }
+  changes.push_back({y, ym.location, ynew});
+  if (reverse) {
+    format::RecordHeader bh = HeaderFor(bc, b, n, brev);
+    STAGGER_ASSIGN_OR_RETURN(ChunkLocation bloc, Write(job, bh, brev));
+    ChunkMeta bnew;
+    bnew.location = bloc;
+    bnew.raw_length = n;
+    bnew.stored_length = brev.size();
+    bnew.codec = bc;
+    bnew.base = y;
+    changes.push_back({b, bm.location, bnew});
+  }
+  STAGGER_RETURN_IF_ERROR(meta_->Restore(job, changes));
+  absl::MutexLock l(&mu_);
+  if (reverse) {
+    ++stats_.rebased;
+  } else {
+    ++stats_.keyframes;
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace stagger::server

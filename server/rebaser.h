@@ -1,0 +1,133 @@
+// Rebaser: keeps the newest version of every chunk slot whole on disk and
+// turns the older ones into deltas against their successors ("reverse
+// deltas"), in the background, after the client's put was acknowledged.
+//
+// A client sends a changed chunk Y as a delta against its previous version
+// B. Left as it came, every save adds a link to a forward chain (B <- Y <-
+// Z ...): the newest step, the one restored after a failure, decodes the
+// whole chain, and a gc of the old steps frees nothing while a kept step's
+// chain runs through them. So the client would have to cut chains with a
+// whole chunk every few saves, and a sparse update would cost a whole
+// chunk every few steps on disk.
+//
+// Instead, for each delta put, the rebaser
+//   1. decodes Y (from B, itself decoded through its chain if it is not
+//      whole) and writes Y whole, in the codec B's whole version used;
+//   2. when B is whole, writes B as a delta against Y (the XOR payload is
+//      its own inverse; a numeric delta is encoded anew) — unless B is to
+//      stay whole as a keyframe (below) or the delta would not be smaller;
+//   3. points the index at the new records in one synced batch, only if
+//      neither entry changed meanwhile (a gc, a relocation, a repair);
+//      otherwise the new records are left dead for compaction to reclaim.
+// The disk then holds one whole version per slot plus one delta per save:
+// a save adds about its changed bytes, the newest step reads whole, and a
+// gc of the oldest steps frees their deltas at once.
+//
+// Keyframes: B stays whole when the deltas leading to it would exceed
+// max_behind_hops links or max_behind_ratio x its raw length in bytes, so
+// loading an old step reads at most that many deltas past a whole chunk.
+//
+// Every record is written durable before the index points at it, and the
+// old ones stay until compaction proves them dead, so a crash at any point
+// leaves an index of valid records. A chunk not rebased (the queue was
+// full, the server stopped more than 5 s before it was done) stays a
+// forward delta, which loads; the next save's rebase writes it whole.
+//
+// Thread-safety: all methods are thread-safe. One thread, at a lower
+// scheduling priority than the rest of the server.
+#ifndef STAGGER_SERVER_REBASER_H_
+#define STAGGER_SERVER_REBASER_H_
+
+#include <cstdint>
+#include <deque>
+#include <set>
+#include <string>
+#include <thread>
+#include <utility>
+
+#include "absl/synchronization/mutex.h"
+#include "format/chunk_id.h"
+#include "format/codec.h"
+#include "server/compactor.h"
+#include "server/meta_store.h"
+#include "server/storage/segment_store.h"
+
+namespace stagger::server {
+
+struct RebaserOptions {
+  uint32_t max_behind_hops = 64;
+  double max_behind_ratio = 4;
+  size_t max_queue = 1 << 16;  // rebases waiting; more are dropped
+  int zstd_level = 1;
+};
+
+struct RebaserStats {
+  uint64_t rebased = 0;  // chunks now whole with their base a delta of them
+  // ... written whole, their base left as it was: a keyframe, a base that
+  // is not whole, or one no smaller as a delta.
+  uint64_t keyframes = 0;
+  uint64_t aborted = 0;        // an entry changed meanwhile; left as it came
+  uint64_t failed = 0;         // a read or write failed; left as it came
+  uint64_t dropped = 0;        // the queue was full
+  uint64_t bytes_written = 0;  // record payload bytes
+  size_t queued = 0;
+};
+
+// Decodes chunk `id` of `job` (`meta`: its index entry) into `out`
+// (meta.raw_length bytes), following its delta bases, at most `max_depth`
+// links. `whole_codec` (optional) gets the codec of the whole chunk the
+// chain ends in. DATA_LOSS for a corrupt record, a chain too deep or a
+// result that does not hash to `id`.
+Status DecodeStoredChunk(MetaStore* meta, SegmentStore* segments,
+                         const std::string& job, const format::ChunkId& id,
+                         const ChunkMeta& chunk, char* out,
+                         format::Codec* whole_codec = nullptr,
+                         int max_depth = 4096);
+
+class Rebaser {
+ public:
+  // Not owned; both must outlive the rebaser.
+  Rebaser(SegmentStore* segments, MetaStore* meta,
+          const RebaserOptions& options = {});
+  // With a compactor (not owned; before the first Enqueue): each time the
+  // queue runs empty, a compaction pass is scheduled for every job that
+  // was rebased since, to reclaim the records the rebases left dead (the
+  // previous whole version, the forward delta).
+  void SetCompactor(Compactor* compactor) { compactor_ = compactor; }
+  // Finishes the queued rebases, for at most 5 s; the rest are dropped.
+  ~Rebaser();
+
+  // Chunk `id` of `job` was just indexed as a delta.
+  void Enqueue(const std::string& job, const format::ChunkId& id);
+  // Blocks until the queue is empty and no rebase runs (tests, benchmarks).
+  void WaitIdle();
+  RebaserStats Stats() const;
+
+  // One rebase, on the caller's thread (the worker's body; tests call it).
+  // OK also when there was nothing to do; ABORTED when an index entry
+  // changed meanwhile.
+  Status RebaseOne(const std::string& job, const format::ChunkId& id);
+
+ private:
+  void Loop();
+  Result<ChunkLocation> Write(const std::string& job,
+                              const format::RecordHeader& h,
+                              std::string_view payload);
+
+  SegmentStore* segments_;
+  MetaStore* meta_;
+  Compactor* compactor_ = nullptr;
+  const RebaserOptions options_;
+  mutable absl::Mutex mu_;
+  std::deque<std::pair<std::string, format::ChunkId>> queue_
+      ABSL_GUARDED_BY(mu_);
+  bool busy_ ABSL_GUARDED_BY(mu_) = false;
+  bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  std::set<std::string> rebased_jobs_ ABSL_GUARDED_BY(mu_);  // since a pass
+  RebaserStats stats_ ABSL_GUARDED_BY(mu_);
+  std::thread thread_;
+};
+
+}  // namespace stagger::server
+
+#endif  // STAGGER_SERVER_REBASER_H_
