@@ -59,6 +59,15 @@ int64_t NowMs() {
       .count();
 }
 
+// Every server a chunk goes to rebases deltas (server/rebaser.h).
+bool AllRebase(const std::vector<ServerConn*>& servers) {
+  if (servers.empty()) return false;
+  for (const ServerConn* s : servers) {
+    if (!s->rebases_deltas.load()) return false;
+  }
+  return true;
+}
+
 class CheckpointerImpl : public Checkpointer {
  public:
   CheckpointerImpl(const CheckpointerOptions& options,
@@ -268,7 +277,10 @@ class CheckpointerImpl : public Checkpointer {
           }
           c.previous_at_home = i < prev.at_home.size() && prev.at_home[i];
           const bool held = i < prev.versions.size() && prev.versions[i];
-          if (deltas_on && held && prev.depth[i] < options_.delta_chain_max) {
+          // A server that rebases keeps the newest version whole: no cut.
+          if (deltas_on && held &&
+              (prev.depth[i] < options_.delta_chain_max ||
+               AllRebase(c.servers))) {
             c.previous_bytes = prev.versions[i];
           }
           c.base_not_held = deltas_on && !held;

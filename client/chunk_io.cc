@@ -20,7 +20,10 @@ using format::DataOp;
 
 // A delta chain longer than this is refused as corrupt (writers cap chains
 // far below it); it also stops a cycle of bases.
-constexpr int kMaxDeltaDepth = 64;
+// Links a load follows from a chunk to a whole one: the servers keep a
+// keyframe every RebaserOptions::max_behind_hops (64) deltas; forward
+// deltas not yet rebased add a few.
+constexpr int kMaxDeltaDepth = 1024;
 
 // Copies the runs of a decoded chunk to their places in `dest`.
 Status Scatter(std::string_view chunk, const std::vector<format::CopyRun>& runs,
@@ -470,10 +473,9 @@ void ChunkIo::FetchFrom(std::shared_ptr<FetchAttempt> a) {
       });
 }
 
-Status ChunkIo::DecodeReply(ServerConn* server, const format::ChunkId& id,
-                            size_t raw_length, const transport::Message& msg,
-                            char* out, int depth_left,
-                            const std::vector<ServerConn*>& others) {
+Result<format::RecordHeader> ChunkIo::CheckReply(
+    const format::ChunkId& id, size_t raw_length,
+    const transport::Message& msg) {
   auto r = format::DecodeReply(msg.header);
   Status s = r.ok() ? r->status : r.status();
   if (s.ok() && !r->has_record) {
@@ -485,39 +487,75 @@ Status ChunkIo::DecodeReply(ServerConn* server, const format::ChunkId& id,
     s = absl::DataLossError("server returned a different chunk");
   }
   STAGGER_RETURN_IF_ERROR(s);
-  if (format::IsDelta(r->record.codec)) {
-    if (depth_left <= 0) {
+  return r->record;
+}
+
+Status ChunkIo::DecodeReply(ServerConn* server, const format::ChunkId& id,
+                            size_t raw_length, const transport::Message& msg,
+                            char* out, int depth_left,
+                            const std::vector<ServerConn*>& others) {
+  STAGGER_ASSIGN_OR_RETURN(format::RecordHeader top,
+                           CheckReply(id, raw_length, msg));
+  // The chain down to a whole chunk (a delta's base may be a delta too),
+  // each link from the same server first (it holds every version of the
+  // slot), then from the other copies; decoded back up with two buffers.
+  struct Link {
+    format::ChunkId id;
+    format::Codec codec;
+    std::string_view payload;
+  };
+  std::vector<Link> chain{{id, top.codec, msg.payload.view()}};
+  std::vector<std::unique_ptr<transport::Message>> held;
+  while (format::IsDelta(chain.back().codec)) {
+    if (static_cast<int>(chain.size()) > depth_left) {
       return absl::DataLossError("delta chain too long (a cycle?)");
     }
     STAGGER_ASSIGN_OR_RETURN(format::ChunkId base_id,
-                             format::DeltaBase(msg.payload.view()));
-    std::string base(raw_length, '\0');
-    Status got = FetchSync(server, base_id, raw_length, base.data(),
-                           depth_left - 1, others);
-    // The same server first (it holds every version of the slot), then
-    // the other copies.
-    for (size_t i = 0; !got.ok() && i < others.size(); ++i) {
-      if (others[i] == server || others[i]->down) continue;
-      got = FetchSync(others[i], base_id, raw_length, base.data(),
-                      depth_left - 1, others);
+                             format::DeltaBase(chain.back().payload));
+    Status got = absl::UnavailableError("no server holds the base");
+    for (size_t i = 0; i <= others.size(); ++i) {
+      ServerConn* from = i == 0 ? server : others[i - 1];
+      if (i > 0 && (from == server || from->down)) continue;
+      auto m = FetchRecord(from, base_id, raw_length);
+      got = m.status();
+      if (!got.ok()) continue;
+      held.push_back(
+          std::make_unique<transport::Message>(std::move(m->second)));
+      chain.push_back({base_id, m->first.codec, held.back()->payload.view()});
+      break;
     }
     STAGGER_RETURN_IF_ERROR(
         WithContext(got, absl::StrCat("delta base ", base_id.ToHex())));
-    STAGGER_RETURN_IF_ERROR(format::DecodeDelta(
-        r->record.codec, msg.payload.view(), base, out, raw_length));
-  } else {
-    STAGGER_RETURN_IF_ERROR(
-        format::Decode(r->record.codec, msg.payload.view(), out, raw_length));
   }
-  if (format::ChunkId::Of(out, raw_length) != id) {
-    return absl::DataLossError("decoded bytes do not match chunk id");
+  std::string below, above;
+  if (chain.size() > 1) {
+    below.resize(raw_length);
+    above.resize(raw_length);
+  }
+  for (size_t i = chain.size(); i-- > 0;) {
+    const Link& l = chain[i];
+    char* dest = i == 0 ? out : above.data();
+    if (i + 1 == chain.size()) {
+      STAGGER_RETURN_IF_ERROR(
+          format::Decode(l.codec, l.payload, dest, raw_length));
+    } else {
+      STAGGER_RETURN_IF_ERROR(
+          format::DecodeDelta(l.codec, l.payload, below, dest, raw_length));
+    }
+    if (format::ChunkId::Of(dest, raw_length) != l.id) {
+      return absl::DataLossError(
+          i == 0 ? std::string("decoded bytes do not match chunk id")
+                 : absl::StrCat("delta base ", l.id.ToHex(),
+                                ": decoded bytes do not match chunk id"));
+    }
+    if (i != 0) std::swap(below, above);
   }
   return absl::OkStatus();
 }
 
-Status ChunkIo::FetchSync(ServerConn* server_conn, const format::ChunkId& id,
-                          size_t raw_length, char* out, int depth_left,
-                          const std::vector<ServerConn*>& others) {
+Result<std::pair<format::RecordHeader, transport::Message>>
+ChunkIo::FetchRecord(ServerConn* server_conn, const format::ChunkId& id,
+                     size_t raw_length) {
   ServerConn& server = *server_conn;
   std::shared_ptr<transport::Connection> data = server.Data();
   if (data == nullptr) {
@@ -531,9 +569,11 @@ Status ChunkIo::FetchSync(ServerConn* server_conn, const format::ChunkId& id,
     ServerSet::MarkDown(server_conn, reply.status());
   }
   STAGGER_RETURN_IF_ERROR(reply.status());
-  return WithContext(
-      DecodeReply(server_conn, id, raw_length, *reply, out, depth_left, others),
-      absl::StrCat("chunk ", id.ToHex(), " from server ", server.address));
+  auto header = CheckReply(id, raw_length, *reply);
+  STAGGER_RETURN_IF_ERROR(WithContext(
+      header.status(),
+      absl::StrCat("chunk ", id.ToHex(), " from server ", server.address)));
+  return std::make_pair(*header, std::move(*reply));
 }
 
 }  // namespace stagger::client

@@ -18,6 +18,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/synchronization/mutex.h"
@@ -134,15 +135,18 @@ class ChunkIo {
   void FetchFrom(std::shared_ptr<FetchAttempt> a);
   // Sends one copy of a put to `server`.
   void SendCopy(std::shared_ptr<PutState> st, ServerConn* server);
-  // Fetches chunk `id` synchronously from `server` (resolving delta bases,
-  // at most `depth_left` deep) into `out` (raw_length bytes) and verifies
-  // it.
-  Status FetchSync(ServerConn* server, const format::ChunkId& id,
-                   size_t raw_length, char* out, int depth_left,
-                   const std::vector<ServerConn*>& others);
+  // Fetches the record of chunk `id` synchronously from `server`, checked
+  // (CheckReply), not decoded.
+  Result<std::pair<format::RecordHeader, transport::Message>> FetchRecord(
+      ServerConn* server, const format::ChunkId& id, size_t raw_length);
+  // The record header of a GetChunk reply, once the reply is found to be
+  // of chunk `id` (raw_length bytes) with an intact payload.
+  static Result<format::RecordHeader> CheckReply(const format::ChunkId& id,
+                                                 size_t raw_length,
+                                                 const transport::Message& msg);
   // Verifies and decodes a GetChunk reply for chunk `id` from `server` into
-  // `out`. Its delta base comes from the same server, else from one of
-  // `others`.
+  // `out`, following delta bases (at most `depth_left` links): each from
+  // the same server, else from one of `others`.
   Status DecodeReply(ServerConn* server, const format::ChunkId& id,
                      size_t raw_length, const transport::Message& msg,
                      char* out, int depth_left,

@@ -50,6 +50,7 @@ Status ServerSet::Dial(ServerConn* conn, double timeout_s,
         WithContext(a, absl::StrCat(where, ": key from Hello")));
   }
   conn->codec_count = reply.codec_count() == 0 ? 4 : reply.codec_count();
+  conn->rebases_deltas = reply.rebases_deltas();
   conn->SetData(std::shared_ptr<transport::Connection>(std::move(*connected)));
   return absl::OkStatus();
 }

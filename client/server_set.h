@@ -53,6 +53,9 @@ struct ServerConn {
   // for a server that does not say): newer delta codecs go only to servers
   // that know them.
   std::atomic<uint32_t> codec_count{4};
+  // The server rebases deltas (HelloReply::rebases_deltas): chains of
+  // deltas sent to it need no cut.
+  std::atomic<bool> rebases_deltas{false};
 
   // The data-plane connection; nullptr while the server has never been
   // reached. A caller holds its own reference for as long as it uses it.

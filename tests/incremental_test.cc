@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "client/embedded/embedded.h"
+#include "server/server.h"
 #include "stagger/checkpointer.h"
 #include "tests/testutil/pattern.h"
 #include "tests/testutil/process.h"
@@ -224,27 +225,89 @@ TEST_F(IncrementalTest, DenseUpdatesTravelAsSmallDeltas) {
   EXPECT_EQ(std::memcmp(out.data(), w1.data(), w.size() * 4), 0);
 }
 
-TEST_F(IncrementalTest, ChainsAreCutByFullChunks) {
+// Saves 7 steps of drifting weights through `servers` with chains cut
+// every 2 deltas; returns chunks_delta per save and checks every step
+// loads back bit-exact.
+std::vector<uint64_t> SaveDriftingSteps(const std::string& servers) {
   CheckpointerOptions o;
-  o.servers = "embedded:" + dir_.path();
+  o.servers = servers;
   o.job = "chain";
   o.chunk_size = kChunk;
   o.delta_chain_max = 2;
   o.adaptive_codec = false;
   auto ck = Checkpointer::Open(o);
-  ASSERT_TRUE(ck.ok());
+  EXPECT_TRUE(ck.ok()) << ck.status();
+  if (!ck.ok()) return {};
   std::vector<float> w = Weights(kChunk / 4, 17);
-  ASSERT_TRUE(
+  EXPECT_TRUE(
       (*ck)->Register({"w", "F32", {int64_t(w.size())}, w.data()}).ok());
   std::vector<uint64_t> deltas;
+  std::vector<std::vector<float>> saved;
   for (int step = 1; step <= 7; ++step) {
     for (float& x : w) x += 1e-4f;
     auto h = (*ck)->Save(step);
-    ASSERT_TRUE(h.ok() && h->Wait().ok());
+    EXPECT_TRUE(h.ok() && h->Wait().ok()) << step;
+    if (!h.ok()) return {};
     deltas.push_back(h->stats().chunks_delta);
+    saved.push_back(w);
   }
+  std::vector<float> out(w.size());
+  (*ck)->ClearRegistrations();
+  EXPECT_TRUE(
+      (*ck)->Register({"w", "F32", {int64_t(out.size())}, out.data()}).ok());
+  for (int64_t step = 1; step <= 7; ++step) {
+    auto r = (*ck)->Load(step);
+    EXPECT_TRUE(r.ok()) << step << ": " << r.status();
+    EXPECT_EQ(std::memcmp(out.data(), saved[step - 1].data(), w.size() * 4), 0)
+        << "step " << step;
+  }
+  return deltas;
+}
+
+TEST_F(IncrementalTest, ChainsAreCutByFullChunksWhereTheServerDoesNotRebase) {
+  server::ServerOptions so;
+  so.data_dir = dir_.path();
+  so.listen = "127.0.0.1:0";
+  so.rebase_deltas = false;
+  auto server = server::Server::Start(so);
+  ASSERT_TRUE(server.ok()) << server.status();
   // full, delta, delta, full, delta, delta, full
-  EXPECT_EQ(deltas, (std::vector<uint64_t>{0, 1, 1, 0, 1, 1, 0}));
+  EXPECT_EQ(SaveDriftingSteps((*server)->grpc_address()),
+            (std::vector<uint64_t>{0, 1, 1, 0, 1, 1, 0}));
+  EXPECT_EQ((*server)->rebaser_stats().rebased, 0u);
+}
+
+TEST_F(IncrementalTest, ARebasingServerTakesDeltasOnEverySave) {
+  server::ServerOptions so;
+  so.data_dir = dir_.path();
+  so.listen = "127.0.0.1:0";
+  auto server = server::Server::Start(so);
+  ASSERT_TRUE(server.ok()) << server.status();
+  EXPECT_EQ(SaveDriftingSteps((*server)->grpc_address()),
+            (std::vector<uint64_t>{0, 1, 1, 1, 1, 1, 1}));
+  (*server)->WaitRebased();
+  // Each delta made its predecessor a delta of it.
+  server::RebaserStats r = (*server)->rebaser_stats();
+  EXPECT_EQ(r.rebased + r.keyframes, 6u);
+  EXPECT_GE(r.rebased, 5u);
+  EXPECT_EQ(r.failed, 0u);
+}
+
+// The record offsets of whole (not delta) chunk records in segment `path`.
+std::vector<uint64_t> WholeRecords(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  std::string bytes((std::istreambuf_iterator<char>(f)),
+                    std::istreambuf_iterator<char>());
+  std::vector<uint64_t> whole;
+  for (uint64_t off = 0; off + 64 <= bytes.size();) {
+    if (bytes.compare(off, 4, "STGR") != 0) break;
+    const uint8_t codec = static_cast<uint8_t>(bytes[off + 6]);
+    uint64_t encoded = 0;
+    std::memcpy(&encoded, &bytes[off + 32], 8);  // little-endian
+    if (codec != 3 && codec != 4) whole.push_back(off);
+    off += (64 + encoded + 4095) / 4096 * 4096;
+  }
+  return whole;
 }
 
 TEST_F(IncrementalTest, CorruptBaseFailsEveryDependentLoadWithDataLoss) {
@@ -257,17 +320,20 @@ TEST_F(IncrementalTest, CorruptBaseFailsEveryDependentLoadWithDataLoss) {
     auto h = ck->Save(2);
     ASSERT_TRUE(h->Wait().ok());
     ASSERT_EQ(h->stats().chunks_delta, 4u);
-  }  // the embedded server stops with its last user
-  // Step 1's records are the first ones written: corrupt the first.
+  }  // the embedded server stops with its last user, rebases done
+  // The server keeps step 2 whole and step 1 as deltas of it: the last
+  // whole records written are step 2's. Corrupt the last one.
   std::string seg = dir_.path() + "/segments/incr/00000001.seg";
+  std::vector<uint64_t> whole = WholeRecords(seg);
+  ASSERT_EQ(whole.size(), 8u) << "4 of step 1, 4 of step 2 rebased";
   {
     std::fstream f(seg, std::ios::in | std::ios::out | std::ios::binary);
     ASSERT_TRUE(f.good()) << seg;
-    f.seekg(64 + 100);
+    f.seekg(whole.back() + 64 + 100);
     char c;
     f.read(&c, 1);
     c ^= 0x40;
-    f.seekp(64 + 100);
+    f.seekp(whole.back() + 64 + 100);
     f.write(&c, 1);
   }
   auto ck = Open();
@@ -278,7 +344,7 @@ TEST_F(IncrementalTest, CorruptBaseFailsEveryDependentLoadWithDataLoss) {
     auto r = ck->Load(step);
     EXPECT_EQ(r.status().code(), absl::StatusCode::kDataLoss) << step;
   }
-  auto r = ck->Load(2);
+  auto r = ck->Load(1);
   EXPECT_NE(r.status().message().find("delta base"), std::string::npos)
       << r.status();
 }

@@ -49,8 +49,10 @@ struct CheckpointerOptions {
   // delta_memory_bytes covers half as many bytes of state, the first chunks
   // in tensor order, the same every save (0: physical memory / 8 / the
   // LOCAL_WORLD_SIZE environment variable, at least 64 MiB). Changed chunks
-  // beyond it go whole (SaveStats::chunks_no_base). A chain of deltas is
-  // cut by a full chunk every delta_chain_max saves (0 turns deltas off).
+  // beyond it go whole (SaveStats::chunks_no_base). Where a server does not
+  // rebase deltas (stagger-server --no-rebase), a chain of deltas is cut by
+  // a full chunk every delta_chain_max saves; servers that do keep the
+  // newest version whole themselves. 0 turns deltas off.
   uint64_t delta_memory_bytes = 0;
   int delta_chain_max = 8;
   int zstd_level = 1;
