@@ -2,7 +2,9 @@
 
 #include <sys/stat.h>
 
+#include <chrono>
 #include <filesystem>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
 
@@ -33,6 +35,16 @@ Result<std::unique_ptr<DiskMeter>> DiskMeter::Start(
 }
 
 Result<DiskUsage> DiskMeter::Measure(const std::vector<std::string>& jobs) {
+  // The server's background work (rebasing deltas, compacting what that
+  // leaves dead) first: until the directory has not changed for a second,
+  // at most 120 s.
+  uint64_t last = DiskBytes(data_);
+  for (int i = 0, still = 0; i < 1200 && still < 10; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    const uint64_t now = DiskBytes(data_);
+    still = now == last ? still + 1 : 0;
+    last = now;
+  }
   server_.reset();  // SIGTERM: reservations are cut off as it closes
   DiskUsage u;
   u.total = DiskBytes(data_);

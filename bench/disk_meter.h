@@ -1,8 +1,10 @@
 // DiskMeter: a stagger-server process whose disk a benchmark measures as
 // `du` would (allocated blocks under its --data directory). Measure()
-// stops the server, so that the space it reserves ahead of its appends is
-// given back, reads the sizes, and starts it again on the same address and
-// directory: Checkpointers connected to it carry on (they reconnect).
+// waits for the directory to settle (the server rebases and compacts in
+// the background), stops the server, so that the space it reserves ahead of its
+// appends is given back, reads the sizes, and starts it again on the same
+// address and directory: Checkpointers connected to it carry on (they
+// reconnect).
 //
 // Thread-safety: not thread-safe; one owner.
 #ifndef STAGGER_BENCH_DISK_METER_H_
@@ -35,7 +37,8 @@ class DiskMeter {
   static Result<std::unique_ptr<DiskMeter>> Start(const std::string& binary,
                                                   const std::string& data_dir);
   const std::string& grpc_address() const { return grpc_; }
-  // Stops the server, measures `jobs`, starts it again.
+  // Waits for the directory to settle, stops the server, measures `jobs`,
+  // starts it again.
   Result<DiskUsage> Measure(const std::vector<std::string>& jobs);
 
  private:
