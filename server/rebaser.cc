@@ -170,9 +170,15 @@ void Rebaser::Loop() {
   }
 }
 
-Result<ChunkLocation> Rebaser::Write(const std::string& job,
-                                     const format::RecordHeader& h,
-                                     std::string_view payload) {
+Result<ChunkMeta> Rebaser::Write(const std::string& job, format::Codec codec,
+                                 const format::ChunkId& id, uint64_t raw_length,
+                                 std::string_view payload) {
+  format::RecordHeader h;
+  h.codec = codec;
+  h.chunk_id = id;
+  h.raw_length = raw_length;
+  h.encoded_length = payload.size();
+  h.payload_crc32c = format::Crc32c(payload.data(), payload.size());
   transport::Buffer b = transport::Buffer::WithHeadroom(
       payload.size(), format::kRecordHeaderSize);
   if (!payload.empty()) std::memcpy(b.data(), payload.data(), payload.size());
@@ -183,27 +189,18 @@ Result<ChunkLocation> Rebaser::Write(const std::string& job,
     done.Notify();
   });
   done.WaitForNotification();
-  if (where.ok()) {
+  STAGGER_RETURN_IF_ERROR(where.status());
+  {
     absl::MutexLock l(&mu_);
     stats_.bytes_written += payload.size();
   }
-  return where;
+  ChunkMeta m;
+  m.location = *where;
+  m.raw_length = raw_length;
+  m.stored_length = payload.size();
+  m.codec = codec;
+  return m;
 }
-
-namespace {
-
-format::RecordHeader HeaderFor(format::Codec codec, const format::ChunkId& id,
-                               uint64_t raw_length, std::string_view payload) {
-  format::RecordHeader h;
-  h.codec = codec;
-  h.chunk_id = id;
-  h.raw_length = raw_length;
-  h.encoded_length = payload.size();
-  h.payload_crc32c = format::Crc32c(payload.data(), payload.size());
-  return h;
-}
-
-}  // namespace
 
 Status Rebaser::RebaseOne(const std::string& job, const format::ChunkId& y) {
   STAGGER_ASSIGN_OR_RETURN(ChunkMeta ym, meta_->GetChunk(job, y));
@@ -267,26 +264,14 @@ Status Rebaser::RebaseOne(const std::string& job, const format::ChunkId& y) {
   if (keyframe) reverse = false;
 
   std::vector<Restored> changes;
-  format::RecordHeader yh = HeaderFor(yc, y, n, ywhole);
-  STAGGER_ASSIGN_OR_RETURN(ChunkLocation yloc, Write(job, yh, ywhole));
-  ChunkMeta ynew;
-  ynew.location = yloc;
-  ynew.raw_length = n;
-  ynew.stored_length = ywhole.size();
-  ynew.codec = yc;
+  STAGGER_ASSIGN_OR_RETURN(ChunkMeta ynew, Write(job, yc, y, n, ywhole));
   if (reverse) {
     ynew.behind_hops = hops;
     ynew.behind_bytes = behind;
   }
   changes.push_back({y, ym.location, ynew});
   if (reverse) {
-    format::RecordHeader bh = HeaderFor(bc, b, n, brev);
-    STAGGER_ASSIGN_OR_RETURN(ChunkLocation bloc, Write(job, bh, brev));
-    ChunkMeta bnew;
-    bnew.location = bloc;
-    bnew.raw_length = n;
-    bnew.stored_length = brev.size();
-    bnew.codec = bc;
+    STAGGER_ASSIGN_OR_RETURN(ChunkMeta bnew, Write(job, bc, b, n, brev));
     bnew.base = y;
     changes.push_back({b, bm.location, bnew});
   }

@@ -110,9 +110,11 @@ class Rebaser {
 
  private:
   void Loop();
-  Result<ChunkLocation> Write(const std::string& job,
-                              const format::RecordHeader& h,
-                              std::string_view payload);
+  // Appends a record of chunk `id` and waits until it is durable; returns
+  // its index entry (no base, no written time).
+  Result<ChunkMeta> Write(const std::string& job, format::Codec codec,
+                          const format::ChunkId& id, uint64_t raw_length,
+                          std::string_view payload);
 
   SegmentStore* segments_;
   MetaStore* meta_;
