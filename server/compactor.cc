@@ -75,6 +75,12 @@ class Compactor::Pass {
   // Whether `s` holds fewer live bytes (per `live`) than the threshold.
   bool MostlyDead(const SegmentInfo& s,
                   const absl::flat_hash_map<uint64_t, uint64_t>& live) const;
+  // The segments to compact: those MostlyDead, and while the job is over
+  // max_space_amp the emptiest of the rest. The open segment is a
+  // candidate from min_roll_bytes on.
+  std::set<uint64_t> Pick(
+      const std::vector<SegmentInfo>& segments,
+      const absl::flat_hash_map<uint64_t, uint64_t>& live) const;
   // Copies the records of `segment` still indexed there (sorted by offset)
   // and points the index at the copies, batch by batch.
   Status MoveRecords(uint64_t segment, std::vector<Relocation>& records);
@@ -99,6 +105,57 @@ bool Compactor::Pass::MostlyDead(
                            c_->options_.threshold * static_cast<double>(s.size);
 }
 
+std::set<uint64_t> Compactor::Pass::Pick(
+    const std::vector<SegmentInfo>& segments,
+    const absl::flat_hash_map<uint64_t, uint64_t>& live) const {
+  struct Candidate {
+    uint64_t id;
+    double live_fraction;
+    uint64_t dead;  // at least
+  };
+  std::set<uint64_t> picked;
+  std::vector<Candidate> rest;
+  uint64_t live_total = 0, dead_total = 0;
+  for (const SegmentInfo& s : segments) {
+    auto it = live.find(s.id);
+    const uint64_t bytes = it == live.end() ? 0 : it->second;
+    const uint64_t dead =
+        s.records_at_least > bytes ? s.records_at_least - bytes : 0;
+    live_total += bytes;
+    dead_total += dead;
+    // The open segment only from min_roll_bytes on, so that a small job
+    // keeps one segment instead of making a new one at every pass.
+    if (!s.sealed && s.size < c_->options_.min_roll_bytes) continue;
+    if (MostlyDead(s, live)) {
+      picked.insert(s.id);
+      dead_total -= dead;
+    } else if (dead > 0) {
+      rest.push_back(
+          {s.id, s.size == 0 ? 1.0 : double(bytes) / double(s.size), dead});
+    }
+  }
+  const double amp = c_->options_.max_space_amp;
+  if (amp < 1 || live_total == 0 ||
+      double(live_total + dead_total) <= amp * double(live_total)) {
+    return picked;
+  }
+  // Over the bound: the emptiest first, down to half of the dead bytes the
+  // bound allows, so that the next few saves do not call for another pass.
+  const double allowed = (amp - 1) / 2 * double(live_total);
+  std::sort(rest.begin(), rest.end(),
+            [](const Candidate& a, const Candidate& b) {
+              return a.live_fraction < b.live_fraction;
+            });
+  for (const Candidate& c : rest) {
+    if (double(dead_total) <= allowed || c.live_fraction > kMaxLiveFraction) {
+      break;
+    }
+    picked.insert(c.id);
+    dead_total -= c.dead;
+  }
+  return picked;
+}
+
 Result<CompactionStats> Compactor::Pass::Run() {
   STAGGER_ASSIGN_OR_RETURN(std::vector<SegmentInfo> segments,
                            c_->segments_->ListSegments(job_));
@@ -108,12 +165,12 @@ Result<CompactionStats> Compactor::Pass::Run() {
       job_, [&](const format::ChunkId&, const ChunkMeta& m) {
         live[m.location.segment] += m.location.record_size;
       }));
-  // The segment being appended to holds the newest steps; once gc has left
-  // it mostly dead it is rolled over so that it can be compacted now, not
-  // when it fills up. (Records appended after the scan go to the new one.)
+  const std::set<uint64_t> picked = Pick(segments, live);
+  // The segment being appended to holds the newest steps; once it is
+  // picked it is rolled over so that it can be compacted now, not when it
+  // fills up. (Records appended after the scan go to the new one.)
   for (const SegmentInfo& s : segments) {
-    if (!s.sealed && s.size >= c_->options_.min_roll_bytes &&
-        MostlyDead(s, live)) {
+    if (!s.sealed && picked.count(s.id) != 0) {
       STAGGER_RETURN_IF_ERROR(
           WithContext(c_->segments_->Roll(job_), Where(job_, s.id)));
       ++stats_.segments_rolled;
@@ -123,7 +180,7 @@ Result<CompactionStats> Compactor::Pass::Run() {
                            c_->segments_->ListSealedSegments(job_));
   std::map<uint64_t, uint64_t> victims;  // segment id -> file size
   for (const SegmentInfo& s : sealed) {
-    if (MostlyDead(s, live)) victims.emplace(s.id, s.size);
+    if (picked.count(s.id) != 0) victims.emplace(s.id, s.size);
   }
   if (victims.empty()) return stats_;
 
@@ -244,6 +301,12 @@ Result<std::unique_ptr<Compactor>> Compactor::Create(SegmentStore* segments,
   if (!(options.threshold > 0 && options.threshold <= 1)) {
     return absl::InvalidArgumentError(absl::StrCat(
         "compaction threshold must be in (0, 1], got ", options.threshold));
+  }
+  if (!(options.max_space_amp == 0 || options.max_space_amp >= 1)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "compaction space amplification bound must be 0 (none) or at least "
+        "1, got ",
+        options.max_space_amp));
   }
   if (options.batch_bytes == 0) {
     return absl::InvalidArgumentError("compaction batch size must be > 0");

@@ -8,7 +8,9 @@
 //      below `threshold`, roll it over (SegmentStore::Roll) so it is sealed;
 //   2. list the sealed segments (SegmentStore::ListSealedSegments: never
 //      the segment being appended to);
-//   3. for each segment whose live bytes are below `threshold` of its size,
+//   3. for each segment whose live bytes are below `threshold` of its size
+//      (and, while the job's segments hold more than `max_space_amp` times
+//      its live bytes, the next emptiest ones: see below),
 //      read every record the index still places there, append a copy
 //      through SegmentStore::Append (group-committed, fdatasynced), and once
 //      a batch of copies is durable point the index at them
@@ -60,6 +62,14 @@ struct CompactorOptions {
   // A sealed segment is compacted when its live bytes are below this
   // fraction of its size. In (0, 1].
   double threshold = 0.5;
+  // A bound on the job's space amplification: when its segments hold more
+  // than this many times its live bytes, a pass also compacts the segments
+  // with the lowest live fraction (below kMaxLiveFraction each, the open
+  // one rolled over when picked) until the dead bytes left are at most half
+  // of what the bound allows. So segments that each stay more than
+  // `threshold` live (a job whose rebased deltas and whole versions die a
+  // few at a time) do not pile up dead bytes. 0: no bound; else >= 1.
+  double max_space_amp = 1.2;
   uint64_t bytes_per_s = 64ull << 20;  // copy rate; 0: unlimited
   uint64_t batch_bytes = 64ull << 20;  // copied per index update; > 0
   // The segment being appended to is rolled over for compaction only from
@@ -96,6 +106,10 @@ class CompactionTicket {
 
 class Compactor {
  public:
+  // Segments more live than this are never compacted for space alone:
+  // copying 9 bytes to reclaim 1 costs more disk time than it gives.
+  static constexpr double kMaxLiveFraction = 0.9;
+
   // Neither store is owned; both must outlive the compactor. Starts the
   // background thread. INVALID_ARGUMENT for a threshold outside (0, 1] or a
   // zero batch size.

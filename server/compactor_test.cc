@@ -283,6 +283,54 @@ TEST_F(CompactorTest, DenseSegmentsAreLeftAlone) {
   EXPECT_EQ(Usage().bytes, before.bytes);
 }
 
+// Segments that each stay above the threshold still add up: a third of
+// every segment dead is 1.5x the live bytes on disk. The space bound picks
+// the emptiest until the job is back under it; without it nothing moves.
+TEST_F(CompactorTest, SpaceAmplificationBoundCompactsTheEmptiestSegments) {
+  for (double amp : {0.0, 1.2}) {
+    SCOPED_TRACE(amp);
+    const std::string job = amp == 0 ? "unbounded" : "bounded";
+    CompactorOptions co = Defaults();
+    co.threshold = 0.3;
+    co.max_space_amp = amp;
+    Close();
+    Open(co);
+    order_.clear();
+    PutChunks(60, job);
+    ChunkIdSet keep;
+    for (size_t i = 0; i < order_.size(); ++i) {
+      if (i % 3 != 0) keep.insert(order_[i]);
+    }
+    auto swept = meta_->Sweep(job, keep, 0);
+    ASSERT_TRUE(swept.ok()) << swept.status();
+    ASSERT_EQ(swept->chunks_deleted, 20u);
+    uint64_t live = 0;
+    ASSERT_TRUE(
+        meta_
+            ->ForEachChunk(job,
+                           [&](const format::ChunkId&, const ChunkMeta& m) {
+                             live += m.location.record_size;
+                           })
+            .ok());
+    const uint64_t before = Usage(job).bytes;
+    ASSERT_GT(before, live * 13 / 10);
+    auto r = compactor_->CompactJob(job);
+    ASSERT_TRUE(r.ok()) << r.status();
+    if (amp == 0) {
+      EXPECT_EQ(r->segments_removed, 0u);
+      EXPECT_EQ(Usage(job).bytes, before);
+    } else {
+      EXPECT_GT(r->segments_removed, 0u);
+      EXPECT_GT(r->records_copied, 0u);
+      EXPECT_LE(Usage(job).bytes, live * 12 / 10);
+      // Less than everything: the bound, not a rewrite of the job.
+      EXPECT_LT(r->bytes_copied, live);
+    }
+    ExpectReadsBack(std::vector<format::ChunkId>(keep.begin(), keep.end()),
+                    job);
+  }
+}
+
 TEST_F(CompactorTest, ConcurrentGcAndReputAreNotOverwritten) {
   PutChunks(24);
   // Keep every other chunk: every sealed segment is about half dead.
@@ -441,6 +489,14 @@ TEST_F(CompactorTest, BadOptionsAreRefused) {
         Compactor::Create(segments_.get(), meta_.get(), co).status().code(),
         absl::StatusCode::kInvalidArgument)
         << t;
+  }
+  for (double amp : {-1.0, 0.5, 0.99}) {
+    CompactorOptions co;
+    co.max_space_amp = amp;
+    EXPECT_EQ(
+        Compactor::Create(segments_.get(), meta_.get(), co).status().code(),
+        absl::StatusCode::kInvalidArgument)
+        << amp;
   }
   CompactorOptions co;
   co.batch_bytes = 0;

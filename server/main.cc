@@ -2,7 +2,8 @@
 //
 //   stagger-server --data DIR --listen HOST:PORT
 //                  [--keep-last N] [--gc-grace-s S] [--segment-mib M]
-//                  [--compact-threshold F] [--compact-mib-per-s R]
+//                  [--compact-threshold F] [--compact-space-amp F]
+//                  [--compact-mib-per-s R]
 //                  [--ingest-budget-mib B]
 //
 // Prints exactly one line to stdout once it accepts requests:
@@ -66,6 +67,18 @@ int main(int argc, char** argv) {
                  "after a gc, rewrite sealed segments whose live bytes are "
                  "below this fraction of their size (0: never)")
       ->check(CLI::Range(0.0, 1.0))
+      ->capture_default_str();
+  app.add_option("--compact-space-amp", options.compact_space_amp,
+                 "while a job's segment files hold more than this many "
+                 "times its live bytes, also rewrite the emptiest of the "
+                 "others (0: no bound)")
+      ->check([](const std::string& v) -> std::string {
+        double d = 0;
+        if (!CLI::detail::lexical_cast(v, d) || !(d == 0 || d >= 1)) {
+          return "must be 0 (no bound) or at least 1, got '" + v + "'";
+        }
+        return "";
+      })
       ->capture_default_str();
   double compact_mib_per_s = 64;
   app.add_option("--compact-mib-per-s", compact_mib_per_s,

@@ -205,6 +205,7 @@ Result<std::unique_ptr<Server>> Server::Start(const ServerOptions& options) {
     CompactorOptions co;
     co.threshold = options.compact_threshold;
     co.bytes_per_s = options.compact_bytes_per_s;
+    co.max_space_amp = options.compact_space_amp;
     STAGGER_ASSIGN_OR_RETURN(
         impl->compactor,
         Compactor::Create(impl->segments.get(), impl->meta.get(), co));

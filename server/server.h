@@ -51,6 +51,10 @@ struct ServerOptions {
   // most `compact_bytes_per_s` (0: unlimited).
   double compact_threshold = 0.5;
   uint64_t compact_bytes_per_s = 64ull << 20;
+  // And while a job's segments hold more than this many times its live
+  // bytes, the emptiest of the others too (CompactorOptions::
+  // max_space_amp; 0: no bound).
+  double compact_space_amp = 1.2;
   // Rebase deltas in the background (server/rebaser.h): the newest version
   // of each chunk stays whole, older ones become deltas of their
   // successors. false: deltas are stored as they come (clients then cut

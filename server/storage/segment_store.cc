@@ -28,6 +28,19 @@ using storage_internal::SegmentFileName;
 using storage_internal::ValidateJobName;
 using storage_internal::Where;
 
+// Reserve() keeps at most max(kMinReserve, held / 8) ahead of the records a
+// segment holds, rounded up to the record alignment.
+constexpr uint64_t kMinReserve = 64ull << 10;
+
+// The least a file of `size` bytes reserved that way holds in records.
+uint64_t RecordBytesAtLeast(uint64_t size) {
+  const uint64_t slack = format::kRecordAlignment;
+  const uint64_t eighth = size > slack ? (size - slack) / 9 * 8 : 0;
+  const uint64_t fixed =
+      size > kMinReserve + slack ? size - kMinReserve - slack : 0;
+  return std::min(eighth, fixed);
+}
+
 double SecondsSince(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
       .count();
@@ -325,7 +338,9 @@ Result<std::vector<SegmentInfo>> SegmentStore::Impl::ListSegments(
     if (!file.ok()) return WithContext(file.status(), Where(job, id, 0));
     auto size = (*file)->Size();
     if (!size.ok()) return WithContext(size.status(), Where(job, id, 0));
-    out.push_back(SegmentInfo{id, *size, id < unsealed});
+    const bool sealed = id < unsealed;
+    out.push_back(SegmentInfo{id, *size, sealed,
+                              sealed ? *size : RecordBytesAtLeast(*size)});
   }
   return out;
 }
@@ -351,7 +366,6 @@ void SegmentStore::Impl::Reserve(Segment* segment) {
   // An eighth of what the segment already holds (at least kMinReserve), up
   // to `step`: a job that writes little reserves little, and what a job
   // holds on disk stays within about 1/8 of what it stored.
-  constexpr uint64_t kMinReserve = 64ull << 10;
   const uint64_t ahead =
       std::min(step, std::max(kMinReserve, segment->size / 8));
   uint64_t target = (segment->size + ahead + format::kRecordAlignment - 1) /

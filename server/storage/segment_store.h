@@ -61,6 +61,10 @@ struct SegmentInfo {
   uint64_t id = 0;
   uint64_t size = 0;   // bytes in the file (reserved space included)
   bool sealed = true;  // false: the segment being appended to
+  // A lower bound on the bytes its records take: `size` for a sealed
+  // segment; for the open one, `size` less the most its reservation ahead
+  // of appends can be.
+  uint64_t records_at_least = 0;
 };
 
 struct StoredRecord {

@@ -467,6 +467,14 @@ TEST_F(SegmentStoreTest, ReservedSpaceIsCutOffAndScanEndsCleanlyAtZeros) {
     // reserves up to 84 KiB, the fifth (at 100 KiB) up to 164 KiB.
     EXPECT_EQ(bytes, 100u << 10);
     EXPECT_EQ(std::filesystem::file_size(SegPath("p", 1)), 164u << 10);
+    // What the listing says the records take at least: never more than
+    // they do, and less by at most the reservation's bound.
+    auto listed = store->ListSegments("p");
+    ASSERT_TRUE(listed.ok()) << listed.status();
+    ASSERT_EQ(listed->size(), 1u);
+    EXPECT_FALSE((*listed)[0].sealed);
+    EXPECT_LE((*listed)[0].records_at_least, bytes);
+    EXPECT_GE((*listed)[0].records_at_least, bytes - (68u << 10));
   }
   // Closed: cut back to the records.
   EXPECT_EQ(std::filesystem::file_size(SegPath("p", 1)), bytes);
