@@ -260,6 +260,87 @@ Result<std::vector<pb::StepInfo>> ListSteps(ServerSet& servers,
   return out;
 }
 
+namespace {
+
+void AddGraceKept(const pb::GraceKept& from, pb::GraceKept* to) {
+  to->set_chunks(to->chunks() + from.chunks());
+  to->set_bytes(to->bytes() + from.bytes());
+  to->set_until_unix_ms(std::max(to->until_unix_ms(), from.until_unix_ms()));
+}
+
+// Collecting is destructive: it trusts the coordinator's manifests to say
+// what is live, and a server standing in for a coordinator that is down
+// may hold none of them.
+Status NeedEveryServer(const ServerSet& servers, const std::string& what) {
+  if (servers.up() < servers.size()) {
+    return absl::UnavailableError(
+        absl::StrCat(what, " needs every server up; down: ", servers.DownList(),
+                     "; nothing was collected"));
+  }
+  return absl::OkStatus();
+}
+
+// After the coordinator `coord` collected: the other servers hold chunks
+// only, and each drops the job's chunks outside the coordinator's live set,
+// adding to `reply`. With `none_live` (every step was deleted) nothing is
+// live; else the coordinator must hold a step.
+Status SweepTheOthers(ServerSet& servers, ServerConn& coord,
+                      const std::string& job, int64_t grace_ms, bool none_live,
+                      const std::function<void()>& on_server_done,
+                      pb::GcReply* reply) {
+  if (servers.size() == 1) return absl::OkStatus();
+  std::vector<std::string> live;
+  if (!none_live) {
+    auto fetched = FetchLiveChunks(coord, job, servers.timeout_s());
+    if (!fetched.ok()) {
+      return WithContext(fetched.status(), "collecting on the other servers");
+    }
+    live = std::move(*fetched);
+  }
+  for (size_t i = 0; i < servers.size(); ++i) {
+    ServerConn& s = servers.server(i);
+    if (&s == &coord) continue;
+    STAGGER_ASSIGN_OR_RETURN(pb::SweepReply swept, Sweep(s, job, live, grace_ms,
+                                                         servers.timeout_s()));
+    reply->set_chunks_deleted(reply->chunks_deleted() + swept.chunks_deleted());
+    reply->set_bytes_freed(reply->bytes_freed() + swept.bytes_freed());
+    AddGraceKept(swept.grace_kept(), reply->mutable_grace_kept());
+    if (swept.has_compaction()) {
+      AddCompaction(swept.compaction(), s.address, reply->mutable_compaction());
+    }
+    if (on_server_done) on_server_done();
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+Result<std::vector<pb::JobInfo>> ListJobs(ServerSet& servers) {
+  std::map<std::string, pb::JobInfo> merged;
+  pb::ListJobsRequest req;
+  // The order of the servers does not matter here: every one is asked.
+  STAGGER_RETURN_IF_ERROR(OnEveryServer(servers, "", [&](ServerConn& s) {
+    pb::ListJobsReply reply;
+    STAGGER_RETURN_IF_ERROR(Unary(servers, s, [&](grpc::ClientContext* ctx) {
+      return s.stub->ListJobs(ctx, req, &reply);
+    }));
+    for (const pb::JobInfo& j : reply.jobs()) {
+      auto [it, inserted] = merged.try_emplace(j.job(), j);
+      if (inserted) continue;
+      pb::JobInfo& m = it->second;
+      // Steps: what the best-informed coordinator says; disk: every copy.
+      m.set_steps_complete(std::max(m.steps_complete(), j.steps_complete()));
+      m.set_steps_partial(std::max(m.steps_partial(), j.steps_partial()));
+      m.set_latest_complete(std::max(m.latest_complete(), j.latest_complete()));
+      m.set_disk_bytes(m.disk_bytes() + j.disk_bytes());
+    }
+    return absl::OkStatus();
+  }));
+  std::vector<pb::JobInfo> out;
+  for (auto& [name, info] : merged) out.push_back(std::move(info));
+  return out;
+}
+
 Result<pb::GcReply> Gc(ServerSet& servers, const std::string& job,
                        uint32_t keep, int64_t grace_ms,
                        const std::function<void()>& on_server_done) {
@@ -270,39 +351,40 @@ Result<pb::GcReply> Gc(ServerSet& servers, const std::string& job,
   req.set_keep(keep);
   req.set_grace_ms(grace_ms);
   req.set_wait_for_compaction(true);
-  // Collecting is destructive: it trusts the coordinator's manifests to
-  // say what is live, and a server standing in for a coordinator that is
-  // down may hold none of them.
-  if (servers.up() < servers.size()) {
-    return absl::UnavailableError(
-        absl::StrCat("gc of job '", job, "' needs every server up; down: ",
-                     servers.DownList(), "; nothing was collected"));
-  }
+  STAGGER_RETURN_IF_ERROR(
+      NeedEveryServer(servers, absl::StrCat("gc of job '", job, "'")));
   ServerConn& coord = *servers.Coordinators(job).front();
   STAGGER_RETURN_IF_ERROR(Unary(servers, coord, [&](grpc::ClientContext* ctx) {
     return coord.stub->Gc(ctx, req, &reply);
   }));
   if (on_server_done) on_server_done();
-  if (servers.size() == 1) return reply;
-  // The other servers hold chunks only: each drops the job's chunks outside
-  // the coordinator's live set.
-  auto live = FetchLiveChunks(coord, job, servers.timeout_s());
-  if (!live.ok()) {
-    return WithContext(live.status(), "gc of the other servers");
-  }
-  for (size_t i = 0; i < servers.size(); ++i) {
-    ServerConn& s = servers.server(i);
-    if (&s == &coord) continue;
-    STAGGER_ASSIGN_OR_RETURN(
-        pb::SweepReply swept,
-        Sweep(s, job, *live, grace_ms, servers.timeout_s()));
-    reply.set_chunks_deleted(reply.chunks_deleted() + swept.chunks_deleted());
-    reply.set_bytes_freed(reply.bytes_freed() + swept.bytes_freed());
-    if (swept.has_compaction()) {
-      AddCompaction(swept.compaction(), s.address, reply.mutable_compaction());
-    }
-    if (on_server_done) on_server_done();
-  }
+  STAGGER_RETURN_IF_ERROR(SweepTheOthers(servers, coord, job, grace_ms,
+                                         /*none_live=*/false, on_server_done,
+                                         &reply));
+  return reply;
+}
+
+Result<pb::GcReply> DeleteSteps(ServerSet& servers, const std::string& job,
+                                const std::vector<int64_t>& steps, bool all,
+                                int64_t grace_ms,
+                                const std::function<void()>& on_server_done) {
+  pb::GcReply reply;
+  pb::DeleteStepsRequest req;
+  req.set_job(job);
+  for (int64_t s : steps) req.add_steps(s);
+  req.set_all(all);
+  req.set_grace_ms(grace_ms);
+  req.set_wait_for_compaction(true);
+  STAGGER_RETURN_IF_ERROR(NeedEveryServer(
+      servers, absl::StrCat("deleting steps of job '", job, "'")));
+  ServerConn& coord = *servers.Coordinators(job).front();
+  STAGGER_RETURN_IF_ERROR(Unary(servers, coord, [&](grpc::ClientContext* ctx) {
+    return coord.stub->DeleteSteps(ctx, req, &reply);
+  }));
+  if (on_server_done) on_server_done();
+  STAGGER_RETURN_IF_ERROR(SweepTheOthers(servers, coord, job, grace_ms,
+                                         reply.steps_kept() == 0,
+                                         on_server_done, &reply));
   return reply;
 }
 

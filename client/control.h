@@ -41,6 +41,11 @@ Result<std::vector<pb::StepInfo>> ListSteps(ServerSet& servers,
                                             bool include_partial,
                                             uint64_t* disk_bytes = nullptr);
 
+// The jobs the servers that answer hold (those the token may touch), by
+// name: steps as the best-informed server counts them, disk bytes summed.
+// UNAVAILABLE when no server answers.
+Result<std::vector<pb::JobInfo>> ListJobs(ServerSet& servers);
+
 // Collects on every server of the set: the coordinator deletes the old
 // steps and the chunks it holds that no kept step needs; with several
 // servers, each other one then gets the coordinator's live chunk ids
@@ -53,6 +58,15 @@ Result<std::vector<pb::StepInfo>> ListSteps(ServerSet& servers,
 Result<pb::GcReply> Gc(ServerSet& servers, const std::string& job,
                        uint32_t keep, int64_t grace_ms,
                        const std::function<void()>& on_server_done = nullptr);
+
+// As Gc, deleting the steps `steps` of `job` (every step with `all`)
+// instead of the oldest: a chunk a remaining step uses, directly or as a
+// delta base, stays. NOT_FOUND naming the steps the coordinator does not
+// hold, with nothing deleted.
+Result<pb::GcReply> DeleteSteps(
+    ServerSet& servers, const std::string& job,
+    const std::vector<int64_t>& steps, bool all, int64_t grace_ms,
+    const std::function<void()>& on_server_done = nullptr);
 
 }  // namespace stagger::client
 

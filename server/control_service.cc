@@ -196,6 +196,47 @@ grpc::Status ControlService::ListSteps(grpc::ServerContext* ctx,
   return grpc::Status::OK;
 }
 
+grpc::Status ControlService::ListJobs(grpc::ServerContext* ctx,
+                                      const pb::ListJobsRequest*,
+                                      pb::ListJobsReply* reply) {
+  auto grant = Caller(ctx);
+  if (!grant.ok()) return ToGrpc(grant.status());
+  auto jobs = meta_->ListJobs();
+  if (!jobs.ok()) return ToGrpc(jobs.status());
+  for (const std::string& job : *jobs) {
+    if (*grant != nullptr && !(*grant)->Allows(job)) continue;
+    auto steps = meta_->ListSteps(job, /*include_partial=*/true);
+    if (!steps.ok()) return ToGrpc(steps.status());
+    pb::JobInfo* info = reply->add_jobs();
+    info->set_job(job);
+    info->set_latest_complete(-1);
+    for (const pb::StepInfo& s : *steps) {
+      if (s.complete()) {
+        info->set_steps_complete(info->steps_complete() + 1);
+        info->set_latest_complete(s.step());
+      } else {
+        info->set_steps_partial(info->steps_partial() + 1);
+      }
+    }
+    auto files = segments_->ListSegments(job);
+    if (!files.ok()) return ToGrpc(files.status());
+    uint64_t bytes = 0;
+    for (const SegmentInfo& f : *files) bytes += f.size;
+    info->set_disk_bytes(bytes);
+  }
+  return grpc::Status::OK;
+}
+
+namespace {
+
+void SetGraceKept(const GraceKept& g, pb::GraceKept* out) {
+  out->set_chunks(g.chunks);
+  out->set_bytes(g.bytes);
+  out->set_until_unix_ms(g.until_unix_ms);
+}
+
+}  // namespace
+
 grpc::Status ControlService::Gc(grpc::ServerContext* ctx,
                                 const pb::GcRequest* req, pb::GcReply* reply) {
   if (Status a = Authorize(ctx, req->job()); !a.ok()) return ToGrpc(a);
@@ -204,14 +245,36 @@ grpc::Status ControlService::Gc(grpc::ServerContext* ctx,
   }
   auto r = meta_->Gc(req->job(), req->keep(), req->grace_ms());
   if (!r.ok()) return ToGrpc(r.status());
-  if (!r->steps_deleted.empty()) RewriteLog(req->job());
-  for (int64_t s : r->steps_deleted) reply->add_steps_deleted(s);
-  reply->set_steps_kept(r->steps_kept);
-  reply->set_chunks_deleted(r->chunks_deleted);
-  reply->set_bytes_freed(r->bytes_freed);
-  Compact(ctx, req->job(),
-          req->wait_for_compaction() ? reply->mutable_compaction() : nullptr);
+  FillGcReply(ctx, req->job(), *r, req->wait_for_compaction(), reply);
   return grpc::Status::OK;
+}
+
+grpc::Status ControlService::DeleteSteps(grpc::ServerContext* ctx,
+                                         const pb::DeleteStepsRequest* req,
+                                         pb::GcReply* reply) {
+  if (Status a = Authorize(ctx, req->job()); !a.ok()) return ToGrpc(a);
+  if (req->steps_size() > kMaxStepsPerDelete) {
+    return ToGrpc(absl::InvalidArgumentError(
+        absl::StrCat("delete steps: at most ", kMaxStepsPerDelete,
+                     " steps a call, got ", req->steps_size())));
+  }
+  std::vector<int64_t> steps(req->steps().begin(), req->steps().end());
+  auto r = meta_->DeleteSteps(req->job(), steps, req->all(), req->grace_ms());
+  if (!r.ok()) return ToGrpc(r.status());
+  FillGcReply(ctx, req->job(), *r, req->wait_for_compaction(), reply);
+  return grpc::Status::OK;
+}
+
+void ControlService::FillGcReply(grpc::ServerContext* ctx,
+                                 const std::string& job, const GcResult& r,
+                                 bool wait, pb::GcReply* reply) {
+  if (!r.steps_deleted.empty()) RewriteLog(job);
+  for (int64_t s : r.steps_deleted) reply->add_steps_deleted(s);
+  reply->set_steps_kept(r.steps_kept);
+  reply->set_chunks_deleted(r.chunks_deleted);
+  reply->set_bytes_freed(r.bytes_freed);
+  SetGraceKept(r.grace_kept, reply->mutable_grace_kept());
+  Compact(ctx, job, wait ? reply->mutable_compaction() : nullptr);
 }
 
 void ControlService::Compact(grpc::ServerContext* ctx, const std::string& job,
@@ -330,6 +393,7 @@ grpc::Status ControlService::Sweep(grpc::ServerContext* ctx,
   }
   reply->set_chunks_deleted(r->chunks_deleted);
   reply->set_bytes_freed(r->bytes_freed);
+  SetGraceKept(r->grace_kept, reply->mutable_grace_kept());
   Compact(ctx, job, wait ? reply->mutable_compaction() : nullptr);
   return grpc::Status::OK;
 }

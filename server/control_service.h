@@ -27,6 +27,8 @@ inline constexpr int kMaxSweepIdsPerMessage = 1 << 16;
 inline constexpr uint64_t kMaxSweepIds = 1ull << 25;
 // LiveChunks replies carry this many ids per message (about 600 KB).
 inline constexpr int kLiveIdsPerMessage = 1 << 15;
+// DeleteSteps names at most this many steps a call.
+inline constexpr int kMaxStepsPerDelete = 1 << 16;
 
 struct RetentionPolicy {
   uint32_t keep_last = 0;  // 0: keep every step
@@ -73,8 +75,12 @@ class ControlService final : public pb::Stagger::Service {
                        pb::GetStepReply*) override;
   grpc::Status ListSteps(grpc::ServerContext*, const pb::ListStepsRequest*,
                          pb::ListStepsReply*) override;
+  grpc::Status ListJobs(grpc::ServerContext*, const pb::ListJobsRequest*,
+                        pb::ListJobsReply*) override;
   grpc::Status Gc(grpc::ServerContext*, const pb::GcRequest*,
                   pb::GcReply*) override;
+  grpc::Status DeleteSteps(grpc::ServerContext*, const pb::DeleteStepsRequest*,
+                           pb::GcReply*) override;
   grpc::Status LiveChunks(
       grpc::ServerContext*, const pb::LiveChunksRequest*,
       grpc::ServerWriter<pb::LiveChunksReply>* writer) override;
@@ -97,6 +103,9 @@ class ControlService final : public pb::Stagger::Service {
   Status Authorize(grpc::ServerContext* ctx, const std::string& job) const;
   // Rewrites `job`'s manifest log from the manifests still held.
   void RewriteLog(const std::string& job);
+  // A Gc's or DeleteSteps' reply from what the meta store did; compacts.
+  void FillGcReply(grpc::ServerContext* ctx, const std::string& job,
+                   const GcResult& r, bool wait, pb::GcReply* reply);
 
   MetaStore* meta_;
   Compactor* compactor_;

@@ -7,9 +7,11 @@
 #include <algorithm>
 #include <chrono>
 #include <filesystem>
+#include <set>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "format/internal/endian.h"
 #include "format/manifest.h"
 #include "format/names.h"
@@ -299,6 +301,29 @@ Result<pb::StepInfo> MetaStore::GetStep(const std::string& job, int64_t step) {
   return ParseValue<pb::StepInfo>(v, "step info");
 }
 
+Result<std::vector<std::string>> MetaStore::ListJobs() {
+  std::set<std::string> jobs;
+  std::unique_ptr<rocksdb::Iterator> it(
+      db_->NewIterator(rocksdb::ReadOptions()));
+  for (char kind : {'s', 'c'}) {
+    const std::string kind_prefix{kind, '/'};
+    it->Seek(kind_prefix);
+    while (it->Valid() && it->key().starts_with(kind_prefix)) {
+      const std::string_view key(it->key().data(), it->key().size());
+      const size_t end = key.find('\0', kind_prefix.size());
+      if (end == std::string_view::npos) break;  // not a job's key
+      std::string job(key.substr(kind_prefix.size(), end - kind_prefix.size()));
+      // Past every key of this job: its prefix ends in '\0'.
+      std::string next = JobPrefix(kind, job);
+      next.back() = '\1';
+      jobs.insert(std::move(job));
+      it->Seek(next);
+    }
+  }
+  STAGGER_RETURN_IF_ERROR(FromRocks(it->status(), "list jobs"));
+  return std::vector<std::string>(jobs.begin(), jobs.end());
+}
+
 Result<std::vector<pb::StepInfo>> MetaStore::ListSteps(const std::string& job,
                                                        bool include_partial) {
   std::vector<pb::StepInfo> out;
@@ -363,16 +388,71 @@ Result<GcResult> MetaStore::Gc(const std::string& job, uint32_t keep,
   for (const auto& s : steps) {
     if (s.complete()) complete.push_back(s.step());
   }
-  GcResult r;
-  if (complete.size() <= keep) {
-    r.steps_kept = steps.size();
-    return r;
+  // A server without the job's manifests cannot tell what is live (it may
+  // hold only chunks of a job coordinated elsewhere): it deletes nothing.
+  if (steps.empty()) return GcResult{};
+  // With no step to delete it still collects: chunks that an earlier gc
+  // kept for its grace period, and those of saves that never committed.
+  std::set<int64_t> doomed;
+  if (complete.size() > keep) {
+    const int64_t oldest_kept = complete[complete.size() - keep];
+    for (const auto& s : steps) {
+      if (s.step() < oldest_kept) doomed.insert(s.step());
+    }
   }
-  int64_t oldest_kept = complete[complete.size() - keep];
+  return DeleteStepsLocked(job, steps, doomed, grace_ms);
+}
+
+Result<GcResult> MetaStore::DeleteSteps(const std::string& job,
+                                        const std::vector<int64_t>& wanted,
+                                        bool all, int64_t grace_ms) {
+  STAGGER_RETURN_IF_ERROR(format::ValidateName("job", job));
+  if (all == !wanted.empty()) {
+    return absl::InvalidArgumentError(
+        "delete steps: name the steps or ask for all of them, not both");
+  }
+  if (grace_ms < 0) return absl::InvalidArgumentError("grace must be >= 0");
+  for (int64_t s : wanted) {
+    if (s < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("delete steps: step ", s, " is negative"));
+    }
+  }
+  absl::MutexLock lock(&commit_mu_);  // no commit while we decide
+  STAGGER_ASSIGN_OR_RETURN(auto steps,
+                           ListSteps(job, /*include_partial=*/true));
+  // As Gc: a server without the job's manifests (one that holds only
+  // chunks of it, or none) cannot tell what is live.
+  if (steps.empty()) {
+    return absl::NotFoundError(absl::StrCat(
+        "job '", job, "' has no steps on this server; nothing was deleted"));
+  }
+  std::set<int64_t> doomed(wanted.begin(), wanted.end());
+  if (all) {
+    for (const auto& s : steps) doomed.insert(s.step());
+  }
+  std::set<int64_t> missing = doomed;
+  for (const auto& s : steps) missing.erase(s.step());
+  if (!missing.empty()) {
+    std::vector<int64_t> held;
+    for (const auto& s : steps) held.push_back(s.step());
+    return absl::NotFoundError(
+        absl::StrCat("job '", job, "' has no step ",
+                     absl::StrJoin(missing, ", "), " on this server (steps: ",
+                     held.empty() ? "none" : absl::StrJoin(held, ", "),
+                     "); nothing was deleted"));
+  }
+  return DeleteStepsLocked(job, steps, doomed, grace_ms);
+}
+
+Result<GcResult> MetaStore::DeleteStepsLocked(
+    const std::string& job, const std::vector<pb::StepInfo>& steps,
+    const std::set<int64_t>& doomed, int64_t grace_ms) {
+  GcResult r;
   rocksdb::WriteBatch batch;
   std::vector<pb::StepInfo> kept;
   for (const auto& s : steps) {
-    if (s.step() < oldest_kept) {
+    if (doomed.count(s.step()) != 0) {
       batch.Delete(StepKey(job, s.step()));
       for (uint32_t rank : s.committed_ranks()) {
         batch.Delete(ShardKey(job, s.step(), rank));
@@ -390,6 +470,7 @@ Result<GcResult> MetaStore::Gc(const std::string& job, uint32_t keep,
                            DeleteUnreferenced(job, live, grace_ms, &batch));
   r.chunks_deleted = swept.chunks_deleted;
   r.bytes_freed = swept.bytes_freed;
+  r.grace_kept = swept.grace_kept;
   return r;
 }
 
@@ -496,7 +577,13 @@ Result<SweepResult> MetaStore::DeleteUnreferenced(const std::string& job,
     if (id.ok() && live.contains(*id)) continue;
     auto meta = DecodeChunkMeta(it->value().ToString());
     // Recently written chunks may belong to a save not yet committed.
-    if (meta.ok() && meta->written_unix_ms > cutoff) continue;
+    if (meta.ok() && meta->written_unix_ms > cutoff) {
+      ++r.grace_kept.chunks;
+      r.grace_kept.bytes += meta->stored_length;
+      r.grace_kept.until_unix_ms = std::max(r.grace_kept.until_unix_ms,
+                                            meta->written_unix_ms + grace_ms);
+      continue;
+    }
     batch->Delete(it->key());
     ++r.chunks_deleted;
     if (meta.ok()) r.bytes_freed += meta->stored_length;

@@ -29,6 +29,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -69,16 +70,27 @@ inline bool operator==(const ChunkLocation& a, const ChunkLocation& b) {
          a.record_size == b.record_size;
 }
 
+// Chunks no step needs that were written within the grace period, and
+// so kept (they may belong to a save not yet committed).
+struct GraceKept {
+  uint64_t chunks = 0;
+  uint64_t bytes = 0;  // stored bytes
+  // When the last of them leaves the grace period (Unix ms; 0: none).
+  int64_t until_unix_ms = 0;
+};
+
 struct GcResult {
   std::vector<int64_t> steps_deleted;
   uint64_t steps_kept = 0;
   uint64_t chunks_deleted = 0;
   uint64_t bytes_freed = 0;  // stored bytes no longer indexed
+  GraceKept grace_kept;
 };
 
 struct SweepResult {
   uint64_t chunks_deleted = 0;
   uint64_t bytes_freed = 0;  // stored bytes no longer indexed
+  GraceKept grace_kept;
 };
 
 // A rebase (server/rebaser.h) stored chunk `id`, found at `from`, anew as
@@ -125,6 +137,9 @@ class MetaStore {
   Result<pb::StepInfo> CommitShard(pb::ShardManifest m,
                                    bool chunks_elsewhere = false);
 
+  // The jobs this store holds steps or chunk index entries of, by name.
+  Result<std::vector<std::string>> ListJobs();
+
   // NOT_FOUND when the step was never started.
   Result<pb::StepInfo> GetStep(const std::string& job, int64_t step);
   // The newest complete step; NOT_FOUND when there is none.
@@ -136,8 +151,19 @@ class MetaStore {
   // the index entries of chunks no remaining step references (directly or
   // as a delta base) and written more than `grace_ms` ago (younger ones
   // may belong to a save not yet committed). Their segment space is
-  // reclaimed by compaction, not here. INVALID_ARGUMENT for keep == 0.
+  // reclaimed by compaction, not here. With nothing to delete it still
+  // collects unreferenced chunks past the grace; a job with no step here
+  // is left alone. INVALID_ARGUMENT for keep == 0.
   Result<GcResult> Gc(const std::string& job, uint32_t keep, int64_t grace_ms);
+  // Deletes the steps `steps` of `job` (every step, complete or partial,
+  // with `all`) and, as Gc does, the chunks no remaining step needs:
+  // a chunk a remaining step uses, or a delta base on its chain, stays.
+  // INVALID_ARGUMENT for neither or both of `steps` and `all`, or a
+  // negative step; NOT_FOUND naming the steps this server does not hold,
+  // or when it holds no step of the job (nothing is deleted then).
+  Result<GcResult> DeleteSteps(const std::string& job,
+                               const std::vector<int64_t>& steps, bool all,
+                               int64_t grace_ms);
 
   // The chunks the job's steps (complete and partial) need: those their
   // manifests reference and the delta bases they name, closed over this
@@ -182,6 +208,13 @@ class MetaStore {
   // Adds the chunks referenced by `steps`' manifests (ids and base ids).
   Status AddReferenced(const std::string& job,
                        const std::vector<pb::StepInfo>& steps, ChunkIdSet* live)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(commit_mu_);
+  // Deletes `doomed` of `steps` (the job's steps, partial included) and
+  // the chunks the others do not need, as Gc and DeleteSteps do.
+  Result<GcResult> DeleteStepsLocked(const std::string& job,
+                                     const std::vector<pb::StepInfo>& steps,
+                                     const std::set<int64_t>& doomed,
+                                     int64_t grace_ms)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(commit_mu_);
   // Adds, transitively, the bases this index records for chunks in `live`.
   Status CloseOverBases(const std::string& job, ChunkIdSet* live);

@@ -65,8 +65,8 @@ class AuthTest : public ::testing::Test {
 };
 
 // Every control-plane call for job `job` with `token`: its status codes,
-// in the order Hello, CommitShard, GetStep, ListSteps, Gc, LiveChunks,
-// Sweep.
+// in the order Hello, CommitShard, GetStep, ListSteps, Gc, DeleteSteps,
+// LiveChunks, Sweep.
 std::vector<grpc::StatusCode> Calls(pb::Stagger::Stub& stub,
                                     const std::string& token,
                                     const std::string& job) {
@@ -109,6 +109,13 @@ std::vector<grpc::StatusCode> Calls(pb::Stagger::Stub& stub,
     req.set_keep(1);
     pb::GcReply r;
     out.push_back(stub.Gc(ctx().get(), req, &r).error_code());
+  }
+  {
+    pb::DeleteStepsRequest req;  // a step no one saved: deletes nothing
+    req.set_job(job);
+    req.add_steps(999);
+    pb::GcReply r;
+    out.push_back(stub.DeleteSteps(ctx().get(), req, &r).error_code());
   }
   {
     pb::LiveChunksRequest req;
@@ -189,6 +196,21 @@ TEST_F(AuthTest, ATokenReachesOnlyItsJobs) {
        {std::string(), std::string("not-a-token-at-all")}) {
     for (C c : Calls(*stub_, token, "ja")) EXPECT_EQ(c, C::UNAUTHENTICATED);
   }
+  // ListJobs names only the jobs a token may touch.
+  auto jobs = [&](const std::string& token) {
+    grpc::ClientContext ctx;
+    WithToken(&ctx, token);
+    pb::ListJobsReply r;
+    grpc::Status st = stub_->ListJobs(&ctx, pb::ListJobsRequest(), &r);
+    std::vector<std::string> names;
+    if (!st.ok()) names.push_back("error " + std::to_string(st.error_code()));
+    for (const pb::JobInfo& j : r.jobs()) names.push_back(j.job());
+    return names;
+  };
+  EXPECT_EQ(jobs(kTokenA), std::vector<std::string>{"ja"});
+  EXPECT_EQ(jobs(kAdmin), std::vector<std::string>{"ja"});
+  EXPECT_EQ(jobs(kTokenB), std::vector<std::string>{});
+  EXPECT_EQ(jobs(""), std::vector<std::string>{"error 16"});  // UNAUTHENTICATED
   auto anonymous = Checkpointer::Open(Options("ja", ""));
   EXPECT_EQ(anonymous.status().code(), absl::StatusCode::kUnauthenticated)
       << anonymous.status();

@@ -21,8 +21,13 @@ large tensors), one process does, on one disk:
              step 2 eager (blocking time, durable), step 3 lazy (the call
              plus ``before_update()``); bytes step 2 added to the server's
              data directory (du, the server stopped so reservations are
-             given back); ``load_state_dict`` of step 2 into preallocated
-             tensors, from a fresh Checkpointer
+             given back); ``load_state_dict`` of step 3 into preallocated
+             tensors, from a fresh Checkpointer. Before the server is
+             stopped (to measure, or to drop its caches before the load)
+             its data directory is left to settle: the server rebases
+             deltas (the newest version whole) and compacts behind the
+             saves, as it would between a save and a restore after a
+             failure
 
 The page cache is dropped before each load (/proc/sys/vm/drop_caches;
 the output says when that is not allowed). Prints a table per layout and
@@ -155,6 +160,20 @@ def du(path):
     return n
 
 
+def settle(path, limit_s=120):
+    """Waits until `path` has not changed for a second (at most limit_s):
+    the server rebases deltas and compacts what that leaves dead in the
+    background, after the save is durable."""
+    last, still = du(path), 0
+    for _ in range(int(limit_s * 10)):
+        if still >= 10:
+            return
+        time.sleep(0.1)
+        now = du(path)
+        still = still + 1 if now == last else 0
+        last = now
+
+
 def drop_caches():
     os.sync()
     try:
@@ -235,6 +254,7 @@ def run_stagger(sd, work, server_bin, dropped):
         h3.wait()
         dest = empty_like_tree(sd)
         del ck
+        settle(data)
         server.stop()
         dropped.append(drop_caches())
         server.start()
@@ -261,11 +281,13 @@ def stagger_step_bytes(sd, work, server_bin):
     try:
         ck = st.checkpointer(server.grpc, job="bytes")
         st.save_state_dict(ck, sd, 1).wait()
+        settle(data)
         server.stop()
         first = du(data)
         server.start()
         train_step(sd)
         st.save_state_dict(ck, sd, 2).wait()
+        settle(data)
         server.stop()
         return du(data) - first
     finally:

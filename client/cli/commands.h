@@ -50,12 +50,26 @@ struct ShowArgs {
 };
 int RunShow(const ShowArgs& a);
 
+// The jobs on the servers: steps, the newest complete one, disk bytes.
+struct JobsArgs {
+  std::string server;
+  bool json = false;
+};
+int RunJobs(const JobsArgs& a);
 struct GcArgs {
   std::string server, job;
   uint32_t keep = 1;
   double grace_s = 600;
 };
 int RunGc(const GcArgs& a);
+// Deletes some steps of a job, or all of them, and what only they use.
+struct RmArgs {
+  std::string server, job;
+  std::vector<std::string> steps;  // step numbers
+  bool all = false;
+  double grace_s = 600;
+};
+int RunRm(const RmArgs& a);
 
 struct DemoArgs {
   std::string servers;  // empty: embedded in a temporary directory

@@ -130,46 +130,41 @@ int RunLs(const LsArgs& a) {
   return 0;
 }
 
-int RunGc(const GcArgs& a) {
-  if (a.keep == 0) {
-    return Fail("gc", absl::InvalidArgumentError("--keep must be at least 1"));
-  }
-  if (!(a.grace_s >= 0)) {
-    return Fail("gc", absl::InvalidArgumentError("--grace-s must be >= 0"));
-  }
+int RunJobs(const JobsArgs& a) {
   auto session = OpenSession(a.server);
-  if (!session.ok()) return Fail("gc", session.status());
-  Progress progress("gc", session->servers->size(), /*bytes=*/false);
-  auto r = Gc(*session->servers, a.job, a.keep,
-              static_cast<int64_t>(a.grace_s * 1000),
-              [&progress] { progress.Add(1); });
-  progress.Finish();
-  if (!r.ok()) return Fail("gc", r.status());
-  std::vector<std::string> steps;
-  for (int64_t s : r->steps_deleted()) steps.push_back(absl::StrCat(s));
-  printf(
-      "gc job '%s': deleted %d steps [%s], kept %llu; freed %llu chunks "
-      "(%llu stored bytes) on %zu servers\n",
-      a.job.c_str(), r->steps_deleted_size(), absl::StrJoin(steps, ",").c_str(),
-      static_cast<unsigned long long>(r->steps_kept()),
-      static_cast<unsigned long long>(r->chunks_deleted()),
-      static_cast<unsigned long long>(r->bytes_freed()),
-      session->servers->size());
-  if (r->has_compaction()) {
-    const pb::CompactionReport& c = r->compaction();
-    printf(
-        "compaction: removed %llu segments, rewrote %llu bytes, reclaimed "
-        "%llu bytes%s\n",
-        static_cast<unsigned long long>(c.segments_removed()),
-        static_cast<unsigned long long>(c.bytes_copied()),
-        static_cast<unsigned long long>(c.bytes_reclaimed()),
-        c.pending() ? " so far (still running)" : "");
-    // The steps and index entries are gone either way; the next gc's
-    // compaction retries the space.
-    if (!c.error().empty()) {
-      fprintf(stderr, "stagger gc: compaction failed: %s\n", c.error().c_str());
+  if (!session.ok()) return Fail("jobs", session.status());
+  auto jobs = ListJobs(*session->servers);
+  if (!jobs.ok()) return Fail("jobs", jobs.status());
+  const size_t servers_up = session->servers->up();
+  if (a.json) {
+    std::vector<std::string> rows;
+    for (const pb::JobInfo& j : *jobs) {
+      rows.push_back(absl::StrCat(
+          "{\"job\":\"", j.job(), "\",\"steps\":", j.steps_complete(),
+          ",\"partial\":", j.steps_partial(), ",\"latest\":",
+          j.latest_complete() < 0 ? std::string("null")
+                                  : absl::StrCat(j.latest_complete()),
+          ",\"disk_bytes\":", j.disk_bytes(), "}"));
     }
+    printf("{\"servers\":%zu,\"jobs\":[%s]}\n", servers_up,
+           absl::StrJoin(rows, ",").c_str());
+    return 0;
   }
+  // STEPS: complete ones; PARTIAL: started, not (yet) complete; DISK_BYTES:
+  // the job's segment files on every server, as `du` finds them.
+  printf("%-32s %8s %8s %10s %16s\n", "JOB", "STEPS", "PARTIAL", "LATEST",
+         "DISK_BYTES");
+  for (const pb::JobInfo& j : *jobs) {
+    const std::string latest = j.latest_complete() < 0
+                                   ? std::string("-")
+                                   : absl::StrCat(j.latest_complete());
+    printf("%-32s %8llu %8llu %10s %16llu\n", j.job().c_str(),
+           static_cast<unsigned long long>(j.steps_complete()),
+           static_cast<unsigned long long>(j.steps_partial()), latest.c_str(),
+           static_cast<unsigned long long>(j.disk_bytes()));
+  }
+  fprintf(stderr, "%zu job%s on %zu server%s\n", jobs->size(),
+          jobs->size() == 1 ? "" : "s", servers_up, servers_up == 1 ? "" : "s");
   return 0;
 }
 

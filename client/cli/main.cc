@@ -5,6 +5,9 @@
 //   stagger [--server HOST:PORT] verify --job J --step latest|N
 //   stagger [--server HOST:PORT[,...]] show --job J [--step N] [--json]
 //   stagger [--server HOST:PORT[,...]] gc --job J --keep N [--grace-s S]
+//   stagger [--server HOST:PORT[,...]] rm --job J (--step N ... | --all)
+//                                         [--grace-s S]
+//   stagger [--server HOST:PORT[,...]] jobs [--json]
 //   stagger demo [--servers HOST:PORT[,...]]
 #include <grpc/support/log.h>
 
@@ -205,6 +208,28 @@ int main(int argc, char** argv) {
                    "keep chunks written this recently (saves in flight)")
       ->capture_default_str();
 
+  RmArgs rm;
+  auto* rm_cmd = app.add_subcommand(
+      "rm", "delete steps of a job, or all of them, and what only they use");
+  rm_cmd->add_option("--job", rm.job, "job name")->required();
+  auto* rm_step =
+      rm_cmd->add_option("--step", rm.steps, "a step to delete (repeatable)");
+  auto* rm_all = rm_cmd->add_flag(
+      "--all", rm.all, "delete every step of the job, partial ones included");
+  rm_step->excludes(rm_all);
+  rm_cmd
+      ->add_option("--grace-s", rm.grace_s,
+                   "keep chunks written this recently (saves in flight)")
+      ->capture_default_str();
+  rm_cmd->footer(
+      "A chunk that a remaining step still uses, directly or as the base of "
+      "a delta, is kept.");
+
+  JobsArgs jobs;
+  auto* jobs_cmd = app.add_subcommand(
+      "jobs", "list the jobs on the servers: steps, newest, bytes on disk");
+  jobs_cmd->add_flag("--json", jobs.json, "print JSON");
+
   DemoArgs demo;
   auto* demo_cmd = app.add_subcommand(
       "demo", "save, restore and verify simulated training state");
@@ -255,12 +280,15 @@ int main(int argc, char** argv) {
     token = std::getenv("STAGGER_TOKEN");
   }
   stagger::client::SetToken(token);
-  ls.server = restore.server = verify.server = gc.server = show.server = server;
+  ls.server = restore.server = verify.server = gc.server = show.server =
+      rm.server = jobs.server = server;
   if (*show_cmd) return RunShow(show);
   if (*ls_cmd) return RunLs(ls);
   if (*restore_cmd) return RunRestore(restore);
   if (*verify_cmd) return RunVerify(verify);
   if (*gc_cmd) return RunGc(gc);
+  if (*rm_cmd) return RunRm(rm);
+  if (*jobs_cmd) return RunJobs(jobs);
   if (*demo_cmd) return RunDemo(demo);
   return 1;
 }
