@@ -28,6 +28,7 @@
 #include "client/server_set.h"
 #include "client/shaping.h"
 #include "client/staging_pool.h"
+#include "client/step_guard.h"
 #include "format/names.h"
 #include "metrics/http_exporter.h"
 #include "transport/ucx_transport.h"
@@ -95,7 +96,10 @@ class CheckpointerImpl : public Checkpointer {
         io_(&fetch_executor_, options.job, options.codec,
             format::EncodeOptions{options.zstd_level},
             options.max_inflight_chunks,
-            options.adaptive_codec ? &policy_ : nullptr, shaping_.get()) {}
+            options.adaptive_codec ? &policy_ : nullptr, shaping_.get()),
+        step_guard_(options.job, options.rank, [this] {
+          return ListSteps(*servers_, options_.job, /*include_partial=*/true);
+        }) {}
 
   ~CheckpointerImpl() override {
     WaitAll();
@@ -187,6 +191,8 @@ class CheckpointerImpl : public Checkpointer {
           servers_->AwaitUp(options_.replicas, absl::Seconds(wait_s)),
           absl::StrCat("save of step ", step)));
     }
+    // Before anything is copied: a step this rank committed is final.
+    STAGGER_RETURN_IF_ERROR(step_guard_.Check(step));
     {
       absl::MutexLock lock(&save_mu_);
       if (outstanding_ >= options_.max_outstanding_saves) {
@@ -321,7 +327,10 @@ class CheckpointerImpl : public Checkpointer {
         SaveJobDeps{servers_.get(), &io_, staging_.pool(), &executor_,
                     shaping_.get(), options_.replicas, overlap,
                     2 * options_.max_inflight_chunks,
-                    [this](const Status& s, const SaveStats& st) {
+                    [this, step](const Status& s, const SaveStats& st) {
+                      // Before Wait() returns: a save of the same step
+                      // right after it is refused.
+                      if (s.ok()) step_guard_.Committed(step);
                       CountFinished(s, st);
                     }},
         std::move(*job_manifest), std::move(chunks), start);
@@ -631,6 +640,7 @@ class CheckpointerImpl : public Checkpointer {
   int async_calls_ ABSL_GUARDED_BY(async_mu_) = 0;
   CodecPolicy policy_;
   ChunkIo io_;
+  StepGuard step_guard_;
   std::map<std::string, Registered> tensors_;
 
   bool HasRoom() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(save_mu_) {

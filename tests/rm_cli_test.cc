@@ -191,5 +191,61 @@ TEST_F(RmTest, GcSaysWhatTheGracePeriodKept) {
   EXPECT_TRUE(LoadsBack("g", 3));
 }
 
+// A script run twice with the same job name: the second run's save of a
+// step the first committed is refused at Save(), before a byte is copied
+// or shipped, saying how to go on; after `stagger rm` of it, it saves.
+TEST_F(RmTest, SavingACommittedStepAgainIsRefusedAtSave) {
+  auto first = SaveSteps("twice", 2);
+  ASSERT_NE(first, nullptr);
+  // The same Checkpointer, again.
+  auto again = first->Save(2);
+  ASSERT_EQ(again.status().code(), absl::StatusCode::kAborted)
+      << again.status();
+  EXPECT_NE(again.status().message().find("by this process"), std::string::npos)
+      << again.status();
+  first.reset();
+
+  CheckpointerOptions o;
+  o.servers = server_->grpc();
+  o.job = "twice";
+  auto second = Checkpointer::Open(o);
+  ASSERT_TRUE(second.ok()) << second.status();
+  ASSERT_TRUE((*second)
+                  ->Register({"w",
+                              "F32",
+                              {static_cast<int64_t>(state_.size())},
+                              state_.data()})
+                  .ok());
+  auto h = (*second)->Save(1);
+  ASSERT_EQ(h.status().code(), absl::StatusCode::kAborted) << h.status();
+  const std::string message(h.status().message());
+  EXPECT_NE(message.find("job 'twice' already has step 1 of rank 0"),
+            std::string::npos)
+      << message;
+  EXPECT_NE(message.find("stagger rm --job twice --step 1"), std::string::npos)
+      << message;
+  // Nothing went out: the step is as the first run saved it.
+  EXPECT_EQ((*second)->Metrics().saves, 0u);
+  EXPECT_TRUE(LoadsBack("twice", 1));
+  // A new step saves; so does the old one once deleted.
+  auto next = (*second)->Save(3);
+  ASSERT_TRUE(next.ok()) << next.status();
+  ASSERT_TRUE(next->Wait().ok());
+  RunResult rm = Cli({"rm", "--job", "twice", "--step", "1"});
+  ASSERT_EQ(rm.exit_code, 0) << rm.out;
+  second->reset();
+  auto third = Checkpointer::Open(o);
+  ASSERT_TRUE(third.ok()) << third.status();
+  ASSERT_TRUE((*third)
+                  ->Register({"w",
+                              "F32",
+                              {static_cast<int64_t>(state_.size())},
+                              state_.data()})
+                  .ok());
+  auto redo = (*third)->Save(1);
+  ASSERT_TRUE(redo.ok()) << redo.status();
+  EXPECT_TRUE(redo->Wait().ok());
+}
+
 }  // namespace
 }  // namespace stagger

@@ -76,7 +76,7 @@ struct DemoArgs {
   uint32_t ranks = 4;
   int steps = 3;
   uint64_t mib_per_rank = 16;
-  std::string job = "demo";
+  std::string job;  // empty: demo-<unix time>
 };
 int RunDemo(const DemoArgs& a);
 

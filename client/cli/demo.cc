@@ -170,11 +170,16 @@ int RunDemo(const DemoArgs& a) {
     dir = tmpl;
     servers = "embedded:" + dir + "/data";
   }
-  std::string job =
-      absl::StrCat(a.job, "-",
-                   std::chrono::duration_cast<std::chrono::seconds>(
-                       std::chrono::system_clock::now().time_since_epoch())
-                       .count());
+  // A job named on the command line is used as it is (a step it already
+  // has is refused at the save, saying so); the default is a new job each
+  // run, so that running the demo twice against the same servers works.
+  std::string job = a.job;
+  if (job.empty()) {
+    job = absl::StrCat("demo-",
+                       std::chrono::duration_cast<std::chrono::seconds>(
+                           std::chrono::system_clock::now().time_since_epoch())
+                           .count());
+  }
   int rc = DemoAgainst(a, servers, dir, job);
   if (!dir.empty()) std::filesystem::remove_all(dir);
   printf("stagger demo: %s\n", rc == 0 ? "OK" : "FAILED");

@@ -9,6 +9,7 @@
 #include "client/cli/progress.h"
 #include "client/cli/session.h"
 #include "client/control.h"
+#include "client/embedded/embedded.h"
 
 namespace stagger::client {
 
@@ -49,13 +50,18 @@ const std::string& Token() { return TokenValue(); }
 
 Result<Session> OpenSession(const std::string& servers) {
   Session s;
+  // embedded:DIR: DIR's data served from this process (refused, naming
+  // the PID, while a stagger-server holds it).
+  STAGGER_ASSIGN_OR_RETURN(ResolvedServers resolved, ResolveServers(servers));
+  s.embedded = std::move(resolved.keepalive);
   STAGGER_ASSIGN_OR_RETURN(s.transport, SharedUcxTransport());
   // Goes on while one server answers (the others are marked down, with a
   // warning): a restore reads whichever copy is up, and what cannot be
   // read is named then.
   STAGGER_ASSIGN_OR_RETURN(
-      s.servers, ServerSet::Connect(servers, s.transport.get(), 60, TlsCaFile(),
-                                    /*tolerate_down=*/true, Token()));
+      s.servers,
+      ServerSet::Connect(resolved.addresses, s.transport.get(), 60, TlsCaFile(),
+                         /*tolerate_down=*/true, Token()));
   s.executor = std::make_unique<qos::Executor>(ChunkIo::DefaultFetchThreads());
   return s;
 }

@@ -139,10 +139,12 @@ int main(int argc, char** argv) {
       "2 a usage error (the command line is wrong); 130 or 143 interrupted "
       "by SIGINT or SIGTERM (restore).");
   std::string server = "127.0.0.1:7700";
-  app.add_option("--server", server,
-                 "stagger-server gRPC HOST:PORT[,HOST:PORT...]: every server "
-                 "of the job")
-      ->capture_default_str();
+  auto* server_opt =
+      app.add_option(
+             "--server", server,
+             "stagger-server gRPC HOST:PORT[,HOST:PORT...]: every server "
+             "of the job")
+          ->capture_default_str();
 
   LsArgs ls;
   auto* ls_cmd = app.add_subcommand("ls", "list the steps of a job");
@@ -234,8 +236,8 @@ int main(int argc, char** argv) {
   auto* demo_cmd = app.add_subcommand(
       "demo", "save, restore and verify simulated training state");
   demo_cmd->add_option("--servers", demo.servers,
-                       "HOST:PORT[,...] of running servers (default: an "
-                       "embedded server in a temporary directory)");
+                       "the same as --server (default for demo: an embedded "
+                       "server in a temporary directory)");
   demo_cmd->add_option("--ranks", demo.ranks, "simulated ranks")
       ->check(CLI::Range(1, 64))
       ->capture_default_str();
@@ -246,7 +248,9 @@ int main(int argc, char** argv) {
       ->add_option("--mib-per-rank", demo.mib_per_rank, "state per rank in MiB")
       ->check(CLI::Range(1, 65536))
       ->capture_default_str();
-  demo_cmd->add_option("--job", demo.job, "job name")->capture_default_str();
+  demo_cmd->add_option("--job", demo.job,
+                       "job name (default: demo-<unix time>, a new job each "
+                       "run)");
 
   std::string tls_ca;
   app.add_option("--tls-ca", tls_ca,
@@ -289,6 +293,10 @@ int main(int argc, char** argv) {
   if (*gc_cmd) return RunGc(gc);
   if (*rm_cmd) return RunRm(rm);
   if (*jobs_cmd) return RunJobs(jobs);
-  if (*demo_cmd) return RunDemo(demo);
+  if (*demo_cmd) {
+    // demo runs an embedded server unless given servers, by either flag.
+    if (demo.servers.empty() && server_opt->count() > 0) demo.servers = server;
+    return RunDemo(demo);
+  }
   return 1;
 }

@@ -12,12 +12,15 @@
 namespace stagger::client {
 
 struct Session {
+  // An embedded server ("embedded:DIR" in the list), closed last.
+  std::shared_ptr<void> embedded;
   std::shared_ptr<transport::Transport> transport;
   std::shared_ptr<ServerSet> servers;  // closes before the transport
   std::unique_ptr<qos::Executor> executor;
 };
 
-// Connects to `servers` (gRPC HOST:PORT[,...]) over the process's UCX
+// Connects to `servers` (gRPC HOST:PORT[,...], or embedded:DIR to open
+// DIR with a server inside this process) over the process's UCX
 // transport. Goes on while one server answers (the others are marked
 // down).
 Result<Session> OpenSession(const std::string& servers);

@@ -246,6 +246,70 @@ void RegisterOne(Checkpointer& ck, const py::dict& shards, TensorSpec spec) {
 
 }  // namespace
 
+namespace {
+
+// Registers one entry of `tensors` (RegisterAll's body).
+void RegisterEntry(Checkpointer& ck, const std::string& name,
+                   const py::object& obj, bool writable, const py::dict& dtypes,
+                   const py::dict& shards, Held* held) {
+  if (py::hasattr(obj, "__cuda_array_interface__")) {
+    // Held like the others: a lazy save reads the memory after save()
+    // returns, when the caller may have dropped its last reference.
+    held->objects.push_back(obj);
+    RegisterOne(ck, shards, CudaSpec(name, obj, dtypes));
+    return;
+  }
+  if (!PyObject_CheckBuffer(obj.ptr())) {
+    if (py::hasattr(obj, "__dlpack__")) {
+      RegisterOne(ck, shards, DlpackSpec(name, obj, dtypes, held));
+      return;
+    }
+    const std::string type = py::str(obj.get_type().attr("__name__"));
+    if (py::isinstance<py::int_>(obj) || py::isinstance<py::float_>(obj) ||
+        py::isinstance<py::bool_>(obj) || py::isinstance<py::list>(obj) ||
+        py::isinstance<py::tuple>(obj) || py::isinstance<py::str>(obj)) {
+      Raise(absl::InvalidArgumentError(absl::StrCat(
+          "tensor '", name, "' is a plain ", type,
+          ": this binding saves arrays only; wrap it (numpy.asarray(value)) "
+          "or save plain values with stagger.torch.save_state_dict")));
+    }
+    Raise(absl::InvalidArgumentError(
+        absl::StrCat("tensor '", name, "' is a ", type,
+                     ": expected an array with the buffer protocol (numpy), "
+                     "__cuda_array_interface__ or __dlpack__")));
+  }
+  if (writable) {
+    // A load writes into the arrays.
+    py::object flags = py::getattr(obj, "flags", py::none());
+    if (!flags.is_none() && py::hasattr(flags, "writeable") &&
+        !py::bool_(flags.attr("writeable"))) {
+      Raise(absl::InvalidArgumentError(
+          absl::StrCat("tensor '", name,
+                       "' is read-only: a load fills the arrays it is "
+                       "given in place (pass a writable copy)")));
+    }
+  }
+  py::buffer_info info = py::buffer(obj).request(writable);
+  // C-contiguity check: strides must be those of a row-major array.
+  py::ssize_t expect = info.itemsize;
+  for (py::ssize_t d = info.ndim - 1; d >= 0; --d) {
+    if (info.shape[d] > 1 && info.strides[d] != expect) {
+      Raise(absl::InvalidArgumentError(
+          absl::StrCat("tensor '", name, "' is not C-contiguous")));
+    }
+    expect *= info.shape[d];
+  }
+  TensorSpec spec;
+  spec.name = name;
+  spec.dtype = DtypeFor(name, dtypes, info.itemsize, DtypeOf(info, name));
+  spec.shape.assign(info.shape.begin(), info.shape.end());
+  spec.data = info.ptr;
+  held->buffers.push_back(std::move(info));
+  RegisterOne(ck, shards, std::move(spec));
+}
+
+}  // namespace
+
 // Registers every entry of `tensors`; see tensors.h.
 void RegisterAll(Checkpointer& ck, const py::dict& tensors, bool writable,
                  const py::dict& dtypes, const py::dict& shards, Held* held) {
@@ -260,40 +324,31 @@ void RegisterAll(Checkpointer& ck, const py::dict& tensors, bool writable,
   for (auto item : tensors) {
     std::string name = py::str(item.first);
     py::object obj = py::reinterpret_borrow<py::object>(item.second);
-    if (py::hasattr(obj, "__cuda_array_interface__")) {
-      // Held like the others: a lazy save reads the memory after save()
-      // returns, when the caller may have dropped its last reference.
-      held->objects.push_back(obj);
-      RegisterOne(ck, shards, CudaSpec(name, obj, dtypes));
-      continue;
-    }
-    if (!PyObject_CheckBuffer(obj.ptr())) {
-      if (py::hasattr(obj, "__dlpack__")) {
-        RegisterOne(ck, shards, DlpackSpec(name, obj, dtypes, held));
-        continue;
+    try {
+      RegisterEntry(ck, name, obj, writable, dtypes, shards, held);
+    } catch (py::error_already_set& e) {
+      if (e.matches(ErrorType())) throw;
+      // What the array's own library raised (torch: "Can't export tensors
+      // that require gradient", a dtype DLPack lacks; a buffer that cannot
+      // be had): a stagger.Error naming the tensor, as every other error.
+      std::string why = e.what();
+      why = why.substr(0, why.find('\n'));  // not pybind11's "At:" trace
+      e.restore();
+      PyErr_Clear();
+      std::string hint;
+      if (why.find("require") != std::string::npos) {
+        hint = " (a parameter: pass p.detach())";
+      } else if (why.find("Bool") != std::string::npos) {
+        hint = " (pass t.view(torch.uint8), or save through stagger.torch)";
       }
-      Raise(absl::InvalidArgumentError(absl::StrCat(
-          "tensor '", name, "' is a ", std::string(py::str(obj.get_type())),
-          ": expected an array with the buffer protocol (numpy), "
-          "__cuda_array_interface__ or __dlpack__")));
+      Raise(absl::InvalidArgumentError(
+          absl::StrCat("tensor '", name, "' (a ",
+                       std::string(py::str(obj.get_type().attr("__name__"))),
+                       ") cannot be used: ", why, hint)));
+    } catch (const std::exception& e) {
+      Raise(absl::InvalidArgumentError(
+          absl::StrCat("tensor '", name, "' cannot be used: ", e.what())));
     }
-    py::buffer_info info = py::buffer(obj).request(writable);
-    // C-contiguity check: strides must be those of a row-major array.
-    py::ssize_t expect = info.itemsize;
-    for (py::ssize_t d = info.ndim - 1; d >= 0; --d) {
-      if (info.shape[d] > 1 && info.strides[d] != expect) {
-        Raise(absl::InvalidArgumentError(
-            absl::StrCat("tensor '", name, "' is not C-contiguous")));
-      }
-      expect *= info.shape[d];
-    }
-    TensorSpec spec;
-    spec.name = name;
-    spec.dtype = DtypeFor(name, dtypes, info.itemsize, DtypeOf(info, name));
-    spec.shape.assign(info.shape.begin(), info.shape.end());
-    spec.data = info.ptr;
-    held->buffers.push_back(std::move(info));
-    RegisterOne(ck, shards, std::move(spec));
   }
 }
 

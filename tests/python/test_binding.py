@@ -275,8 +275,41 @@ def test_dlpack_rejects_strided_and_unknown_objects(tmp_path):
     strided = np.arange(100, dtype=np.float32)[::2]
     with pytest.raises(stagger.Error, match="not C-contiguous"):
         ck.save({"s": DlpackOnly(strided)}, step=1)
-    with pytest.raises(stagger.Error, match="'x' is a <class 'list'>"):
+    with pytest.raises(stagger.Error, match="'x' is a plain list"):
         ck.save({"x": [1.0, 2.0]}, step=1)
+
+
+def test_every_bad_value_is_a_stagger_error_naming_it(tmp_path):
+    ck = stagger.Checkpointer(servers=f"embedded:{tmp_path}", job="v")
+    for value, kind in [(1.5, "float"), (3, "int"), (True, "bool"),
+                        ([1.0], "list"), ((1, 2), "tuple"), ("s", "str")]:
+        with pytest.raises(stagger.Error) as e:
+            ck.save({"x": value}, step=1)
+        assert e.value.code == "INVALID_ARGUMENT"
+        assert f"tensor 'x' is a plain {kind}" in str(e.value)
+        assert "numpy.asarray" in str(e.value)
+    with pytest.raises(stagger.Error) as e:
+        ck.save({"x": object()}, step=1)
+    assert "tensor 'x' is a object: expected an array" in str(e.value)
+    # A load fills arrays in place: a read-only one is refused by name.
+    ck.save({"w": np.ones(4, np.float32)}, step=1).wait()
+    ro = np.zeros(4, np.float32)
+    ro.flags.writeable = False
+    with pytest.raises(stagger.Error) as e:
+        ck.load({"w": ro})
+    assert e.value.code == "INVALID_ARGUMENT"
+    assert "tensor 'w' is read-only" in str(e.value)
+
+    class Refuses:  # what torch does for a tensor that requires grad
+        def __dlpack__(self, stream=None):
+            raise RuntimeError("Can't export tensors that require gradient, "
+                               "use tensor.detach()")
+
+    with pytest.raises(stagger.Error) as e:
+        ck.save({"p": Refuses()}, step=2)
+    assert e.value.code == "INVALID_ARGUMENT"
+    assert "tensor 'p' (a Refuses) cannot be used" in str(e.value)
+    assert "pass p.detach()" in str(e.value)
 
 
 def test_qos_marks_and_stats(tmp_path):

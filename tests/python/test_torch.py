@@ -553,11 +553,20 @@ def test_async_save_returns_a_future(tmp_path):
         time.sleep(0.01)
     assert done == [stats["bytes_raw"]]
     assert f.handle.done()
-    # A failed save raises from result().
+    # A step this Checkpointer committed is refused at the call, before
+    # anything is shipped.
     st.save_state_dict(ck, {"w": torch.zeros(3)}, 2).wait()
-    bad = st.async_save(ck, {"w": torch.ones(3)}, 2)  # step 2 is taken
-    with pytest.raises(stagger.Error):
+    with pytest.raises(stagger.Error, match="already has step 2 of rank 0"):
+        st.async_save(ck, {"w": torch.ones(3)}, 2)
+    # One that fails on the way raises from result(): another Checkpointer
+    # of the same job and rank commits step 3 first (this one listed the
+    # job's steps at its first save), so this commit is refused.
+    other = open_ck(tmp_path, "future")
+    st.save_state_dict(other, {"w": torch.zeros(3)}, 3).wait()
+    bad = st.async_save(ck, {"w": torch.ones(3)}, 3)
+    with pytest.raises(stagger.Error) as e:
         bad.result(timeout=60)
+    assert e.value.code == "ABORTED"
 
 
 def read_safetensors(path):
@@ -643,3 +652,28 @@ def test_consolidate_refuses_per_rank_tensors_that_differ(tmp_path, server):
     assert "'model.w' is per-rank" in r.stderr, r.stderr
     assert "rank 1 saved other values" in r.stderr, r.stderr
     assert not (tmp_path / "out" / "model.safetensors").exists()
+
+
+def test_the_binding_names_torch_tensors_it_cannot_take(tmp_path):
+    """torch's own errors (a parameter, a dtype DLPack lacks) come back as
+    stagger.Error naming the tensor and what to pass instead; through
+    stagger.torch the same values save."""
+    ck = open_ck(tmp_path, "binding")
+    p = torch.nn.Parameter(torch.ones(4))
+    with pytest.raises(stagger.Error) as e:
+        ck.save({"p": p}, step=1)
+    assert e.value.code == "INVALID_ARGUMENT"
+    assert "tensor 'p' (a Parameter) cannot be used" in str(e.value)
+    assert "pass p.detach()" in str(e.value)
+    ck.save({"p": p.detach()}, step=1).wait()
+    flags = torch.tensor([True, False, True])
+    try:
+        ck.save({"b": flags}, step=2).wait()  # where DLPack has bool
+    except stagger.Error as err:
+        assert err.code == "INVALID_ARGUMENT"
+        assert "tensor 'b' (a Tensor) cannot be used" in str(err)
+    st.save_state_dict(ck, {"p": p, "b": flags}, 3).wait()
+    back = {"p": torch.zeros(4), "b": torch.zeros(3, dtype=torch.bool)}
+    st.load_state_dict(ck, back, step=3)
+    assert torch.equal(back["p"], p.detach())
+    assert torch.equal(back["b"], flags)

@@ -1,0 +1,52 @@
+#include "client/step_guard.h"
+
+#include <ctime>
+
+#include "absl/strings/str_cat.h"
+
+namespace stagger::client {
+namespace {
+
+std::string When(int64_t unix_ms) {
+  if (unix_ms <= 0) return "by this process";
+  time_t t = unix_ms / 1000;
+  struct tm tm;
+  gmtime_r(&t, &tm);
+  char buf[40];
+  strftime(buf, sizeof buf, "at %Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
+}
+
+}  // namespace
+
+Status StepGuard::Check(int64_t step) {
+  absl::MutexLock lock(&mu_);
+  if (!listed_) {
+    // Listed under the lock: saves are rare, and a second save waits for
+    // the same answer instead of asking again.
+    auto steps = list_();
+    if (steps.ok()) {
+      listed_ = true;
+      for (const pb::StepInfo& s : *steps) {
+        for (uint32_t r : s.committed_ranks()) {
+          if (r == rank_) committed_.emplace(s.step(), s.created_unix_ms());
+        }
+      }
+    }
+  }
+  auto it = committed_.find(step);
+  if (it == committed_.end()) return absl::OkStatus();
+  return absl::AbortedError(absl::StrCat(
+      "job '", job_, "' already has step ", step, " of rank ", rank_,
+      " (saved ", When(it->second),
+      "); steps cannot be overwritten: save under another job name, or "
+      "delete the step first (stagger rm --job ",
+      job_, " --step ", step, ")"));
+}
+
+void StepGuard::Committed(int64_t step) {
+  absl::MutexLock lock(&mu_);
+  committed_.emplace(step, 0);
+}
+
+}  // namespace stagger::client
