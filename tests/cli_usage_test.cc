@@ -101,5 +101,48 @@ TEST(CliUsageTest, AServerSaysWhyItCannotStart) {
   EXPECT_EQ(r.out.find("chttp2"), std::string::npos) << r.out;
 }
 
+// A single-process job checkpointing to embedded:DIR: the CLI opens DIR
+// itself, and says who holds it while a server does.
+TEST(CliUsageTest, TheCliOpensAnEmbeddedDirectory) {
+  testutil::TempDir dir;
+  const std::string data = dir.path() + "/data";
+  // The demo writes through a server of its own on DIR; its job keeps the
+  // name it was given.
+  RunResult r = RunProcess({Cli(), "--server", "embedded:" + data, "demo",
+                            "--job", "mine", "--ranks", "2", "--steps", "2",
+                            "--mib-per-rank", "1"});
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_NE(r.out.find("stagger demo: job mine,"), std::string::npos) << r.out;
+  r = RunProcess(
+      {Cli(), "--server", "embedded:" + data, "ls", "--job", "mine", "--json"});
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_NE(r.out.find("\"step\":2,\"state\":\"complete\""), std::string::npos)
+      << r.out;
+  r = RunProcess({Cli(), "jobs", "--server", "embedded:" + data});
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_NE(r.out.find("mine "), std::string::npos) << r.out;
+  // The same demo again: its first save is refused, saying why.
+  r = RunProcess({Cli(), "--server", "embedded:" + data, "demo", "--job",
+                  "mine", "--ranks", "1", "--steps", "1", "--mib-per-rank",
+                  "1"});
+  EXPECT_EQ(r.exit_code, 1) << r.out;
+  EXPECT_NE(r.out.find("job 'mine' already has step 1 of rank 0"),
+            std::string::npos)
+      << r.out;
+  // While a server holds DIR, the CLI names it.
+  auto server = testutil::ServerProcess::Start(data);
+  ASSERT_TRUE(server.ok()) << server.status();
+  r = RunProcess(
+      {Cli(), "--server", "embedded:" + data, "ls", "--job", "mine"});
+  EXPECT_EQ(r.exit_code, 1) << r.out;
+  EXPECT_NE(r.out.find("in use by another stagger-server (PID " +
+                       std::to_string((*server)->pid())),
+            std::string::npos)
+      << r.out;
+  r = RunProcess({Cli(), "--server", "embedded:", "ls", "--job", "mine"});
+  EXPECT_EQ(r.exit_code, 1) << r.out;
+  EXPECT_NE(r.out.find("needs a directory"), std::string::npos) << r.out;
+}
+
 }  // namespace
 }  // namespace stagger
