@@ -1,6 +1,8 @@
 #include "client/client_metrics.h"
 
+#include "metrics/process.h"
 #include "metrics/text_format.h"
+#include "util/build_info.h"
 
 namespace stagger::client {
 
@@ -8,6 +10,7 @@ std::string RenderClientMetrics(const ClientMetrics& m, const std::string& job,
                                 uint32_t rank) {
   const metrics::Labels l = {{"job", job}, {"rank", std::to_string(rank)}};
   metrics::TextWriter w;
+  metrics::WriteStandardFamilies(w, "client", Version(), FormatVersion());
   w.Counter("stagger_client_saves_total",
             "Saves finished (committed or failed).", m.saves, l);
   w.Counter("stagger_client_saves_failed_total", "Saves that failed.",

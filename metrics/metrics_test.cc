@@ -4,13 +4,16 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <ctime>
 #include <string>
+#include <vector>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "metrics/histogram.h"
 #include "metrics/http_exporter.h"
+#include "metrics/process.h"
 #include "metrics/text_format.h"
 
 namespace stagger::metrics {
@@ -58,6 +61,42 @@ TEST(TextWriterTest, WritesFamiliesOnceAndEscapesLabels) {
             "z_seconds_bucket{le=\"+Inf\"} 2\n"
             "z_seconds_sum 2.25\n"
             "z_seconds_count 2\n");
+}
+
+TEST(StandardFamiliesTest, BuildInfoAndThisProcess) {
+  // Some memory of our own, touched, and a file descriptor held.
+  std::vector<char> ballast(32 << 20, 1);
+  const int fd = ::dup(1);
+  ASSERT_GE(fd, 0);
+  TextWriter w;
+  WriteStandardFamilies(w, "server", "9.8.7", 3);
+  const std::string page = w.text();
+  ::close(fd);
+  EXPECT_EQ(*SampleValue(page, "stagger_build_info",
+                         "component=\"server\",version=\"9.8.7\",format="
+                         "\"3\""),
+            1);
+  auto rss = SampleValue(page, "process_resident_memory_bytes");
+  ASSERT_TRUE(rss.ok()) << page;
+  EXPECT_GT(*rss, static_cast<double>(ballast.size()));
+  auto vsize = SampleValue(page, "process_virtual_memory_bytes");
+  ASSERT_TRUE(vsize.ok()) << page;
+  EXPECT_GE(*vsize, *rss);
+  auto fds = SampleValue(page, "process_open_fds");
+  ASSERT_TRUE(fds.ok()) << page;
+  EXPECT_GE(*fds, 4);  // stdin, stdout, stderr and the dup
+  auto max_fds = SampleValue(page, "process_max_fds");
+  ASSERT_TRUE(max_fds.ok()) << page;
+  EXPECT_GE(*max_fds, *fds);
+  // This test process started moments ago (minutes at most).
+  auto start = SampleValue(page, "process_start_time_seconds");
+  ASSERT_TRUE(start.ok()) << page;
+  const double now = static_cast<double>(std::time(nullptr));
+  EXPECT_LE(*start, now + 2);
+  EXPECT_GE(*start, now - 900);
+  EXPECT_TRUE(SampleValue(page, "process_cpu_seconds_total").ok()) << page;
+  EXPECT_NE(page.find("# TYPE process_cpu_seconds_total counter"),
+            std::string::npos);
 }
 
 TEST(SampleValueTest, ReadsBackWhatTheWriterWrote) {

@@ -180,6 +180,7 @@ void DataService::HandlePut(transport::Message request,
     return;
   }
   counters_.bytes_received += request.payload.size();
+  job_counters_.AddReceived(req->job, request.payload.size());
   ++counters_.puts_in_flight;
   // Answered exactly once, whichever way the put ends.
   std::shared_ptr<transport::ReplyChannel> shared(
@@ -240,6 +241,7 @@ void DataService::HandlePut(transport::Message request,
           if (s.ok()) {
             ++counters_.chunks_written;
             counters_.bytes_written += header.encoded_length;
+            job_counters_.AddWritten(job, header.encoded_length);
           } else if (absl::IsDataLoss(s) || absl::IsInvalidArgument(s)) {
             ++counters_.bad_requests;
           }
@@ -313,6 +315,7 @@ void DataService::ReadAndReply(transport::ReplyChannel* reply,
   }
   ++counters_.chunks_read;
   counters_.bytes_read += rec->payload.size();
+  job_counters_.AddRead(r.job, rec->payload.size());
   reply->Send(static_cast<uint16_t>(DataOp::kGetChunkReply),
               format::EncodeReply(absl::OkStatus(), &rec->header),
               std::move(rec->payload));

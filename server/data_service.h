@@ -29,6 +29,7 @@
 #include "qos/executor.h"
 #include "server/auth.h"
 #include "server/ingest_admission.h"
+#include "server/job_counters.h"
 #include "server/meta_store.h"
 #include "server/rebaser.h"
 #include "server/storage/segment_store.h"
@@ -60,6 +61,7 @@ class DataService : public transport::RequestHandler {
                  std::unique_ptr<transport::ReplyChannel> reply) override;
 
   const DataServiceCounters& counters() const { return counters_; }
+  const JobCounters& job_counters() const { return job_counters_; }
   // Names this server in errors a client sees (a full disk: which server,
   // how much space is left under `data_dir`). Call before serving.
   void SetIdentity(std::string server_id, std::string data_dir);
@@ -107,6 +109,7 @@ class DataService : public transport::RequestHandler {
   Authorizer* auth_ = nullptr;
   Rebaser* rebaser_ = nullptr;
   DataServiceCounters counters_;
+  JobCounters job_counters_;
   // The grant each authenticated connection presented (bounded: the
   // oldest connections are forgotten past Authorizer::kMaxKeys).
   absl::Mutex peers_mu_;

@@ -2,12 +2,30 @@
 
 #include <sys/statvfs.h>
 
+#include "metrics/process.h"
 #include "metrics/text_format.h"
+#include "util/build_info.h"
 
 namespace stagger::server {
 
 std::string RenderServerMetrics(const MetricsSources& s) {
   metrics::TextWriter w;
+  metrics::WriteStandardFamilies(w, "server", Version(), FormatVersion());
+  if (s.data != nullptr) {
+    // Per job, at most JobCounters::kMaxJobs rows (then "(other)").
+    for (const auto& [job, b] : s.data->job_counters().Snapshot()) {
+      const metrics::Labels l = {{"job", job}};
+      w.Counter("stagger_server_job_received_bytes_total",
+                "Chunk payload bytes taken in from clients, per job.",
+                static_cast<double>(b.received), l);
+      w.Counter("stagger_server_job_written_bytes_total",
+                "Chunk payload bytes stored durable, per job.",
+                static_cast<double>(b.written), l);
+      w.Counter("stagger_server_job_read_bytes_total",
+                "Chunk payload bytes sent to readers, per job.",
+                static_cast<double>(b.read), l);
+    }
+  }
   if (s.data != nullptr) {
     const DataServiceCounters& c = s.data->counters();
     w.Counter("stagger_server_received_bytes_total",

@@ -105,6 +105,20 @@ TEST(ServerMetricsTest, ScrapedCountersMatchTheSave) {
             static_cast<double>(st.bytes_shipped));
   EXPECT_EQ(Sample(*loaded, "stagger_server_chunks_read_total"),
             static_cast<double>(st.chunks));
+  // The same bytes per job, and the standard families.
+  const std::string job = "job=\"scraped\"";
+  EXPECT_EQ(Sample(*loaded, "stagger_server_job_received_bytes_total", job),
+            static_cast<double>(st.bytes_shipped));
+  EXPECT_EQ(Sample(*loaded, "stagger_server_job_written_bytes_total", job),
+            static_cast<double>(st.bytes_shipped));
+  EXPECT_EQ(Sample(*loaded, "stagger_server_job_read_bytes_total", job),
+            static_cast<double>(st.bytes_shipped));
+  EXPECT_NE(loaded->find("stagger_build_info{component=\"server\",version="),
+            std::string::npos);
+  // The server holds at least its segment being written and RocksDB's
+  // files open, and more than 12 MiB of buffers resident.
+  EXPECT_GT(Sample(*loaded, "process_open_fds"), 5);
+  EXPECT_GT(Sample(*loaded, "process_resident_memory_bytes"), 12 << 20);
 }
 
 TEST(ServerMetricsTest, AnAddressInUseStopsTheServerWithAClearError) {

@@ -24,6 +24,9 @@ namespace stagger {
 // sits below format/, so it is repeated here and checked by a test).
 inline constexpr int kBuildFormatVersion = 1;
 
+std::string Version() { return STAGGER_VERSION; }
+int FormatVersion() { return kBuildFormatVersion; }
+
 std::string BuildInfo(const std::string& program) {
   const int pb = GOOGLE_PROTOBUF_VERSION;
   return absl::StrCat(

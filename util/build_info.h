@@ -10,6 +10,9 @@ namespace stagger {
 // "PROGRAM VERSION (format N)\nbuilt with UCX ..., liburing ..., RocksDB
 // ..., gRPC ..., protobuf ..., zstd ..." (no final newline).
 std::string BuildInfo(const std::string& program);
+// The project's version ("0.1.0") and the on-disk format's.
+std::string Version();
+int FormatVersion();
 
 }  // namespace stagger
 
