@@ -1,4 +1,5 @@
 import os
+import re
 import subprocess
 import sys
 import time
@@ -485,6 +486,9 @@ def test_client_metrics_count_saves_and_loads(server):
     assert (f"stagger_client_raw_bytes_total{labels} {m['bytes_raw']}\n"
             in page)
     assert f"stagger_client_loads_total{labels} 1\n" in page
+    assert 'stagger_build_info{component="client",version="' in page
+    rss = re.search(r"^process_resident_memory_bytes (\S+)$", page, re.M)
+    assert rss and float(rss.group(1)) > 10 << 20  # numpy, the binding
     # No iteration marks: the collective gate has learned nothing.
     assert m["gate_learned"] is False and m["gate_period_s"] == 0
     assert m["gate_models_learned"] == 0 and m["gate_models_dropped"] == 0
