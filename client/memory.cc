@@ -12,15 +12,7 @@
 namespace stagger::client {
 
 uint64_t DeltaMemoryBytes(const CheckpointerOptions& o) {
-  if (o.delta_memory_bytes != 0) return o.delta_memory_bytes;
-  const uint64_t phys = static_cast<uint64_t>(sysconf(_SC_PHYS_PAGES)) *
-                        static_cast<uint64_t>(sysconf(_SC_PAGE_SIZE));
-  uint64_t local_ranks = 1;
-  if (const char* env = std::getenv("LOCAL_WORLD_SIZE")) {
-    const long long n = std::atoll(env);
-    if (n > 0) local_ranks = static_cast<uint64_t>(n);
-  }
-  return std::max<uint64_t>(phys / 8 / local_ranks, 64ull << 20);
+  return o.delta_memory_bytes != 0 ? o.delta_memory_bytes : HostMemoryShare();
 }
 
 uint64_t StagingNeeded(const std::vector<uint64_t>& tensor_bytes,
@@ -46,8 +38,12 @@ Staging::Staging(std::unique_ptr<StagingPool> fixed, uint64_t chunk_size,
 
 Status Staging::Size(uint64_t needed, bool in_use) {
   if (fixed_) return absl::OkStatus();
-  const uint64_t cap = StagingPool::DefaultBytes();
-  const uint64_t want = std::min(cap, needed);
+  // Whole slabs, as the pool maps them: a pool made for `want` then
+  // satisfies the next save of the same state instead of being made anew.
+  const uint64_t slab = chunk_size_;
+  const uint64_t cap =
+      std::max(slab, StagingPool::DefaultBytes() / slab * slab);
+  const uint64_t want = std::min(cap, (needed + slab - 1) / slab * slab);
   if (pool_ && pool_->size() >= want) return absl::OkStatus();
   if (needed > cap && !warned_) {
     warned_ = true;

@@ -33,6 +33,16 @@ TEST(Staging, TheDefaultPoolGrowsWhenFreeAndAFixedOneNever) {
   ASSERT_TRUE(grows.Size(kChunk, false).ok());
   EXPECT_EQ(grows.pool()->size(), 3 * kChunk);
 
+  // A need that is not whole slabs (tails in pieces) is rounded up, so
+  // the same state saved again keeps the same pool rather than mapping a
+  // new one at every save.
+  const uint64_t odd = 5 * kChunk + 3 * 4096;
+  ASSERT_TRUE(grows.Size(odd, false).ok());
+  const StagingPool* made = grows.pool();
+  EXPECT_EQ(made->size(), 6 * kChunk);
+  ASSERT_TRUE(grows.Size(odd, false).ok());
+  EXPECT_EQ(grows.pool(), made);
+
   auto fixed = StagingPool::Create(2 * kChunk, kChunk);
   ASSERT_TRUE(fixed.ok());
   Staging pinned_size(std::move(*fixed), kChunk, "j");

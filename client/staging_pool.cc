@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cerrno>
 #include <cstring>
 
@@ -11,12 +12,18 @@
 
 namespace stagger::client {
 
-uint64_t StagingPool::DefaultBytes() {
-  uint64_t phys = static_cast<uint64_t>(sysconf(_SC_PHYS_PAGES)) *
-                  static_cast<uint64_t>(sysconf(_SC_PAGE_SIZE));
-  return std::min<uint64_t>(1ull << 30,
-                            std::max<uint64_t>(phys / 16, 64 << 20));
+uint64_t HostMemoryShare() {
+  const uint64_t phys = static_cast<uint64_t>(sysconf(_SC_PHYS_PAGES)) *
+                        static_cast<uint64_t>(sysconf(_SC_PAGE_SIZE));
+  uint64_t local_ranks = 1;
+  if (const char* env = std::getenv("LOCAL_WORLD_SIZE")) {
+    const long long n = std::atoll(env);
+    if (n > 0) local_ranks = static_cast<uint64_t>(n);
+  }
+  return std::max<uint64_t>(phys / 8 / local_ranks, 64ull << 20);
 }
+
+uint64_t StagingPool::DefaultBytes() { return HostMemoryShare(); }
 
 Result<std::unique_ptr<StagingPool>> StagingPool::Create(uint64_t total_bytes,
                                                          uint64_t slab_bytes) {

@@ -25,6 +25,12 @@
 
 namespace stagger::client {
 
+// A rank's share of this host's memory, for each of the client's two
+// large uses (staging, delta bases): an eighth of physical memory divided
+// among the ranks on the host (LOCAL_WORLD_SIZE, as torchrun sets it; 1
+// without), at least 64 MiB.
+uint64_t HostMemoryShare();
+
 class StagingPool {
  public:
   // Maps max(total_bytes, slab_bytes) rounded down to whole slabs.
@@ -57,7 +63,7 @@ class StagingPool {
   uint64_t in_use_bytes() const;
   uint64_t peak_bytes() const;
 
-  // Default pool size: min(1 GiB, physical memory / 16).
+  // The default pool's cap: HostMemoryShare().
   static uint64_t DefaultBytes();
 
  private:

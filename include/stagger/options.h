@@ -74,8 +74,9 @@ struct CheckpointerOptions {
 
   // Host staging memory for snapshots (pinned when CUDA is present),
   // allocated once at Open. 0: allocated at the first Save() and grown at
-  // a later one, sized to the largest state saved so far, at most min(1
-  // GiB, physical memory / 16) (a state larger than that logs once). Never
+  // a later one, sized to the largest state saved so far, at most physical
+  // memory / 8 / LOCAL_WORLD_SIZE (at least 64 MiB; a state larger than
+  // that logs once). Never
   // exceeded: a larger state is snapshotted in pieces as earlier pieces
   // drain, and Save() stalls longer (SaveStats::staging_limited says so).
   uint64_t staging_bytes = 0;
