@@ -19,9 +19,13 @@ large tensors), one process does, on one disk:
   stagger    a stagger-server process on its own data directory, default
              options; step 1 eager ``save_state_dict``; the same update;
              step 2 eager (blocking time, durable), step 3 lazy (the call
-             plus ``before_update()``); bytes step 2 added to the server's
+             plus ``before_update()`` at once), step 4 lazy with a training
+             step of --step-s between the call and ``before_update()`` (a
+             sleep: a GPU's forward and backward leave the CPU free; the
+             visible stall is the call plus the wait in
+             ``before_update()``); bytes step 2 added to the server's
              data directory (du, the server stopped so reservations are
-             given back); ``load_state_dict`` of step 3 into preallocated
+             given back); ``load_state_dict`` of step 4 into preallocated
              tensors, from a fresh Checkpointer. Before the server is
              stopped (to measure, or to drop its caches before the load)
              its data directory is left to settle: the server rebases
@@ -231,7 +235,7 @@ def run_dcp(sd, work, dropped):
     return out
 
 
-def run_stagger(sd, work, server_bin, dropped):
+def run_stagger(sd, work, server_bin, dropped, step_s):
     sys.path.insert(0, os.path.join(ROOT, "build", "python"))
     import stagger.torch as st
     out = {}
@@ -250,8 +254,21 @@ def run_stagger(sd, work, server_bin, dropped):
         t = time.perf_counter()
         h3 = st.save_state_dict(ck, sd, 3, lazy=True)
         ck.before_update()
-        out["lazy_visible_s"] = time.perf_counter() - t
+        out["lazy_at_once_s"] = time.perf_counter() - t
         h3.wait()
+        # As in training: the save call, the next forward and backward (on
+        # a GPU, which leaves the CPU free: a sleep here), then
+        # before_update() ahead of the optimizer step. Visible: the call
+        # and the wait in before_update().
+        train_step(sd)
+        t = time.perf_counter()
+        h4 = st.save_state_dict(ck, sd, 4, lazy=True)
+        call_s = time.perf_counter() - t
+        time.sleep(step_s)
+        t = time.perf_counter()
+        ck.before_update()
+        out["lazy_visible_s"] = call_s + time.perf_counter() - t
+        h4.wait()
         dest = empty_like_tree(sd)
         del ck
         settle(data)
@@ -260,7 +277,7 @@ def run_stagger(sd, work, server_bin, dropped):
         server.start()
         ck = st.checkpointer(server.grpc, job="peers")
         t = time.perf_counter()
-        st.load_state_dict(ck, dest, step=3)
+        st.load_state_dict(ck, dest, step=4)
         out["load_s"] = time.perf_counter() - t
         out["bit_exact"] = all(torch.equal(a, b) for a, b in
                                zip(tensors(sd), tensors(dest)))
@@ -312,6 +329,9 @@ def main():
     p.add_argument("--gib", type=float, default=1.0)
     p.add_argument("--layout", default="gpt,large")
     p.add_argument("--dir", default="/tmp")
+    p.add_argument("--step-s", type=float, default=0.25,
+                   help="the training step between a lazy save and "
+                        "before_update() (a sleep: GPU compute)")
     p.add_argument("--server-bin",
                    default=os.path.join(ROOT, "build", "bin",
                                         "stagger-server"))
@@ -329,7 +349,7 @@ def main():
         try:
             floor = floor_copy(sd)
             d = run_dcp(sd, work, dropped)
-            s = run_stagger(sd, work, a.server_bin, dropped)
+            s = run_stagger(sd, work, a.server_bin, dropped, a.step_s)
             step_bytes = stagger_step_bytes(sd, work, a.server_bin)
         finally:
             shutil.rmtree(work, ignore_errors=True)
@@ -337,7 +357,10 @@ def main():
               f"MiB; page cache dropped before loads: {all(dropped)}")
         rows = [("blocking time of a save (s)", d["async_block_s"],
                  s["eager_block_s"]),
-                ("lazy: call + before_update (s)", None, s["lazy_visible_s"]),
+                ("lazy: call + before_update() at once (s)", None,
+                 s["lazy_at_once_s"]),
+                (f"lazy: call + before_update() after a {a.step_s:g} s "
+                 "step (s)", None, s["lazy_visible_s"]),
                 ("save call to durable (s)", d["async_durable_s"],
                  s["durable_s"]),
                 ("dcp.save, step 1 (s)", d["save_s"], None),
