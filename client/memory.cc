@@ -4,7 +4,7 @@
 
 #include <algorithm>
 #include <cstdlib>
-#include <set>
+#include <map>
 
 #include "absl/strings/str_cat.h"
 #include "util/log.h"
@@ -17,16 +17,24 @@ uint64_t DeltaMemoryBytes(const CheckpointerOptions& o) {
 
 uint64_t StagingNeeded(const std::vector<uint64_t>& tensor_bytes,
                        uint64_t chunk_size) {
-  uint64_t needed = 0;
-  std::set<uint64_t> piece_sizes;  // each is cut from slabs of its own
+  uint64_t slabs = 0;
+  std::map<uint64_t, uint64_t> pieces;  // piece size -> count
   for (uint64_t bytes : tensor_bytes) {
+    slabs += bytes / chunk_size;
     const uint64_t tail = bytes % chunk_size;
-    const uint64_t piece =
-        tail == 0 ? 0 : StagingPool::Footprint(tail, chunk_size);
-    needed += bytes / chunk_size * chunk_size + piece;
-    if (piece != 0 && piece < chunk_size) piece_sizes.insert(piece);
+    if (tail == 0) continue;
+    const uint64_t piece = StagingPool::Footprint(tail, chunk_size);
+    if (piece < chunk_size) {
+      ++pieces[piece];
+    } else {
+      ++slabs;  // a tail over half a slab takes a whole one
+    }
   }
-  return needed + piece_sizes.size() * chunk_size;
+  // Each size's pieces are cut from slabs of their own.
+  for (const auto& [piece, n] : pieces) {
+    slabs += (n * piece + chunk_size - 1) / chunk_size;
+  }
+  return slabs * chunk_size;
 }
 
 Staging::Staging(std::unique_ptr<StagingPool> fixed, uint64_t chunk_size,

@@ -23,9 +23,10 @@ namespace stagger::client {
 // sets it; 1 without), at least 64 MiB.
 uint64_t DeltaMemoryBytes(const CheckpointerOptions& o);
 
-// Staging bytes a save of tensors of these sizes takes: a slab per whole
-// chunk, a slab or a piece (StagingPool) for each last, partial chunk, and
-// a slab per piece size, which may be cut and only partly used.
+// Staging bytes a save of tensors of these sizes takes, in whole slabs: a
+// slab per whole chunk and per last, partial chunk over half a slab; the
+// smaller last chunks take pieces (StagingPool), each size's pieces cut
+// from slabs of their own, the last of them perhaps partly used.
 uint64_t StagingNeeded(const std::vector<uint64_t>& tensor_bytes,
                        uint64_t chunk_size);
 

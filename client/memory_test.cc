@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <vector>
+
 namespace stagger::client {
 namespace {
 
@@ -10,10 +12,14 @@ constexpr uint64_t kChunk = 4 << 20;
 TEST(StagingNeeded, WholeChunksTakeSlabsAndTailsTakePieces) {
   EXPECT_EQ(StagingNeeded({}, kChunk), 0u);
   EXPECT_EQ(StagingNeeded({2 * kChunk}, kChunk), 2 * kChunk);
-  // A 3 KB tail takes a 4 KiB piece, and a slab is cut for that size.
-  EXPECT_EQ(StagingNeeded({kChunk + 3000}, kChunk), 2 * kChunk + 4096);
+  // A 3 KB tail takes a 4 KiB piece, cut from a slab of its own.
+  EXPECT_EQ(StagingNeeded({kChunk + 3000}, kChunk), 2 * kChunk);
   // Two tails of one piece size share the slab they are cut from.
-  EXPECT_EQ(StagingNeeded({3000, 4000}, kChunk), kChunk + 2 * 4096);
+  EXPECT_EQ(StagingNeeded({3000, 4000}, kChunk), kChunk);
+  // Pieces of two sizes: a slab each; 1025 pieces of 4 KiB: two slabs.
+  EXPECT_EQ(StagingNeeded({3000, 5000}, kChunk), 2 * kChunk);
+  EXPECT_EQ(StagingNeeded(std::vector<uint64_t>(1025, 4096), kChunk),
+            2 * kChunk);
   // A tail over half a chunk takes a whole slab, and no cut slab.
   EXPECT_EQ(StagingNeeded({kChunk / 2 + 1}, kChunk), kChunk);
 }
