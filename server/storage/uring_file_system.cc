@@ -1,7 +1,6 @@
 #include "server/storage/uring_file_system.h"
 
 #include <liburing.h>
-#include <linux/ioprio.h>
 #include <sys/resource.h>
 
 #include <cerrno>
@@ -16,6 +15,16 @@
 #include "util/log.h"
 
 namespace stagger::storage_internal {
+
+// The kernel's I/O priority encoding (include/uapi/linux/ioprio.h):
+// class in the top 3 of 16 bits, level in the low ones. Written out here
+// because that header is not C++ in every linux-libc-dev (6.1.192 names a
+// parameter `class`).
+constexpr uint16_t kIoprioClassShift = 13;
+constexpr uint16_t kIoprioClassBestEffort = 2;
+constexpr uint16_t IoPriority(uint16_t io_class, uint16_t level) {
+  return static_cast<uint16_t>(io_class << kIoprioClassShift) | level;
+}
 
 struct Ring {
   io_uring ring;
@@ -153,7 +162,8 @@ class UringFile final : public storage_internal::FdFile {
     }
     const unsigned depth = fs_->queue_depth();
     const uint16_t prio = io.priority == IOPriority::kLow
-                              ? IOPRIO_PRIO_VALUE(IOPRIO_CLASS_BE, 7)
+                              ? storage_internal::IoPriority(
+                                    storage_internal::kIoprioClassBestEffort, 7)
                               : 0;
     unsigned inflight = 0;
     // Whatever is still counted when this returns (a retired ring) leaves
