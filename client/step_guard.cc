@@ -1,20 +1,13 @@
 #include "client/step_guard.h"
 
-#include <ctime>
-
 #include "absl/strings/str_cat.h"
+#include "util/time_text.h"
 
 namespace stagger::client {
 namespace {
 
 std::string When(int64_t unix_ms) {
-  if (unix_ms <= 0) return "by this process";
-  time_t t = unix_ms / 1000;
-  struct tm tm;
-  gmtime_r(&t, &tm);
-  char buf[40];
-  strftime(buf, sizeof buf, "at %Y-%m-%dT%H:%M:%SZ", &tm);
-  return buf;
+  return unix_ms <= 0 ? "by this process" : "at " + UtcTimeText(unix_ms);
 }
 
 }  // namespace

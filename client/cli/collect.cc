@@ -1,7 +1,6 @@
 // `stagger gc` and `stagger rm`: deleting steps and the chunks only they
 // use, then compacting (client/control.h Gc, DeleteSteps).
 #include <cstdio>
-#include <ctime>
 #include <string>
 #include <vector>
 
@@ -11,18 +10,10 @@
 #include "client/cli/progress.h"
 #include "client/cli/session.h"
 #include "client/control.h"
+#include "util/time_text.h"
 
 namespace stagger::client {
 namespace {
-
-std::string UtcTime(int64_t unix_ms) {
-  time_t t = unix_ms / 1000;
-  struct tm tm;
-  gmtime_r(&t, &tm);
-  char buf[32];
-  strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
-  return buf;
-}
 
 Status CheckGrace(double grace_s) {
   if (!(grace_s >= 0) || grace_s > 1e9) {
@@ -56,7 +47,7 @@ void PrintCollected(const std::string& cmd, const std::string& job,
         "save of the job is running)\n",
         static_cast<unsigned long long>(g.chunks()),
         static_cast<unsigned long long>(g.bytes()), grace_s, cmd.c_str(),
-        UtcTime(g.until_unix_ms()).c_str());
+        UtcTimeText(g.until_unix_ms()).c_str());
   }
   if (r.has_compaction()) {
     const pb::CompactionReport& c = r.compaction();

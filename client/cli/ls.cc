@@ -1,5 +1,4 @@
 #include <cstdio>
-#include <ctime>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -10,6 +9,7 @@
 #include "client/cli/session.h"
 #include "client/control.h"
 #include "client/embedded/embedded.h"
+#include "util/time_text.h"
 
 namespace stagger::client {
 
@@ -69,13 +69,7 @@ Result<Session> OpenSession(const std::string& servers) {
 namespace {
 
 std::string Time(int64_t unix_ms) {
-  if (unix_ms == 0) return "-";
-  time_t t = unix_ms / 1000;
-  struct tm tm;
-  gmtime_r(&t, &tm);
-  char buf[32];
-  strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
-  return buf;
+  return unix_ms == 0 ? "-" : UtcTimeText(unix_ms);
 }
 
 }  // namespace
