@@ -396,7 +396,8 @@ def test_ddp_comm_hook_marks_allreduces_two_processes(server, tmp_path):
         # 4 steps, at least one bucket each.
         assert res["collectives"] >= 4, res
         assert res["steps"] == 4
-        assert res["yield_s"] >= 0
+        # Held back at most for as long as the save took.
+        assert 0 <= res["yield_s"] <= res["durable_s"], res
         assert res["equal"] is True
     # Replicated state is stored by rank 0 only.
     assert results[0]["bytes_raw"] > 4 * results[1]["bytes_raw"]

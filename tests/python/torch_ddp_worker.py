@@ -99,6 +99,7 @@ def main():
     with open(out, "w") as f:
         json.dump({"collectives": hooks.collectives, "steps": hooks.steps,
                    "yield_s": stats["yield_s"],
+                   "durable_s": stats["durable_s"],
                    "bytes_raw": stats["bytes_raw"],
                    "equal": same_bits(want, loaded), "digest": digest}, f)
     dist.barrier()
