@@ -25,6 +25,7 @@
 #include "client/loader.h"
 #include "client/memory.h"
 #include "client/save_job.h"
+#include "client/save_plan.h"
 #include "client/server_set.h"
 #include "client/shaping.h"
 #include "client/staging_pool.h"
@@ -58,15 +59,6 @@ int64_t NowMs() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(
              std::chrono::system_clock::now().time_since_epoch())
       .count();
-}
-
-// Every server a chunk goes to rebases deltas (server/rebaser.h).
-bool AllRebase(const std::vector<ServerConn*>& servers) {
-  if (servers.empty()) return false;
-  for (const ServerConn* s : servers) {
-    if (!s->rebases_deltas.load()) return false;
-  }
-  return true;
 }
 
 class CheckpointerImpl : public Checkpointer {
@@ -210,92 +202,39 @@ class CheckpointerImpl : public Checkpointer {
       }
       ++outstanding_;
     }
-    // Deltas need the previous version of every chunk kept in memory.
-    uint64_t state_bytes = 0;
-    std::vector<uint64_t> stored_sizes;
-    for (const auto& [name, reg] : tensors_) {
-      if (!Stores(reg)) continue;
-      state_bytes += reg.bytes;
-      stored_sizes.push_back(reg.bytes);
-    }
     // The previous version of each chunk, kept as its delta base, and the
-    // new one being captured meanwhile: half the budget each, given to the
-    // chunks in tensor order, the same ones every save.
-    const bool deltas_on =
-        options_.delta_chain_max > 0 && options_.codec != "raw";
-    uint64_t keep_left = deltas_on ? DeltaMemoryBytes(options_) / 2 : 0;
-    pb::ShardManifest m;
-    m.set_job(options_.job);
-    m.set_step(step);
-    m.set_rank(options_.rank);
-    m.set_world_size(options_.world_size);
-    m.set_replicas(options_.replicas);
-    m.set_chunk_size(options_.chunk_size);
-    m.set_created_unix_ms(NowMs());
-    std::vector<SaveChunk> chunks;
-    for (const auto& [name, reg] : tensors_) {
-      if (!Stores(reg)) continue;
-      pb::TensorEntry* e = m.add_tensors();
-      e->set_name(name);
-      e->set_dtype(reg.spec.dtype);
-      for (int64_t d : reg.spec.shape) e->add_shape(d);
-      for (int64_t d : reg.spec.global_shape) e->add_global_shape(d);
-      for (int64_t d : reg.spec.global_offset) e->add_global_offset(d);
-      e->set_byte_size(reg.bytes);
-      for (uint64_t off = 0; off < reg.bytes; off += options_.chunk_size) {
-        e->add_chunks();
-      }
-    }
-    // Refs point into `m`, which the job owns from here on: fill them after
-    // the move, tensor by tensor in the same order.
-    auto job_manifest = std::make_unique<pb::ShardManifest>(std::move(m));
-    size_t t = 0;
-    for (const auto& [name, reg] : tensors_) {
-      if (!Stores(reg)) continue;
-      pb::TensorEntry* e = job_manifest->mutable_tensors(t++);
-      const char* base = static_cast<const char*>(reg.spec.data);
-      size_t i = 0;
-      int element_size = FloatElementSize(reg.spec.dtype);
-      PreviousChunks prev;  // copied: a save may finish meanwhile
-      {
-        absl::MutexLock lock(&save_mu_);
+    // new one being captured meanwhile: half the budget each.
+    SavePlanOptions po;
+    po.job = options_.job;
+    po.step = step;
+    po.rank = options_.rank;
+    po.world_size = options_.world_size;
+    po.replicas = options_.replicas;
+    po.chunk_size = options_.chunk_size;
+    po.created_unix_ms = NowMs();
+    po.deltas_on = options_.delta_chain_max > 0 && options_.codec != "raw";
+    po.delta_chain_max = options_.delta_chain_max;
+    po.keep_budget = DeltaMemoryBytes(options_) / 2;
+    po.slot_servers = [this](const std::string& name, uint64_t index) {
+      return servers_->ForSlot(options_.rank, name, index);
+    };
+    std::vector<PlanTensor> stored;
+    {
+      absl::MutexLock lock(&save_mu_);  // a save may finish meanwhile
+      for (const auto& [name, reg] : tensors_) {
+        if (!Stores(reg)) continue;
+        PlanTensor t{&reg.spec, reg.bytes, SourceFor(reg.spec), {}};
         auto it = previous_.find(name);
         if (it != previous_.end() && it->second.bytes == reg.bytes &&
             it->second.chunk_size == options_.chunk_size) {
-          prev = it->second;
+          t.previous = it->second;  // copied
         }
-      }
-      for (uint64_t off = 0; off < reg.bytes; off += options_.chunk_size, ++i) {
-        size_t len = std::min<uint64_t>(options_.chunk_size, reg.bytes - off);
-        SaveChunk c{base + off,
-                    len,
-                    SourceFor(reg.spec),
-                    e->mutable_chunks(i),
-                    servers_->ForSlot(options_.rank, name, i),
-                    element_size,
-                    std::nullopt,
-                    nullptr};
-        c.fingerprint_in_place = reg.spec.device == Device::kCuda;
-        if (i < prev.ids.size()) {
-          c.previous = prev.ids[i];
-          if (i < prev.fingerprints.size()) {
-            c.previous_fingerprint = prev.fingerprints[i];
-          }
-          c.previous_at_home = i < prev.at_home.size() && prev.at_home[i];
-          const bool held = i < prev.versions.size() && prev.versions[i];
-          // A server that rebases keeps the newest version whole: no cut.
-          if (deltas_on && held &&
-              (prev.depth[i] < options_.delta_chain_max ||
-               AllRebase(c.servers))) {
-            c.previous_bytes = prev.versions[i];
-          }
-          c.base_not_held = deltas_on && !held;
-        }
-        c.keep_bytes = len <= keep_left;
-        if (c.keep_bytes) keep_left -= len;
-        chunks.push_back(std::move(c));
+        stored.push_back(std::move(t));
       }
     }
+    SavePlan plan = PlanSave(po, std::move(stored));
+    const uint64_t state_bytes = plan.state_bytes;
+    std::vector<SaveChunk>& chunks = plan.chunks;
     // Order the copies after the caller's queued work (CUDA: an event on
     // the caller's stream), on the caller's thread, before Save returns.
     Status fenced = host_source_->Fence(so.cuda_stream);
@@ -313,7 +252,7 @@ class CheckpointerImpl : public Checkpointer {
       in_use = outstanding_ > 1;  // another save holds staging slabs
     }
     if (Status s = staging_.Size(
-            StagingNeeded(stored_sizes, options_.chunk_size), in_use);
+            StagingNeeded(plan.tensor_bytes, options_.chunk_size), in_use);
         !s.ok()) {
       absl::MutexLock lock(&save_mu_);
       --outstanding_;
@@ -333,7 +272,7 @@ class CheckpointerImpl : public Checkpointer {
                       if (s.ok()) step_guard_.Committed(step);
                       CountFinished(s, st);
                     }},
-        std::move(*job_manifest), std::move(chunks), start);
+        std::move(*plan.manifest), std::move(chunks), start);
     {
       absl::MutexLock lock(&save_mu_);
       last_job_ = job;
@@ -341,7 +280,9 @@ class CheckpointerImpl : public Checkpointer {
     driver_.Submit([this, job] {
       job->Run();
       absl::MutexLock lock(&save_mu_);
-      if (job->status().ok()) RememberChunks(job->manifest(), job->outcomes());
+      if (job->status().ok()) {
+        RememberOutcomes(job->manifest(), job->outcomes(), &previous_);
+      }
       --outstanding_;
     });
     if (!so.lazy) job->WaitSnapshot().IgnoreError();  // the handle reports it
@@ -523,55 +464,6 @@ class CheckpointerImpl : public Checkpointer {
 
   uint64_t SizeOf(const TensorSpec& t) const {
     return tensors_.at(t.name).bytes;
-  }
-
-  // Element width of floating-point dtypes (byte grouping pays), else 0.
-  static int FloatElementSize(const std::string& dtype) {
-    if (dtype == "BF16" || dtype == "F16") return 2;
-    if (dtype == "F32") return 4;
-    if (dtype == "F64") return 8;
-    return 0;
-  }
-
-  // Chunk ids of the last committed save, so the next one can reference
-  // unchanged chunks instead of shipping them.
-  struct PreviousChunks {
-    uint64_t bytes = 0;
-    uint64_t chunk_size = 0;
-    std::vector<format::ChunkId> ids;
-    // With deltas on: each chunk's bytes and how many deltas lead to it.
-    std::vector<std::shared_ptr<const std::string>> versions;
-    std::vector<int> depth;
-    // In-place (device) fingerprints, for CUDA tensors.
-    std::vector<std::optional<std::array<uint64_t, 2>>> fingerprints;
-    std::vector<bool> at_home;  // ChunkOutcome::at_home
-  };
-  void RememberChunks(const pb::ShardManifest& m,
-                      const std::vector<ChunkOutcome>& outcomes)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(save_mu_) {
-    size_t k = 0;  // index into outcomes, across tensors in manifest order
-    for (const pb::TensorEntry& t : m.tensors()) {
-      PreviousChunks& p = previous_[t.name()];
-      bool same_layout = p.bytes == t.byte_size() &&
-                         p.chunk_size == m.chunk_size() &&
-                         p.ids.size() == static_cast<size_t>(t.chunks_size());
-      p.bytes = t.byte_size();
-      p.chunk_size = m.chunk_size();
-      p.ids.resize(t.chunks_size());
-      p.versions.resize(t.chunks_size());
-      p.depth.resize(t.chunks_size(), 0);
-      p.fingerprints.resize(t.chunks_size());
-      p.at_home.resize(t.chunks_size(), false);
-      for (int i = 0; i < t.chunks_size(); ++i, ++k) {
-        p.ids[i] = *format::ChunkId::FromBytes(t.chunks(i).id());
-        const ChunkOutcome& o = outcomes[k];
-        p.fingerprints[i] = o.fingerprint;
-        p.at_home[i] = o.at_home;
-        if (o.unchanged && same_layout) continue;  // version and depth stay
-        p.versions[i] = o.bytes;
-        p.depth[i] = o.delta && same_layout ? p.depth[i] + 1 : 0;
-      }
-    }
   }
 
   SnapshotSource* SourceFor(const TensorSpec& t) {
