@@ -160,6 +160,19 @@ class CheckpointerImpl : public Checkpointer {
 
   void ClearRegistrations() override { tensors_.clear(); }
 
+  Status PrepareStaging() override {
+    std::vector<uint64_t> sizes;
+    for (const auto& [name, reg] : tensors_) {
+      if (Stores(reg)) sizes.push_back(reg.bytes);
+    }
+    bool in_use;
+    {
+      absl::MutexLock lock(&save_mu_);
+      in_use = outstanding_ > 0;
+    }
+    return staging_.Size(StagingNeeded(sizes, options_.chunk_size), in_use);
+  }
+
   Result<SaveHandle> Save(int64_t step, const SaveOptions& so) override {
     auto start = std::chrono::steady_clock::now();
     if (step < 0) {

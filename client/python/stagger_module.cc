@@ -363,6 +363,26 @@ PYBIND11_MODULE(_stagger, m) {
           "global tensor an array holds (global_shape == shape: replicated, "
           "stored once by rank 0); without an entry the array is per-rank.")
       .def(
+          "prepare",
+          [](py::object self, const py::dict& tensors, const py::dict& dtypes,
+             const py::dict& shards) {
+            Checkpointer& ck = self.cast<Checkpointer&>();
+            Held held;
+            RegisterAll(ck, tensors, false, dtypes, shards, &held);
+            Status s;
+            {
+              py::gil_scoped_release release;
+              s = ck.PrepareStaging();
+            }
+            ck.ClearRegistrations();
+            Check(s);
+          },
+          py::arg("tensors"), py::arg("dtypes") = py::dict(),
+          py::arg("shards") = py::dict(),
+          "Size the staging memory for these arrays and fault it in now, "
+          "so that the first save() of them does not pay for it: call once "
+          "at set-up, outside the training loop. Arguments as save().")
+      .def(
           "before_update",
           [](py::object self) {
             Checkpointer& ck = self.cast<Checkpointer&>();

@@ -157,6 +157,17 @@ class Checkpointer {
   // Removes every registered tensor.
   virtual void ClearRegistrations() = 0;
 
+  // Sizes the default staging pool (CheckpointerOptions::staging_bytes 0)
+  // for the tensors registered now and faults its pages in, on this
+  // thread, so that Save() of them pays neither: call it once at set-up,
+  // after Register(), outside the training loop. Without it the first
+  // Save() of a state larger than the pool maps and faults the memory
+  // inside its stall. OK at once with an explicit staging_bytes (allocated
+  // at Open), when the pool already holds the state, or while a save is
+  // in flight (its slabs are in use; the next Save() grows the pool).
+  // RESOURCE_EXHAUSTED when the memory cannot be mapped.
+  virtual Status PrepareStaging() = 0;
+
   // Saves every registered tensor as `step` (>= 0) of this rank. Returns
   // once every tensor is captured (or, with options.lazy, once the copies
   // are enqueued); encoding, shipping and the commit continue in the

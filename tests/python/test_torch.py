@@ -678,3 +678,34 @@ def test_the_binding_names_torch_tensors_it_cannot_take(tmp_path):
     st.load_state_dict(ck, back, step=3)
     assert torch.equal(back["p"], p.detach())
     assert torch.equal(back["b"], flags)
+
+
+def test_prepare_state_dict_spares_the_first_save_its_page_faults(tmp_path):
+    """The staging memory is mapped and faulted in by prepare_state_dict at
+    set-up, not inside the first save's stall: counted as the minor page
+    faults of the thread that calls save_state_dict."""
+    import resource
+    sd = {"model": {"w": torch.randn(8 << 20)}, "epoch": 3}  # 32 MiB
+    pages = (32 << 20) // os.sysconf("SC_PAGESIZE")
+
+    def first_save_faults(prepare, job):
+        ck = stagger.Checkpointer(servers=f"embedded:{tmp_path}", job=job)
+        if prepare:
+            st.prepare_state_dict(ck, sd)
+        before = resource.getrusage(resource.RUSAGE_THREAD).ru_minflt
+        h = st.save_state_dict(ck, sd, 1)
+        after = resource.getrusage(resource.RUSAGE_THREAD).ru_minflt
+        h.wait()
+        assert h.stats()["staging_limited"] is False
+        back = {"model": {"w": torch.zeros(8 << 20)}, "epoch": 0}
+        st.load_state_dict(ck, back)
+        assert torch.equal(back["model"]["w"], sd["model"]["w"])
+        return after - before
+
+    unprepared = first_save_faults(False, "cold")
+    prepared = first_save_faults(True, "warm")
+    assert unprepared >= pages * 9 // 10, (unprepared, pages)
+    assert prepared < pages // 16, (prepared, pages)
+    with pytest.raises(TypeError):
+        st.prepare_state_dict(stagger.Checkpointer(
+            servers=f"embedded:{tmp_path}", job="bad"), [1, 2])

@@ -5,6 +5,7 @@
     hooks = st.install_hooks(ck, ddp_model, optimizer)
     sd = {"model": model.state_dict(), "optim": optimizer.state_dict(),
           "epoch": epoch}
+    st.prepare_state_dict(ck, sd, replicated=["model", "optim"])  # set-up
     st.save_state_dict(ck, sd, step, replicated=["model", "optim"],
                        lazy=True)                  # fenced by the hooks
     step = st.load_state_dict(ck, sd).step        # fills sd in place
@@ -24,11 +25,13 @@ from .hooks import Hooks, install_hooks
 from .sharding import (Shard, chunk_shard, column_shard, flat_shard,
                        local_slice, replicated, row_shard)
 from .state import (LoadResult, StateDictMismatch, async_save,
-                    load_state_dict, read_metadata, save_state_dict)
+                    load_state_dict, prepare_state_dict, read_metadata,
+                    save_state_dict)
 
 __all__ = [
     "DistEnv", "Hooks", "LoadResult", "Shard", "StateDictMismatch",
     "async_save", "checkpointer", "chunk_shard", "column_shard", "dist_env", "flat_shard",
-    "install_hooks", "load_state_dict", "local_slice", "read_metadata",
+    "install_hooks", "load_state_dict", "local_slice", "prepare_state_dict",
+    "read_metadata",
     "replicated", "row_shard", "save_state_dict",
 ]

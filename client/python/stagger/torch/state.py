@@ -163,6 +163,23 @@ def save_state_dict(ck, state_dict, step, *, shards=None, replicated=False,
                    cuda_stream=cuda_stream, deadline_s=deadline_s)
 
 
+def prepare_state_dict(ck, state_dict, *, shards=None, replicated=False):
+    """Sizes ``ck``'s staging memory for ``state_dict`` and faults it in
+    now, so that the first ``save_state_dict`` of it does not pay for that
+    in its stall. Call once at set-up, outside the training loop, with the
+    state dict (and ``shards``/``replicated``) the saves will use.
+    """
+    if not isinstance(state_dict, dict):
+        raise TypeError("state_dict must be a dict")
+    plan = _SavePlan(shards, replicated)
+    tree = meta.encode(state_dict, (), plan.tensor)
+    doc = np.frombuffer(meta.dumps(tree), dtype=np.uint8).copy()
+    plan.regs.tensors[meta.META] = doc
+    plan.regs.tensors[meta.META_LEN] = np.array([doc.size], dtype=np.int64)
+    ck.prepare(plan.regs.tensors, dtypes=plan.regs.dtypes,
+               shards=plan.regs.shards)
+
+
 def read_metadata(ck, step="latest"):
     """(step, encoded tree) of a step saved by ``save_state_dict``."""
     length = np.zeros(1, dtype=np.int64)
