@@ -215,6 +215,7 @@ class CheckpointerImpl : public Checkpointer {
       }
       ++outstanding_;
     }
+    SaveSlot slot(this);  // given back on every return before the submit
     // The previous version of each chunk, kept as its delta base, and the
     // new one being captured meanwhile: half the budget each.
     SavePlanOptions po;
@@ -254,11 +255,7 @@ class CheckpointerImpl : public Checkpointer {
     for (auto& [device, src] : cuda_sources_) {
       if (fenced.ok()) fenced = src->Fence(so.cuda_stream);
     }
-    if (!fenced.ok()) {
-      absl::MutexLock lock(&save_mu_);
-      --outstanding_;
-      return fenced;
-    }
+    if (!fenced.ok()) return fenced;
     bool in_use;
     {
       absl::MutexLock lock(&save_mu_);
@@ -267,8 +264,6 @@ class CheckpointerImpl : public Checkpointer {
     if (Status s = staging_.Size(
             StagingNeeded(plan.tensor_bytes, options_.chunk_size), in_use);
         !s.ok()) {
-      absl::MutexLock lock(&save_mu_);
-      --outstanding_;
       return s;
     }
     shaping_->StartSave(state_bytes, so.deadline_s >= 0
@@ -290,6 +285,7 @@ class CheckpointerImpl : public Checkpointer {
       absl::MutexLock lock(&save_mu_);
       last_job_ = job;
     }
+    slot.HandOver();  // the driver gives it back when the save ends
     driver_.Submit([this, job] {
       job->Run();
       absl::MutexLock lock(&save_mu_);
@@ -547,6 +543,24 @@ class CheckpointerImpl : public Checkpointer {
   ChunkIo io_;
   StepGuard step_guard_;
   std::map<std::string, Registered> tensors_;
+
+  // The outstanding-save slot a Save() took: given back when Save()
+  // returns early, unless handed over to the save's driver.
+  class SaveSlot {
+   public:
+    explicit SaveSlot(CheckpointerImpl* ck) : ck_(ck) {}
+    SaveSlot(const SaveSlot&) = delete;
+    SaveSlot& operator=(const SaveSlot&) = delete;
+    ~SaveSlot() {
+      if (ck_ == nullptr) return;
+      absl::MutexLock lock(&ck_->save_mu_);
+      --ck_->outstanding_;
+    }
+    void HandOver() { ck_ = nullptr; }
+
+   private:
+    CheckpointerImpl* ck_;
+  };
 
   bool HasRoom() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(save_mu_) {
     return outstanding_ < options_.max_outstanding_saves;

@@ -80,15 +80,7 @@ void SaveJob::Run() {
     }
     if (unchanged[i]) {
       // Same fingerprint where it lives: not copied, referenced as before.
-      const SaveChunk& c = chunks_[i];
-      c.ref->set_id(c.previous->ToBytes());
-      c.ref->set_raw_length(c.len);
-      ++put_stats_.chunks_unchanged;
-      ++put_stats_.chunks;
-      put_stats_.bytes_raw += c.len;
-      deps_.shaping->Skip(c.len);  // its share of the schedule, not sent
-      outcomes_[i].unchanged = true;
-      outcomes_[i].at_home = true;
+      ReferenceUnchanged(i, *chunks_[i].previous);
       ChunkCaptured(absl::OkStatus());
       ChunkDone(absl::OkStatus());
       ++dispatched;
@@ -312,6 +304,18 @@ void SaveJob::Shipped(const Status& s) {
   if (next) Ship(next->first, next->second);
 }
 
+void SaveJob::ReferenceUnchanged(size_t i, const format::ChunkId& id) {
+  const SaveChunk& c = chunks_[i];
+  c.ref->set_id(id.ToBytes());
+  c.ref->set_raw_length(c.len);
+  ++put_stats_.chunks_unchanged;
+  ++put_stats_.chunks;
+  put_stats_.bytes_raw += c.len;
+  deps_.shaping->Skip(c.len);  // its share of the schedule, not sent
+  outcomes_[i].unchanged = true;
+  outcomes_[i].at_home = true;
+}
+
 void SaveJob::CountOverlapLocked(size_t i) {
   if (!snapshot_done_) overlapped_ += chunks_[i].len;
 }
@@ -328,14 +332,7 @@ void SaveJob::Ship(size_t i, char* slab) {
       // Same bytes as last time: the servers have them; reference, not
       // ship. (With one of them down, the chunk is shipped again so that
       // it keeps its copies.)
-      c.ref->set_id(id.ToBytes());
-      c.ref->set_raw_length(c.len);
-      ++self->put_stats_.chunks_unchanged;
-      self->deps_.shaping->Skip(c.len);
-      self->outcomes_[i].unchanged = true;
-      self->outcomes_[i].at_home = true;
-      ++self->put_stats_.chunks;
-      self->put_stats_.bytes_raw += c.len;
+      self->ReferenceUnchanged(i, id);
       self->ReleaseSlab(slab);
       self->Shipped(absl::OkStatus());
       return;

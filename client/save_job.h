@@ -159,6 +159,9 @@ class SaveJob : public std::enable_shared_from_this<SaveJob> {
   void Ship(size_t i, char* slab);
   // A shipped chunk is done: frees its window slot for the next one.
   void Shipped(const Status& s);
+  // Chunk `i` is the same as its previous version `id`: referenced in the
+  // manifest and counted, not shipped.
+  void ReferenceUnchanged(size_t i, const format::ChunkId& id);
   // Counts chunk `i` in SaveStats::bytes_overlapped when it goes to the
   // encoders before the snapshot is complete.
   void CountOverlapLocked(size_t i) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
