@@ -160,6 +160,8 @@ class CheckpointerImpl : public Checkpointer {
 
   void ClearRegistrations() override { tensors_.clear(); }
 
+  void PrimeStepGuard() { step_guard_.Prime(); }
+
   Status PrepareStaging() override {
     std::vector<uint64_t> sizes;
     for (const auto& [name, reg] : tensors_) {
@@ -694,6 +696,9 @@ Result<std::unique_ptr<Checkpointer>> NewCheckpointer(
       options, std::move(keepalive), std::move(transport), std::move(set),
       std::move(pool), std::move(shaping));
   STAGGER_RETURN_IF_ERROR(ck->StartMetrics());
+  // The job's steps are listed here, at set-up, not in the first save's
+  // stall (when this fails, the first save asks again).
+  ck->PrimeStepGuard();
   return std::unique_ptr<Checkpointer>(std::move(ck));
 }
 

@@ -12,21 +12,28 @@ std::string When(int64_t unix_ms) {
 
 }  // namespace
 
-Status StepGuard::Check(int64_t step) {
+void StepGuard::Prime() {
   absl::MutexLock lock(&mu_);
-  if (!listed_) {
-    // Listed under the lock: saves are rare, and a second save waits for
-    // the same answer instead of asking again.
-    auto steps = list_();
-    if (steps.ok()) {
-      listed_ = true;
-      for (const pb::StepInfo& s : *steps) {
-        for (uint32_t r : s.committed_ranks()) {
-          if (r == rank_) committed_.emplace(s.step(), s.created_unix_ms());
-        }
-      }
+  ListLocked();
+}
+
+void StepGuard::ListLocked() {
+  if (listed_) return;
+  // Listed under the lock: saves are rare, and a second save waits for
+  // the same answer instead of asking again.
+  auto steps = list_();
+  if (!steps.ok()) return;
+  listed_ = true;
+  for (const pb::StepInfo& s : *steps) {
+    for (uint32_t r : s.committed_ranks()) {
+      if (r == rank_) committed_.emplace(s.step(), s.created_unix_ms());
     }
   }
+}
+
+Status StepGuard::Check(int64_t step) {
+  absl::MutexLock lock(&mu_);
+  ListLocked();
   auto it = committed_.find(step);
   if (it == committed_.end()) return absl::OkStatus();
   return absl::AbortedError(absl::StrCat(

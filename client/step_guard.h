@@ -4,10 +4,11 @@
 // so a script run twice with the same job name used to ship every byte of
 // its first save before its commit failed.
 //
-// The job's steps are listed once, at the first check (one ListSteps round
-// trip); the steps this Checkpointer commits are added as they commit. A
-// listing that fails (no server answers yet) is retried at the next check,
-// and the step goes on: the commit still refuses a conflict.
+// The job's steps are listed once (one ListSteps round trip), by Prime()
+// at Open or else at the first check; the steps this Checkpointer commits
+// are added as they commit. A listing that fails (no server answers yet)
+// is retried at the next check, and the step goes on: the commit still
+// refuses a conflict.
 //
 // Thread-safety: thread-safe.
 #ifndef STAGGER_CLIENT_STEP_GUARD_H_
@@ -31,6 +32,9 @@ class StepGuard {
   StepGuard(std::string job, uint32_t rank, Lister list)
       : job_(std::move(job)), rank_(rank), list_(std::move(list)) {}
 
+  // Lists the job's steps now, unless they were listed; a failure is left
+  // for Check() to retry.
+  void Prime();
   // OK when `step` may be saved; ABORTED naming the step, when this rank
   // committed it and how to go on (another job name, or `stagger rm`).
   Status Check(int64_t step);
@@ -38,6 +42,8 @@ class StepGuard {
   void Committed(int64_t step);
 
  private:
+  void ListLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
   const std::string job_;
   const uint32_t rank_;
   const Lister list_;
