@@ -9,6 +9,8 @@
 // another server then returns good bytes, they are put back to the servers
 // that returned bad ones (read repair).
 //
+// Puts are defined in chunk_put.cc, fetches in chunk_io.cc.
+//
 // Thread-safety: ChunkIo is thread-safe; each call blocks its caller.
 #ifndef STAGGER_CLIENT_CHUNK_IO_H_
 #define STAGGER_CLIENT_CHUNK_IO_H_
@@ -52,6 +54,28 @@ struct DeltaBase {
   format::ChunkId id;
 };
 
+// One chunk to put (ChunkIo::PutAsync).
+struct PutRequest {
+  // Every server, ranked for the chunk's slot; it goes to the first
+  // `replicas` that are up. Not owned; valid for the call.
+  const std::vector<ServerConn*>* ranked = nullptr;
+  size_t replicas = 1;
+  const char* data = nullptr;
+  size_t len = 0;
+  // The chunk's fingerprint and the CRC32C of `data` (both from
+  // ChunkId::Of(data, len, &crc32c)).
+  format::ChunkId id;
+  uint32_t crc32c = 0;
+  // The tensor's element width when it holds floating point numbers (byte
+  // grouping pays), else 0.
+  int element_size = 0;
+  // With a delta base, the chunk goes as a delta against it when that is
+  // smaller (ref->base_id is then set).
+  const DeltaBase* delta = nullptr;
+  pb::ChunkRef* ref = nullptr;  // filled: id, lengths, codec, base
+  PutStats* stats = nullptr;    // counted into
+};
+
 struct FetchItem {
   const pb::ChunkRef* ref = nullptr;
   char* dest = nullptr;  // raw_length bytes; nullptr = verify only
@@ -84,28 +108,18 @@ class ChunkIo {
   // waits on the network.
   static int DefaultFetchThreads();
 
-  // Fingerprints and encodes `len` bytes at `data` on the calling thread,
-  // fills `ref`, and queues the chunk for the first `replicas` servers of
-  // `ranked` that are up; at most max_inflight puts are on the wire, the
+  // Encodes `r.len` bytes at `r.data` on the calling thread, fills
+  // `r.ref`, and queues the chunk for the first `r.replicas` servers of
+  // `r.ranked` that are up; at most max_inflight puts are on the wire, the
   // rest wait in order. A copy whose server turns out gone (IsServerGone)
-  // marks it down and goes to the next server of `ranked` instead.
+  // marks it down and goes to the next server of `r.ranked` instead.
   // `encoded(still_in_use)` runs before this returns: when `still_in_use`
-  // is false the put no longer reads `data` (it was encoded into a buffer
-  // of its own). `done` runs once with the outcome, after every copy was
-  // acknowledged durable (UNAVAILABLE naming the servers down when fewer
-  // than `replicas` servers are left), on a transport thread. `data` must
-  // stay valid until `done` when in use.
-  // `id` is the chunk's fingerprint and `crc32c` the CRC32C of `data`
-  // (both from ChunkId::Of(data, len, &crc32c));
-  // `element_size` is the tensor's element width when it holds floating
-  // point numbers (byte grouping pays), else 0.
-  // With `delta`, the chunk is sent as an XOR delta against it when that
-  // is smaller (ref->base_id is then set).
-  void PutAsync(const std::vector<ServerConn*>& ranked, size_t replicas,
-                const char* data, size_t len, const format::ChunkId& id,
-                uint32_t crc32c, int element_size, const DeltaBase* delta,
-                pb::ChunkRef* ref, PutStats* stats,
-                const std::function<void(bool)>& encoded,
+  // is false the put no longer reads `r.data` (it was encoded into a
+  // buffer of its own). `done` runs once with the outcome, after every
+  // copy was acknowledged durable (UNAVAILABLE naming the servers down
+  // when fewer than `r.replicas` servers are left), on a transport thread.
+  // `r.data` must stay valid until `done` when in use.
+  void PutAsync(const PutRequest& r, const std::function<void(bool)>& encoded,
                 std::function<void(const Status&)> done);
 
   // Puts a copy of chunk `id` (`len` decoded bytes, copied here first) on

@@ -353,9 +353,19 @@ void SaveJob::Ship(size_t i, char* slab) {
     // the copies went to them, not to servers further down the ranking.
     const bool home_servers_up = self->ServersUp(c);
     auto released = std::make_shared<bool>(false);
+    PutRequest r;
+    r.ranked = &c.servers;
+    r.replicas = self->deps_.replicas;
+    r.data = slab;
+    r.len = c.len;
+    r.id = id;
+    r.crc32c = crc32c;
+    r.element_size = c.element_size;
+    r.delta = delta ? &*delta : nullptr;
+    r.ref = c.ref;
+    r.stats = &self->put_stats_;
     self->deps_.io->PutAsync(
-        c.servers, self->deps_.replicas, slab, c.len, id, crc32c,
-        c.element_size, delta ? &*delta : nullptr, c.ref, &self->put_stats_,
+        r,
         [self, slab, released](bool still_in_use) {
           // Encoded into its own buffer: the slab can take the next chunk.
           if (!still_in_use) {

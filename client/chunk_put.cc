@@ -1,0 +1,297 @@
+// ChunkIo's put side: encoding a chunk (raw, byte-grouped zstd or a delta
+// against its previous version, as CodecPolicy decides for "auto") and
+// sending its copies to the servers of its slot, failing over to the next
+// server when one is gone. The fetch side is in chunk_io.cc.
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "client/chunk_io.h"  // ChunkIo: declared there, put side here
+#include "format/crc32c.h"
+#include "format/data_plane.h"
+#include "util/log.h"
+
+namespace stagger::client {
+namespace {
+
+int64_t NowNs() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+}  // namespace
+
+format::Codec ChunkIo::CodecFor(int element_size) const {
+  bool floats = element_size == 2 || element_size == 4 || element_size == 8;
+  if (codec_ == "raw") return format::Codec::kRaw;
+  if (codec_ == "zstd") return format::Codec::kZstd;
+  // "auto" and "bytegroup+zstd": grouping only means something for floats.
+  return floats ? format::Codec::kByteGroupZstd : format::Codec::kZstd;
+}
+
+// One chunk's put: its encodings and the copies still owed.
+struct ChunkIo::PutState {
+  std::vector<ServerConn*> ranked;
+  size_t home = 0;     // ranked[0, home) hold every version of the slot
+  std::string header;  // the put as encoded (maybe a delta)
+  std::string_view payload;
+  std::shared_ptr<std::string> owned;
+  bool delta = false;
+  // Raw data, for a copy of a delta that goes outside the home servers
+  // (they lack its base).
+  const char* data = nullptr;
+  size_t len = 0;
+  format::PutChunkRequest raw_req;
+  uint64_t raw_bytes = 0;
+  std::string hex;
+  PutStats* stats = nullptr;
+  absl::Mutex mu;
+  std::vector<ServerConn*> tried ABSL_GUARDED_BY(mu);
+  size_t owed ABSL_GUARDED_BY(mu) = 0;
+  bool finished ABSL_GUARDED_BY(mu) = false;
+  std::function<void(const Status&)> done;
+};
+
+void ChunkIo::PutAsync(const PutRequest& r,
+                       const std::function<void(bool)>& encoded,
+                       std::function<void(const Status&)> done) {
+  const std::vector<ServerConn*>& ranked = *r.ranked;
+  const size_t replicas = r.replicas;
+  const char* data = r.data;
+  const size_t len = r.len;
+  const format::ChunkId& id = r.id;
+  const uint32_t crc32c = r.crc32c;
+  const int element_size = r.element_size;
+  const DeltaBase* delta = r.delta;
+  pb::ChunkRef* ref = r.ref;
+  PutStats* stats = r.stats;
+  auto st = std::make_shared<PutState>();
+  st->ranked = ranked;
+  st->home = std::min(replicas, ranked.size());
+  std::vector<ServerConn*> targets;
+  for (ServerConn* s : ranked) {
+    if (targets.size() < replicas && !s->down) targets.push_back(s);
+  }
+  if (targets.size() < replicas) {
+    encoded(false);
+    std::string down;
+    for (ServerConn* s : ranked) {
+      if (s->down) absl::StrAppend(&down, down.empty() ? "" : ", ", s->address);
+    }
+    done(absl::UnavailableError(
+        absl::StrCat("chunk ", id.ToHex(), " needs ", replicas,
+                     " copies but only ", targets.size(), " of ", ranked.size(),
+                     " servers are up (down: ", down, ")")));
+    return;
+  }
+  // A delta is stored only where its base is: on the slot's home servers.
+  bool home_up = true;
+  for (size_t i = 0; i < st->home; ++i) home_up = home_up && !ranked[i]->down;
+  format::PutChunkRequest req;
+  req.job = job_;
+  req.record.chunk_id = id;
+  req.record.raw_length = len;
+  format::Codec want = CodecFor(element_size);
+  CodecReason reason = CodecReason::kFixed;
+  const bool may_delta = delta != nullptr && home_up;
+  if (policy_ != nullptr && want != format::Codec::kRaw) {
+    ChunkFacts facts;
+    facts.paced = shaping_ != nullptr && shaping_->Paced();
+    if (facts.paced) facts.pace_Bps = shaping_->PaceBps();
+    facts.training = shaping_ != nullptr && shaping_->TrainingMarked();
+    if (may_delta && !facts.training) {
+      facts.xor_zero_fraction =
+          XorZeroFraction(data, delta->bytes->data(), len);
+    }
+    const CodecDecision d = policy_->Decide(facts);
+    reason = d.reason;
+    if (!d.encode) want = format::Codec::kRaw;
+  }
+  const int64_t encode_start_ns = NowNs();
+  if (may_delta && want != format::Codec::kRaw) {
+    auto owned = std::make_shared<std::string>();
+    format::EncodeOptions eo = encode_;
+    // Plain "zstd" keeps its bytes ungrouped in deltas too.
+    eo.element_size = (element_size > 0 && codec_ != "zstd") ? element_size : 1;
+    // The numeric delta only where every home server can store it.
+    for (size_t i = 0; i < st->home; ++i) {
+      if (ranked[i]->codec_count.load() <=
+          static_cast<uint32_t>(format::Codec::kNumDeltaByteGroupZstd)) {
+        eo.numeric_delta = false;
+      }
+    }
+    auto codec = format::EncodeDelta(std::string_view(data, len), *delta->bytes,
+                                     delta->id, owned.get(), eo);
+    if (codec.ok() && format::IsDelta(*codec)) {
+      st->owned = std::move(owned);
+      st->delta = true;
+      req.record.codec = *codec;
+      st->payload = *st->owned;
+      ref->set_base_id(delta->id.ToBytes());
+    }
+  }
+  if (st->owned != nullptr) {
+    // Encoded as a delta above.
+  } else if (want == format::Codec::kRaw) {
+    st->payload = std::string_view(data, len);  // sent straight from staging
+    req.record.codec = format::Codec::kRaw;
+  } else {
+    st->owned = std::make_shared<std::string>();
+    format::EncodeOptions eo = encode_;
+    eo.element_size = element_size;
+    auto codec =
+        format::Encode(want, std::string_view(data, len), st->owned.get(), eo);
+    if (!codec.ok()) {
+      encoded(false);
+      done(codec.status());
+      return;
+    }
+    req.record.codec = *codec;
+    st->payload = *st->owned;
+  }
+  if (policy_ != nullptr && want != format::Codec::kRaw) {
+    policy_->OnEncoded(len, st->payload.size(),
+                       (NowNs() - encode_start_ns) * 1e-9);
+  }
+  if (st->owned != nullptr && codec_ == "auto" &&
+      st->payload.size() > (1 - CodecPolicy::kMinGain) * len) {
+    // Too little saved to be worth a decode at every load: raw.
+    st->owned.reset();
+    st->delta = false;
+    ref->clear_base_id();
+    st->payload = std::string_view(data, len);
+    req.record.codec = format::Codec::kRaw;
+    reason = CodecReason::kNoGain;
+  }
+  // A delta keeps its raw bytes while a copy may still have to go to a
+  // server outside the home ones.
+  const bool keep_data =
+      st->owned == nullptr || (st->delta && ranked.size() > st->home);
+  encoded(keep_data);
+  if (st->delta && keep_data) {
+    st->data = data;
+    st->len = len;
+    st->raw_req = req;
+    st->raw_req.record.codec = format::Codec::kRaw;
+    st->raw_req.record.encoded_length = len;
+    st->raw_req.record.payload_crc32c = crc32c;
+  }
+  req.record.encoded_length = st->payload.size();
+  // Raw, the payload is `data`, whose checksum came with its fingerprint.
+  req.record.payload_crc32c =
+      st->owned == nullptr
+          ? crc32c
+          : format::Crc32c(st->payload.data(), st->payload.size());
+  ref->set_id(req.record.chunk_id.ToBytes());
+  ref->set_raw_length(len);
+  ref->set_codec(static_cast<uint32_t>(req.record.codec));
+  ref->set_stored_length(st->payload.size());
+  stats->bytes_raw += len;
+  ++stats->chunks;
+  ++stats->codec_chunks[static_cast<int>(req.record.codec)];
+  ++stats->codec_reasons[static_cast<int>(reason)];
+  st->header = format::EncodePutChunk(req);
+  st->raw_bytes = len;
+  st->hex = req.record.chunk_id.ToHex();
+  st->stats = stats;
+  st->done = std::move(done);
+  {
+    absl::MutexLock l(&st->mu);
+    st->owed = targets.size();
+    st->tried = targets;
+  }
+  for (ServerConn* s : targets) SendCopy(st, s);
+}
+
+void ChunkIo::SendCopy(std::shared_ptr<PutState> st, ServerConn* server) {
+  SendItem p;
+  p.server = server;
+  const bool home = std::find(st->ranked.begin(), st->ranked.begin() + st->home,
+                              server) != st->ranked.begin() + st->home;
+  if (st->delta && !home) {
+    // Outside the home servers the base is missing: send the bytes whole.
+    p.header = format::EncodePutChunk(st->raw_req);
+    p.payload = std::string_view(st->data, st->len);
+  } else {
+    p.header = st->header;
+    p.payload = st->payload;
+    p.owned = st->owned;
+  }
+  st->stats->bytes_shipped += p.payload.size();
+  p.what = absl::StrCat("put chunk ", st->hex, " to server ", server->address);
+  p.raw_bytes = st->raw_bytes;
+  p.done = [this, st, server](const Status& s) {
+    ServerConn* next = nullptr;
+    Status fail;
+    {
+      absl::MutexLock l(&st->mu);
+      if (st->finished) return;
+      if (s.ok()) {
+        if (--st->owed > 0) return;
+        st->finished = true;
+      } else if (IsServerGone(s)) {
+        ServerSet::MarkDown(server, s);
+        for (ServerConn* c : st->ranked) {
+          if (c->down || std::find(st->tried.begin(), st->tried.end(), c) !=
+                             st->tried.end()) {
+            continue;
+          }
+          next = c;
+          break;
+        }
+        if (next != nullptr) {
+          st->tried.push_back(next);
+        } else {
+          st->finished = true;
+          std::string down;
+          for (ServerConn* c : st->ranked) {
+            if (c->down) {
+              absl::StrAppend(&down, down.empty() ? "" : ", ", c->address);
+            }
+          }
+          fail = absl::UnavailableError(absl::StrCat(
+              "chunk ", st->hex, ": no other server is up to take the copy ",
+              "that ", server->address, " lost (servers down: ", down, "; ",
+              s.message(), ")"));
+        }
+      } else {
+        st->finished = true;
+        fail = s;
+      }
+    }
+    if (next != nullptr) {
+      SendCopy(st, next);
+      return;
+    }
+    st->done(fail);
+  };
+  sender_.Enqueue(std::move(p));
+}
+
+void ChunkIo::PutCopies(const format::ChunkId& id, const char* bytes,
+                        size_t len, std::vector<ServerConn*> servers,
+                        std::function<void(const Status&)> done) {
+  struct Copy {
+    std::string bytes;
+    pb::ChunkRef ref;
+    PutStats stats;
+  };
+  auto c = std::make_shared<Copy>();
+  c->bytes.assign(bytes, len);
+  PutRequest r;
+  r.ranked = &servers;
+  r.replicas = servers.size();
+  r.data = c->bytes.data();
+  r.len = len;
+  r.id = id;
+  r.crc32c = format::Crc32c(bytes, len);
+  r.ref = &c->ref;
+  r.stats = &c->stats;
+  PutAsync(
+      r, [](bool) {},
+      [c, done = std::move(done)](const Status& s) { done(s); });
+}
+
+}  // namespace stagger::client
