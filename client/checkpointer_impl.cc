@@ -184,71 +184,12 @@ class CheckpointerImpl : public Checkpointer {
     if (!std::isfinite(so.deadline_s)) {
       return absl::InvalidArgumentError("SaveOptions.deadline_s is not finite");
     }
-    // A server that restarted since the last save is found now, not by a
-    // failed put; with too few servers left, wait a little for them (a
-    // restart takes seconds), never beyond the save's deadline.
-    servers_->NoteBrokenConnections();
-    if (servers_->up() < options_.replicas) {
-      double wait_s = options_.server_wait_s;
-      const double deadline_s =
-          so.deadline_s >= 0 ? so.deadline_s : options_.qos_deadline_s;
-      if (deadline_s > 0) wait_s = std::min(wait_s, deadline_s);
-      // Fails before anything is copied: no server could take the copies.
-      STAGGER_RETURN_IF_ERROR(WithContext(
-          servers_->AwaitUp(options_.replicas, absl::Seconds(wait_s)),
-          absl::StrCat("save of step ", step)));
-    }
+    STAGGER_RETURN_IF_ERROR(AwaitServers(step, so));
     // Before anything is copied: a step this rank committed is final.
     STAGGER_RETURN_IF_ERROR(step_guard_.Check(step));
-    {
-      absl::MutexLock lock(&save_mu_);
-      if (outstanding_ >= options_.max_outstanding_saves) {
-        if (options_.fail_when_busy) {
-          return absl::ResourceExhaustedError(
-              absl::StrCat("save of step ", step, ": ", outstanding_,
-                           " save(s) already in flight (max_outstanding_saves=",
-                           options_.max_outstanding_saves, ")"));
-        }
-        // Training waits for the save in flight: it may stop yielding to
-        // collectives that will not come.
-        shaping_->CallerWaits(true);
-        save_mu_.Await(absl::Condition(this, &CheckpointerImpl::HasRoom));
-        shaping_->CallerWaits(false);
-      }
-      ++outstanding_;
-    }
+    STAGGER_RETURN_IF_ERROR(TakeSaveSlot(step));
     SaveSlot slot(this);  // given back on every return before the submit
-    // The previous version of each chunk, kept as its delta base, and the
-    // new one being captured meanwhile: half the budget each.
-    SavePlanOptions po;
-    po.job = options_.job;
-    po.step = step;
-    po.rank = options_.rank;
-    po.world_size = options_.world_size;
-    po.replicas = options_.replicas;
-    po.chunk_size = options_.chunk_size;
-    po.created_unix_ms = NowMs();
-    po.deltas_on = options_.delta_chain_max > 0 && options_.codec != "raw";
-    po.delta_chain_max = options_.delta_chain_max;
-    po.keep_budget = DeltaMemoryBytes(options_) / 2;
-    po.slot_servers = [this](const std::string& name, uint64_t index) {
-      return servers_->ForSlot(options_.rank, name, index);
-    };
-    std::vector<PlanTensor> stored;
-    {
-      absl::MutexLock lock(&save_mu_);  // a save may finish meanwhile
-      for (const auto& [name, reg] : tensors_) {
-        if (!Stores(reg)) continue;
-        PlanTensor t{&reg.spec, reg.bytes, SourceFor(reg.spec), {}};
-        auto it = previous_.find(name);
-        if (it != previous_.end() && it->second.bytes == reg.bytes &&
-            it->second.chunk_size == options_.chunk_size) {
-          t.previous = it->second;  // copied
-        }
-        stored.push_back(std::move(t));
-      }
-    }
-    SavePlan plan = PlanSave(po, std::move(stored));
+    SavePlan plan = Plan(step);
     const uint64_t state_bytes = plan.state_bytes;
     std::vector<SaveChunk>& chunks = plan.chunks;
     // Order the copies after the caller's queued work (CUDA: an event on
@@ -305,6 +246,80 @@ class CheckpointerImpl : public Checkpointer {
       metrics_.last_stall_s = stall;
     }
     return SaveHandle(job->handle_state());
+  }
+
+  // A server that restarted since the last save is found now, not by a
+  // failed put; with too few servers left, waits a little for them (a
+  // restart takes seconds), never beyond the save's deadline. Fails before
+  // anything is copied when no server could take the copies.
+  Status AwaitServers(int64_t step, const SaveOptions& so) {
+    servers_->NoteBrokenConnections();
+    if (servers_->up() >= options_.replicas) return absl::OkStatus();
+    double wait_s = options_.server_wait_s;
+    const double deadline_s =
+        so.deadline_s >= 0 ? so.deadline_s : options_.qos_deadline_s;
+    if (deadline_s > 0) wait_s = std::min(wait_s, deadline_s);
+    return WithContext(
+        servers_->AwaitUp(options_.replicas, absl::Seconds(wait_s)),
+        absl::StrCat("save of step ", step));
+  }
+
+  // Takes one of the max_outstanding_saves slots, waiting for a save in
+  // flight to finish (or failing with fail_when_busy). The caller gives it
+  // back (SaveSlot).
+  Status TakeSaveSlot(int64_t step) {
+    absl::MutexLock lock(&save_mu_);
+    if (outstanding_ >= options_.max_outstanding_saves) {
+      if (options_.fail_when_busy) {
+        return absl::ResourceExhaustedError(
+            absl::StrCat("save of step ", step, ": ", outstanding_,
+                         " save(s) already in flight (max_outstanding_saves=",
+                         options_.max_outstanding_saves, ")"));
+      }
+      // Training waits for the save in flight: it may stop yielding to
+      // collectives that will not come.
+      shaping_->CallerWaits(true);
+      save_mu_.Await(absl::Condition(this, &CheckpointerImpl::HasRoom));
+      shaping_->CallerWaits(false);
+    }
+    ++outstanding_;
+    return absl::OkStatus();
+  }
+
+  // The plan of a save of the registered tensors this rank stores as
+  // `step` (save_plan.h), with their history from the last commit.
+  SavePlan Plan(int64_t step) {
+    SavePlanOptions po;
+    po.job = options_.job;
+    po.step = step;
+    po.rank = options_.rank;
+    po.world_size = options_.world_size;
+    po.replicas = options_.replicas;
+    po.chunk_size = options_.chunk_size;
+    po.created_unix_ms = NowMs();
+    po.deltas_on = options_.delta_chain_max > 0 && options_.codec != "raw";
+    po.delta_chain_max = options_.delta_chain_max;
+    // The previous version of each chunk, kept as its delta base, and the
+    // new one being captured meanwhile: half the budget each.
+    po.keep_budget = DeltaMemoryBytes(options_) / 2;
+    po.slot_servers = [this](const std::string& name, uint64_t index) {
+      return servers_->ForSlot(options_.rank, name, index);
+    };
+    std::vector<PlanTensor> stored;
+    {
+      absl::MutexLock lock(&save_mu_);  // a save may finish meanwhile
+      for (const auto& [name, reg] : tensors_) {
+        if (!Stores(reg)) continue;
+        PlanTensor t{&reg.spec, reg.bytes, SourceFor(reg.spec), {}};
+        auto it = previous_.find(name);
+        if (it != previous_.end() && it->second.bytes == reg.bytes &&
+            it->second.chunk_size == options_.chunk_size) {
+          t.previous = it->second;  // copied
+        }
+        stored.push_back(std::move(t));
+      }
+    }
+    return PlanSave(po, std::move(stored));
   }
 
   void CollectiveBegin() override { shaping_->CollectiveBegin(); }
