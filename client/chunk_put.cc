@@ -3,23 +3,19 @@
 // sending its copies to the servers of its slot, failing over to the next
 // server when one is gone. The fetch side is in chunk_io.cc.
 #include <algorithm>
-#include <chrono>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
 #include "client/chunk_io.h"  // ChunkIo: declared there, put side here
 #include "format/crc32c.h"
 #include "format/data_plane.h"
+#include "qos/clock.h"
 #include "util/log.h"
 
 namespace stagger::client {
 namespace {
 
-int64_t NowNs() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
+int64_t NowNs() { return qos::RealClock::Get()->NowNs(); }
 
 }  // namespace
 

@@ -4,15 +4,12 @@
 #include <chrono>
 
 #include "format/data_plane.h"
+#include "qos/clock.h"
 
 namespace stagger::client {
 namespace {
 
-int64_t NowNs() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
+int64_t NowNs() { return qos::RealClock::Get()->NowNs(); }
 
 // The codec policy's estimate (Little's law below) weighs recent
 // completions by count, each older one kDecay times less: bytes and
