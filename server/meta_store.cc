@@ -434,13 +434,19 @@ Result<GcResult> MetaStore::DeleteSteps(const std::string& job,
   std::set<int64_t> missing = doomed;
   for (const auto& s : steps) missing.erase(s.step());
   if (!missing.empty()) {
-    std::vector<int64_t> held;
-    for (const auto& s : steps) held.push_back(s.step());
-    return absl::NotFoundError(
-        absl::StrCat("job '", job, "' has no step ",
-                     absl::StrJoin(missing, ", "), " on this server (steps: ",
-                     held.empty() ? "none" : absl::StrJoin(held, ", "),
-                     "); nothing was deleted"));
+    // The steps there are: all of them, or the range of a long job's.
+    std::string held;
+    if (steps.size() <= 10) {
+      for (const auto& s : steps) {
+        absl::StrAppend(&held, held.empty() ? "" : ", ", s.step());
+      }
+    } else {
+      held = absl::StrCat(steps.size(), " from ", steps.front().step(), " to ",
+                          steps.back().step());
+    }
+    return absl::NotFoundError(absl::StrCat(
+        "job '", job, "' has no step ", absl::StrJoin(missing, ", "),
+        " on this server (steps: ", held, "); nothing was deleted"));
   }
   return DeleteStepsLocked(job, steps, doomed, grace_ms);
 }
@@ -589,6 +595,7 @@ Result<SweepResult> MetaStore::DeleteUnreferenced(const std::string& job,
     if (meta.ok()) r.bytes_freed += meta->stored_length;
   }
   STAGGER_RETURN_IF_ERROR(FromRocks(it->status(), "gc scan"));
+  if (batch->Count() == 0) return r;  // nothing to write, nor to sync
   rocksdb::WriteOptions wo;
   wo.sync = true;
   // A relocation between the scan and this write is deleted with its

@@ -174,6 +174,70 @@ TEST_F(MetaStoreTest, GcKeepsNewestStepsAndWhatTheyNeed) {
   EXPECT_EQ(again->chunks_deleted, 0u);
 }
 
+TEST_F(MetaStoreTest, DeleteStepsKeepsWhatTheOthersNeedAndNamesWhatIsMissing) {
+  // Step 1 holds chunk 1, whole; step 2 a delta on it; step 3 chunk 3.
+  auto c1 = StoreChunk(1);
+  ChunkMeta d;
+  d.location = {1, 8192, 4096};
+  d.raw_length = 4096;
+  d.stored_length = 100;
+  d.codec = format::Codec::kXorByteGroupZstd;
+  d.base = c1;
+  format::ChunkId c2{2, 2};
+  ASSERT_TRUE(meta_->PutChunk("job", c2, d).ok());
+  auto c3 = StoreChunk(3);
+  ASSERT_TRUE(meta_->CommitShard(Shard(1, 0, 1, c1)).ok());
+  ASSERT_TRUE(meta_->CommitShard(Shard(2, 0, 1, c2)).ok());
+  ASSERT_TRUE(meta_->CommitShard(Shard(3, 0, 1, c3)).ok());
+
+  for (auto bad : {meta_->DeleteSteps("job", {}, false, 0),
+                   meta_->DeleteSteps("job", {1}, true, 0),
+                   meta_->DeleteSteps("job", {-1}, false, 0),
+                   meta_->DeleteSteps("job", {1}, false, -5),
+                   meta_->DeleteSteps("bad job", {1}, false, 0)}) {
+    EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument)
+        << bad.status();
+  }
+  auto missing = meta_->DeleteSteps("job", {1, 7, 9}, false, 0);
+  EXPECT_EQ(missing.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_NE(missing.status().message().find(
+                "has no step 7, 9 on this server (steps: 1, 2, 3); nothing"),
+            std::string::npos)
+      << missing.status();
+  EXPECT_TRUE(meta_->GetStep("job", 1).ok());  // nothing was deleted
+
+  // Step 1 goes; its chunk is the base of step 2's delta and stays.
+  auto r = meta_->DeleteSteps("job", {1}, false, 0);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->steps_deleted, std::vector<int64_t>{1});
+  EXPECT_EQ(r->steps_kept, 2u);
+  EXPECT_EQ(r->chunks_deleted, 0u);
+  EXPECT_TRUE(meta_->GetChunk("job", c1).ok());
+  // All of it: every chunk goes, and the job is gone from the listing.
+  auto all = meta_->DeleteSteps("job", {}, true, 0);
+  ASSERT_TRUE(all.ok()) << all.status();
+  EXPECT_EQ(all->steps_deleted, (std::vector<int64_t>{2, 3}));
+  EXPECT_EQ(all->chunks_deleted, 3u);
+  EXPECT_EQ(meta_->ListJobs().value(), std::vector<std::string>{});
+  // A job with no steps here: refused, nothing to decide from.
+  EXPECT_EQ(meta_->DeleteSteps("job", {}, true, 0).status().code(),
+            absl::StatusCode::kNotFound);
+}
+
+TEST_F(MetaStoreTest, ListJobsNamesJobsWithStepsOrChunks) {
+  EXPECT_EQ(meta_->ListJobs().value(), std::vector<std::string>{});
+  auto c1 = StoreChunk(1);  // job "job": a chunk, then a step
+  ChunkMeta cm;
+  cm.location = {1, 0, 4096};
+  cm.raw_length = 4096;
+  cm.stored_length = 4096;
+  ASSERT_TRUE(meta_->PutChunk("a.b-c", format::ChunkId{5, 5}, cm).ok());
+  ASSERT_TRUE(meta_->PutChunk("job2", format::ChunkId{6, 6}, cm).ok());
+  ASSERT_TRUE(meta_->CommitShard(Shard(1, 0, 1, c1)).ok());
+  EXPECT_EQ(meta_->ListJobs().value(),
+            (std::vector<std::string>{"a.b-c", "job", "job2"}));
+}
+
 TEST_F(MetaStoreTest, RelocateMovesOnlyEntriesStillAtTheOldPlace) {
   auto a = StoreChunk(1);  // at {1, 4096, 8192}
   auto b = StoreChunk(2);  // at {1, 8192, 8192}
