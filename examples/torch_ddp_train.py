@@ -133,6 +133,11 @@ def main():
         optimizer.zero_grad()
         loss.backward()        # all-reduces marked as collectives
         optimizer.step()       # waits for a lazy save's snapshot first
+        if step == start + 1:
+            # Once AdamW holds its moments: the staging memory for the
+            # saves is mapped and faulted in now, not in the first save.
+            st.prepare_state_dict(ck, training_state(model, optimizer, step),
+                                  replicated=["model", "optim"])
         if args.print_losses:
             print(f"rank {rank}: step {step} loss.hex {loss.item().hex()}",
                   flush=True)
