@@ -65,6 +65,41 @@ void SaveJob::FingerprintInPlace(std::vector<bool>* unchanged) {
 }
 
 void SaveJob::Run() {
+  const uint64_t snapshotted = Snapshot();
+  {
+    absl::MutexLock lock(&mu_);
+    mu_.Await(absl::Condition(
+        +[](size_t* n) { return *n == 0; }, &unfinished_));
+  }
+  Status s;
+  {
+    absl::MutexLock lock(&mu_);
+    s = first_error_;
+  }
+  const ShapingStats qos = deps_.shaping->Since(shaping_start_);
+  SaveStats stats = CollectStats(snapshotted, qos);
+  if (s.ok()) {
+    {
+      // Save() returns right after the snapshot; its stall goes in below.
+      absl::MutexLock lock(&mu_);
+      mu_.Await(absl::Condition(&caller_returned_));
+    }
+    RecordShardStats(stats);
+    s = CommitShard(*deps_.servers, deps_.replicas, manifest_).status();
+  }
+  stats.durable_s = Since(start_);
+  if (qos.deadline_s > 0 && stats.durable_s > qos.deadline_s) {
+    stats.late_s = stats.durable_s - qos.deadline_s;
+  }
+  status_ = s;
+  if (deps_.on_finished) deps_.on_finished(s, stats);
+  state_->Finish(WithContext(s, absl::StrCat("save of job '", manifest_.job(),
+                                             "' step ", manifest_.step(),
+                                             " rank ", manifest_.rank())),
+                 stats);
+}
+
+uint64_t SaveJob::Snapshot() {
   auto self = shared_from_this();
   // Fingerprints are taken before anything is copied: they must describe
   // exactly the snapshot (the caller may modify its tensors as soon as the
@@ -121,16 +156,10 @@ void SaveJob::Run() {
     }
   }
   if (done_now) StartDraining();
-  {
-    absl::MutexLock lock(&mu_);
-    mu_.Await(absl::Condition(
-        +[](size_t* n) { return *n == 0; }, &unfinished_));
-  }
-  Status s;
-  {
-    absl::MutexLock lock(&mu_);
-    s = first_error_;
-  }
+  return snapshotted;
+}
+
+SaveStats SaveJob::CollectStats(uint64_t snapshotted, const ShapingStats& qos) {
   SaveStats stats;
   stats.bytes_raw = put_stats_.bytes_raw;
   stats.bytes_shipped = put_stats_.bytes_shipped;
@@ -154,54 +183,37 @@ void SaveJob::Run() {
     }
   }
   stats.chunks_no_base = put_stats_.chunks_no_base;
-  ShapingStats qos = deps_.shaping->Since(shaping_start_);
   stats.yield_s = qos.yield_s;
   stats.paced_rate_Bps = qos.paced_rate_Bps;
   stats.windows = qos.windows;
-  {
-    absl::MutexLock lock(&mu_);
-    stats.snapshot_s = snapshot_s_;
-    stats.staging_limited = staging_limited_;
-    stats.bytes_overlapped = overlapped_;
-    stats.peak_chunks_shipping = peak_shipping_;
-    stats.staging_bytes = peak_held_;
-    stats.staging_pool_bytes = deps_.pool->size();
+  absl::MutexLock lock(&mu_);
+  stats.snapshot_s = snapshot_s_;
+  stats.staging_limited = staging_limited_;
+  stats.bytes_overlapped = overlapped_;
+  stats.peak_chunks_shipping = peak_shipping_;
+  stats.staging_bytes = peak_held_;
+  stats.staging_pool_bytes = deps_.pool->size();
+  return stats;
+}
+
+void SaveJob::RecordShardStats(const SaveStats& stats) {
+  pb::ShardStats* ss = manifest_.mutable_stats();
+  ss->set_bytes_raw(stats.bytes_raw);
+  ss->set_bytes_shipped(stats.bytes_shipped);
+  ss->set_chunks(stats.chunks);
+  ss->set_durable_s(Since(start_));
+  ss->set_stall_s(state_->stats().stall_s);
+  ss->set_snapshot_s(stats.snapshot_s);
+  ss->set_chunks_unchanged(stats.chunks_unchanged);
+  ss->set_yield_s(stats.yield_s);
+  ss->set_paced_bytes_per_s(stats.paced_rate_Bps);
+  for (const auto& [codec, n] : stats.codec_chunks) {
+    (*ss->mutable_codec_chunks())[codec] = n;
   }
-  if (s.ok()) {
-    {
-      // Save() returns right after the snapshot; its stall goes in below.
-      absl::MutexLock lock(&mu_);
-      mu_.Await(absl::Condition(&caller_returned_));
-    }
-    pb::ShardStats* ss = manifest_.mutable_stats();
-    ss->set_bytes_raw(stats.bytes_raw);
-    ss->set_bytes_shipped(stats.bytes_shipped);
-    ss->set_chunks(stats.chunks);
-    ss->set_durable_s(Since(start_));
-    ss->set_stall_s(state_->stats().stall_s);
-    ss->set_snapshot_s(stats.snapshot_s);
-    ss->set_chunks_unchanged(stats.chunks_unchanged);
-    ss->set_yield_s(stats.yield_s);
-    ss->set_paced_bytes_per_s(stats.paced_rate_Bps);
-    for (const auto& [codec, n] : stats.codec_chunks) {
-      (*ss->mutable_codec_chunks())[codec] = n;
-    }
-    for (const auto& [reason, n] : stats.codec_reasons) {
-      (*ss->mutable_codec_reasons())[reason] = n;
-    }
-    ss->set_chunks_no_base(stats.chunks_no_base);
-    s = CommitShard(*deps_.servers, deps_.replicas, manifest_).status();
+  for (const auto& [reason, n] : stats.codec_reasons) {
+    (*ss->mutable_codec_reasons())[reason] = n;
   }
-  stats.durable_s = Since(start_);
-  if (qos.deadline_s > 0 && stats.durable_s > qos.deadline_s) {
-    stats.late_s = stats.durable_s - qos.deadline_s;
-  }
-  status_ = s;
-  if (deps_.on_finished) deps_.on_finished(s, stats);
-  state_->Finish(WithContext(s, absl::StrCat("save of job '", manifest_.job(),
-                                             "' step ", manifest_.step(),
-                                             " rank ", manifest_.rank())),
-                 stats);
+  ss->set_chunks_no_base(stats.chunks_no_base);
 }
 
 void SaveJob::CallerReturned(double s) {

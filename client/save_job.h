@@ -159,6 +159,14 @@ class SaveJob : public std::enable_shared_from_this<SaveJob> {
   void Ship(size_t i, char* slab);
   // A shipped chunk is done: frees its window slot for the next one.
   void Shipped(const Status& s);
+  // Fingerprints in place, then hands every changed chunk to its source
+  // to copy into a slab (waiting for slabs while the pool is dry); returns
+  // the bytes copied.
+  uint64_t Snapshot();
+  // The save's figures once every chunk is done.
+  SaveStats CollectStats(uint64_t snapshotted, const ShapingStats& qos);
+  // The figures the manifest stores (ShardStats), before the commit.
+  void RecordShardStats(const SaveStats& stats);
   // Chunk `i` is the same as its previous version `id`: referenced in the
   // manifest and counted, not shipped.
   void ReferenceUnchanged(size_t i, const format::ChunkId& id);
