@@ -35,6 +35,19 @@ class MetaStoreTest : public ::testing::Test {
     return id;
   }
 
+  // Chunk {2, 2}: a 100-byte XOR delta of `base`.
+  format::ChunkId StoreDeltaOn(const format::ChunkId& base) {
+    ChunkMeta d;
+    d.location = {1, 8192, 4096};
+    d.raw_length = 4096;
+    d.stored_length = 100;
+    d.codec = format::Codec::kXorByteGroupZstd;
+    d.base = base;
+    format::ChunkId id{2, 2};
+    EXPECT_TRUE(meta_->PutChunk("job", id, d).ok());
+    return id;
+  }
+
   pb::ShardManifest Shard(int64_t step, uint32_t rank, uint32_t world,
                           format::ChunkId id) {
     pb::ShardManifest m;
@@ -131,14 +144,7 @@ TEST_F(MetaStoreTest, SurvivesReopen) {
 TEST_F(MetaStoreTest, GcKeepsNewestStepsAndWhatTheyNeed) {
   // Chunk 1 is a full chunk, chunk 2 a delta on it, chunk 3 unrelated.
   auto c1 = StoreChunk(1);
-  ChunkMeta d;
-  d.location = {1, 8192, 4096};
-  d.raw_length = 4096;
-  d.stored_length = 100;
-  d.codec = format::Codec::kXorByteGroupZstd;
-  d.base = c1;
-  format::ChunkId c2{2, 2};
-  ASSERT_TRUE(meta_->PutChunk("job", c2, d).ok());
+  format::ChunkId c2 = StoreDeltaOn(c1);
   auto c3 = StoreChunk(3);
   ASSERT_TRUE(meta_->CommitShard(Shard(1, 0, 1, c1)).ok());
   ASSERT_TRUE(meta_->CommitShard(Shard(2, 0, 1, c3)).ok());
@@ -177,14 +183,7 @@ TEST_F(MetaStoreTest, GcKeepsNewestStepsAndWhatTheyNeed) {
 TEST_F(MetaStoreTest, DeleteStepsKeepsWhatTheOthersNeedAndNamesWhatIsMissing) {
   // Step 1 holds chunk 1, whole; step 2 a delta on it; step 3 chunk 3.
   auto c1 = StoreChunk(1);
-  ChunkMeta d;
-  d.location = {1, 8192, 4096};
-  d.raw_length = 4096;
-  d.stored_length = 100;
-  d.codec = format::Codec::kXorByteGroupZstd;
-  d.base = c1;
-  format::ChunkId c2{2, 2};
-  ASSERT_TRUE(meta_->PutChunk("job", c2, d).ok());
+  format::ChunkId c2 = StoreDeltaOn(c1);
   auto c3 = StoreChunk(3);
   ASSERT_TRUE(meta_->CommitShard(Shard(1, 0, 1, c1)).ok());
   ASSERT_TRUE(meta_->CommitShard(Shard(2, 0, 1, c2)).ok());
@@ -294,14 +293,7 @@ TEST_F(MetaStoreTest, LiveChunksAreManifestsAndTheirBases) {
   EXPECT_EQ(meta_->LiveChunks("job").status().code(),
             absl::StatusCode::kNotFound);
   auto c1 = StoreChunk(1);
-  ChunkMeta d;
-  d.location = {1, 8192, 4096};
-  d.raw_length = 4096;
-  d.stored_length = 100;
-  d.codec = format::Codec::kXorByteGroupZstd;
-  d.base = c1;
-  format::ChunkId c2{2, 2};
-  ASSERT_TRUE(meta_->PutChunk("job", c2, d).ok());
+  format::ChunkId c2 = StoreDeltaOn(c1);
   StoreChunk(3);  // referenced by nothing
   ASSERT_TRUE(meta_->CommitShard(Shard(1, 0, 2, c2)).ok());  // partial
   // A chunk on another server, a delta whose base is there too.
