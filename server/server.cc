@@ -46,6 +46,16 @@ class Server::Impl {
   std::string grpc_address;
   bool stopped = false;
 
+  // The steps of Server::Start, in order; each fills members above.
+  Status OpenStores(const ServerOptions& options);
+  void StartServices(const ServerOptions& options,
+                     std::unique_ptr<Authorizer> authorizer);
+  Status StartDataPlane(const ServerOptions& options);
+  Status StartControlPlane(const ServerOptions& options,
+                           std::shared_ptr<grpc::ServerCredentials> creds,
+                           const std::string& grpc_host);
+  Status StartMetrics(const ServerOptions& options);
+
   void Shutdown() {
     if (stopped) return;
     stopped = true;
@@ -134,45 +144,35 @@ Result<std::shared_ptr<grpc::ServerCredentials>> ServerCredentials(
 
 }  // namespace
 
-Result<std::unique_ptr<Server>> Server::Start(const ServerOptions& options) {
-  if (options.data_dir.empty()) {
-    return absl::InvalidArgumentError("server needs a data directory");
-  }
-  if (options.ingest_budget_bytes == 0) {
-    return absl::InvalidArgumentError("the ingest budget must be > 0 bytes");
-  }
-  // Before anything starts: a bad TLS setting stops the server at once.
-  STAGGER_ASSIGN_OR_RETURN(auto creds, ServerCredentials(options));
-  STAGGER_ASSIGN_OR_RETURN(auto grpc_hp,
-                           transport::SplitHostPort(options.listen));
-  // UCX listens at its worker's address, handed out by Hello alone.
-  std::string data_listen =
-      options.data_listen.empty() ? "ucx:" : options.data_listen;
-  std::unique_ptr<Authorizer> auth;
+// Who may call: a tokens file's grants, or nobody but this host. A server
+// without tokens on a non-loopback address would let anyone who reaches it
+// read, write and delete every job.
+static Result<std::unique_ptr<Authorizer>> AccessFor(
+    const ServerOptions& options, const std::string& grpc_host) {
   if (!options.auth_tokens_file.empty()) {
-    STAGGER_ASSIGN_OR_RETURN(auth,
-                             Authorizer::FromFile(options.auth_tokens_file));
-  } else if (!options.insecure) {
-    if (const std::string& host = grpc_hp.first; !IsLoopbackHost(host)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "listening on ", host,
-          " without --auth-tokens would let anyone who reaches it read, "
-          "write and delete every job; give --auth-tokens FILE, listen on "
-          "127.0.0.1, or pass --insecure"));
-    }
+    return Authorizer::FromFile(options.auth_tokens_file);
   }
+  if (!options.insecure && !IsLoopbackHost(grpc_host)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "listening on ", grpc_host,
+        " without --auth-tokens would let anyone who reaches it read, "
+        "write and delete every job; give --auth-tokens FILE, listen on "
+        "127.0.0.1, or pass --insecure"));
+  }
+  return std::unique_ptr<Authorizer>();
+}
+
+Status Server::Impl::OpenStores(const ServerOptions& options) {
   std::error_code ec;
   std::filesystem::create_directories(options.data_dir, ec);
   if (ec) {
     return absl::FailedPreconditionError(absl::StrCat(
         "cannot create data directory ", options.data_dir, ": ", ec.message()));
   }
-
-  auto impl = std::make_unique<Impl>();
   const std::string pid_file = options.data_dir + "/stagger-server.pid";
-  auto meta = MetaStore::Open(options.data_dir + "/meta");
-  if (!meta.ok() &&
-      meta.status().message().find("lock") != std::string_view::npos) {
+  auto opened = MetaStore::Open(options.data_dir + "/meta");
+  if (!opened.ok() &&
+      opened.status().message().find("lock") != std::string_view::npos) {
     // RocksDB's "While lock file: .../LOCK: Resource temporarily
     // unavailable": another process has the index open.
     std::ifstream f(pid_file);
@@ -185,7 +185,7 @@ Result<std::unique_ptr<Server>> Server::Start(const ServerOptions& options) {
         known ? absl::StrCat(" (PID ", pid, ", from ", pid_file, ")") : "",
         ": one server per --data; stop it or choose another directory"));
   }
-  STAGGER_ASSIGN_OR_RETURN(impl->meta, std::move(meta));
+  STAGGER_ASSIGN_OR_RETURN(meta, std::move(opened));
   {
     // Who holds the directory, for the message above (best effort).
     std::ofstream f(pid_file, std::ios::trunc);
@@ -195,8 +195,8 @@ Result<std::unique_ptr<Server>> Server::Start(const ServerOptions& options) {
   seg.dir = options.data_dir + "/segments";
   seg.segment_bytes = options.segment_bytes;
   seg.fs = options.file_system;
-  STAGGER_ASSIGN_OR_RETURN(impl->segments, SegmentStore::Open(seg));
-  if (!impl->segments->direct_io()) {
+  STAGGER_ASSIGN_OR_RETURN(segments, SegmentStore::Open(seg));
+  if (!segments->direct_io()) {
     log::Warning("stagger-server",
                  absl::StrCat("O_DIRECT not supported under ", seg.dir,
                               "; writing segments through the page cache"));
@@ -206,91 +206,124 @@ Result<std::unique_ptr<Server>> Server::Start(const ServerOptions& options) {
     co.threshold = options.compact_threshold;
     co.bytes_per_s = options.compact_bytes_per_s;
     co.max_space_amp = options.compact_space_amp;
-    STAGGER_ASSIGN_OR_RETURN(
-        impl->compactor,
-        Compactor::Create(impl->segments.get(), impl->meta.get(), co));
+    STAGGER_ASSIGN_OR_RETURN(compactor,
+                             Compactor::Create(segments.get(), meta.get(), co));
   }
-  impl->ingest = std::make_unique<qos::Executor>(2);
-  impl->readers = std::make_unique<qos::Executor>(options.read_threads);
-  impl->admission =
-      std::make_unique<IngestAdmission>(options.ingest_budget_bytes);
-  impl->data = std::make_unique<DataService>(
-      impl->segments.get(), impl->meta.get(), impl->ingest.get(),
-      impl->readers.get(), impl->admission.get());
-  if (options.rebase_deltas) {
-    impl->rebaser =
-        std::make_unique<Rebaser>(impl->segments.get(), impl->meta.get());
-    impl->rebaser->SetCompactor(impl->compactor.get());
-    impl->data->SetRebaser(impl->rebaser.get());
-  }
-  impl->auth = std::move(auth);
-  impl->manifest_log =
-      std::make_unique<ManifestLog>(options.data_dir + "/manifests");
-  impl->data->SetAuthorizer(impl->auth.get());
+  return absl::OkStatus();
+}
 
+void Server::Impl::StartServices(const ServerOptions& options,
+                                 std::unique_ptr<Authorizer> authorizer) {
+  ingest = std::make_unique<qos::Executor>(2);
+  readers = std::make_unique<qos::Executor>(options.read_threads);
+  admission = std::make_unique<IngestAdmission>(options.ingest_budget_bytes);
+  data = std::make_unique<DataService>(segments.get(), meta.get(), ingest.get(),
+                                       readers.get(), admission.get());
+  if (options.rebase_deltas) {
+    rebaser = std::make_unique<Rebaser>(segments.get(), meta.get());
+    rebaser->SetCompactor(compactor.get());
+    data->SetRebaser(rebaser.get());
+  }
+  auth = std::move(authorizer);
+  manifest_log = std::make_unique<ManifestLog>(options.data_dir + "/manifests");
+  data->SetAuthorizer(auth.get());
+}
+
+Status Server::Impl::StartDataPlane(const ServerOptions& options) {
   transport::Transport* transport = options.transport;
   if (transport == nullptr) {
     transport::UcxTransportOptions ucx;
-    if (impl->auth == nullptr && !options.insecure) {
+    if (auth == nullptr && !options.insecure) {
       // Without tokens the data plane stays where the control plane is:
       // UCX's tcp transport listens on the loopback device alone.
       ucx.net_devices = "lo";
     }
-    STAGGER_ASSIGN_OR_RETURN(impl->owned_transport,
-                             transport::NewUcxTransport(ucx));
-    transport = impl->owned_transport.get();
+    STAGGER_ASSIGN_OR_RETURN(owned_transport, transport::NewUcxTransport(ucx));
+    transport = owned_transport.get();
   }
   transport::ListenOptions listen_options;
-  listen_options.admission = impl->admission.get();
+  listen_options.admission = admission.get();
   // Room for the record header: the segment store writes a chunk straight
   // from the buffer it was received into.
   listen_options.payload_headroom = format::kRecordHeaderSize;
+  // UCX listens at its worker's address, handed out by Hello alone.
+  const std::string data_listen =
+      options.data_listen.empty() ? "ucx:" : options.data_listen;
   STAGGER_ASSIGN_OR_RETURN(
-      impl->listener,
-      transport->Listen(data_listen, impl->data.get(), listen_options));
+      listener, transport->Listen(data_listen, data.get(), listen_options));
+  return absl::OkStatus();
+}
 
+Status Server::Impl::StartControlPlane(
+    const ServerOptions& options,
+    std::shared_ptr<grpc::ServerCredentials> creds,
+    const std::string& grpc_host) {
   char host[256] = {0};
   gethostname(host, sizeof host - 1);
-  impl->data->SetIdentity(absl::StrCat(host, "/", impl->listener->address()),
-                          options.data_dir);
-  impl->control = std::make_unique<ControlService>(
-      impl->meta.get(), impl->listener->address(),
-      absl::StrCat(host, "/", impl->listener->address()),
-      RetentionPolicy{options.keep_last, options.gc_grace_ms},
-      impl->compactor.get(), impl->auth.get(), impl->manifest_log.get(),
-      impl->segments.get());
-  impl->control->SetRebaser(impl->rebaser.get());
+  const std::string identity = absl::StrCat(host, "/", listener->address());
+  data->SetIdentity(identity, options.data_dir);
+  control = std::make_unique<ControlService>(
+      meta.get(), listener->address(), identity,
+      RetentionPolicy{options.keep_last, options.gc_grace_ms}, compactor.get(),
+      auth.get(), manifest_log.get(), segments.get());
+  control->SetRebaser(rebaser.get());
   grpc::ServerBuilder builder;
   int bound_port = 0;
-  builder.AddListeningPort(options.listen, creds, &bound_port);
-  builder.RegisterService(impl->control.get());
+  builder.AddListeningPort(options.listen, std::move(creds), &bound_port);
+  builder.RegisterService(control.get());
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   builder.SetMaxReceiveMessageSize(256 << 20);
   builder.SetMaxSendMessageSize(256 << 20);
-  impl->grpc_server = builder.BuildAndStart();
-  if (!impl->grpc_server || bound_port == 0) {
-    impl->grpc_server.reset();
+  grpc_server = builder.BuildAndStart();
+  if (!grpc_server || bound_port == 0) {
+    grpc_server.reset();
     return absl::UnavailableError(
         absl::StrCat("cannot listen for gRPC on ", options.listen,
                      " (address in use or not local?)"));
   }
-  impl->grpc_address = absl::StrCat(grpc_hp.first, ":", bound_port);
-  if (!options.metrics_listen.empty()) {
-    MetricsSources sources;
-    sources.data = impl->data.get();
-    sources.control = impl->control.get();
-    sources.segments = impl->segments.get();
-    sources.admission = impl->admission.get();
-    sources.rebaser = impl->rebaser.get();
-    sources.data_dir = options.data_dir;
-    auto exporter = metrics::HttpExporter::Start(
-        options.metrics_listen,
-        [sources] { return RenderServerMetrics(sources); });
-    if (!exporter.ok()) {
-      impl->Shutdown();
-      return exporter.status();
-    }
-    impl->metrics = std::move(*exporter);
+  grpc_address = absl::StrCat(grpc_host, ":", bound_port);
+  return absl::OkStatus();
+}
+
+Status Server::Impl::StartMetrics(const ServerOptions& options) {
+  if (options.metrics_listen.empty()) return absl::OkStatus();
+  MetricsSources sources;
+  sources.data = data.get();
+  sources.control = control.get();
+  sources.segments = segments.get();
+  sources.admission = admission.get();
+  sources.rebaser = rebaser.get();
+  sources.data_dir = options.data_dir;
+  STAGGER_ASSIGN_OR_RETURN(
+      metrics, metrics::HttpExporter::Start(options.metrics_listen, [sources] {
+        return RenderServerMetrics(sources);
+      }));
+  return absl::OkStatus();
+}
+
+Result<std::unique_ptr<Server>> Server::Start(const ServerOptions& options) {
+  if (options.data_dir.empty()) {
+    return absl::InvalidArgumentError("server needs a data directory");
+  }
+  if (options.ingest_budget_bytes == 0) {
+    return absl::InvalidArgumentError("the ingest budget must be > 0 bytes");
+  }
+  // Before anything starts: a bad TLS setting or address stops the server
+  // at once.
+  STAGGER_ASSIGN_OR_RETURN(auto creds, ServerCredentials(options));
+  STAGGER_ASSIGN_OR_RETURN(auto grpc_hp,
+                           transport::SplitHostPort(options.listen));
+  STAGGER_ASSIGN_OR_RETURN(std::unique_ptr<Authorizer> auth,
+                           AccessFor(options, grpc_hp.first));
+  auto impl = std::make_unique<Impl>();
+  STAGGER_RETURN_IF_ERROR(impl->OpenStores(options));
+  impl->StartServices(options, std::move(auth));
+  STAGGER_RETURN_IF_ERROR(impl->StartDataPlane(options));
+  STAGGER_RETURN_IF_ERROR(
+      impl->StartControlPlane(options, std::move(creds), grpc_hp.first));
+  if (Status s = impl->StartMetrics(options); !s.ok()) {
+    impl->Shutdown();
+    return s;
   }
   return std::unique_ptr<Server>(new Server(std::move(impl)));
 }
