@@ -7,6 +7,8 @@
 #include <atomic>
 #include <chrono>
 #include <cstring>
+#include <fstream>
+#include <iterator>
 #include <numeric>
 #include <optional>
 #include <string>
@@ -377,8 +379,16 @@ TEST_F(AsyncSaveTest, PreparedStagingSparesTheFirstSaveItsPageFaults) {
       "first save of 32 MiB: %ld minor faults on the calling thread, %ld "
       "after PrepareStaging (%ld pages)\n",
       unprepared, prepared, pages);
-  EXPECT_GE(unprepared, pages * 9 / 10);
   EXPECT_LT(prepared, pages / 16);
+  // With transparent huge pages always on, the pool faults in 2 MiB pages
+  // and the count without PrepareStaging says little; else it is a page
+  // each, which shows that this count sees the pool's faults at all.
+  std::ifstream thp("/sys/kernel/mm/transparent_hugepage/enabled");
+  std::string mode((std::istreambuf_iterator<char>(thp)),
+                   std::istreambuf_iterator<char>());
+  if (mode.find("[always]") == std::string::npos) {
+    EXPECT_GE(unprepared, pages * 9 / 10);
+  }
 }
 
 TEST_F(AsyncSaveTest, SecondSaveWaitsForTheFirstByDefault) {

@@ -704,8 +704,16 @@ def test_prepare_state_dict_spares_the_first_save_its_page_faults(tmp_path):
 
     unprepared = first_save_faults(False, "cold")
     prepared = first_save_faults(True, "warm")
-    assert unprepared >= pages * 9 // 10, (unprepared, pages)
     assert prepared < pages // 16, (prepared, pages)
+    # With transparent huge pages always on the pool faults in 2 MiB
+    # pages; else a page each, which shows the count sees its faults.
+    try:
+        with open("/sys/kernel/mm/transparent_hugepage/enabled") as f:
+            thp_always = "[always]" in f.read()
+    except OSError:
+        thp_always = False
+    if not thp_always:
+        assert unprepared >= pages * 9 // 10, (unprepared, pages)
     with pytest.raises(TypeError):
         st.prepare_state_dict(stagger.Checkpointer(
             servers=f"embedded:{tmp_path}", job="bad"), [1, 2])
