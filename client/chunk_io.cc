@@ -216,7 +216,19 @@ Result<format::RecordHeader> ChunkIo::CheckReply(
   if (s.ok() && !r->has_record) {
     s = absl::DataLossError("reply carries no record header");
   }
-  if (s.ok()) s = format::VerifyPayload(r->record, msg.payload.view());
+  if (s.ok()) {
+    // A raw payload is the chunk itself: DecodeReply hashes it against the
+    // chunk id, which checks the same bytes end to end, so its CRC would be
+    // a second pass over every byte of a load for nothing. An encoded
+    // payload is checked before it reaches a decoder.
+    s = r->record.codec == format::Codec::kRaw
+            ? (msg.payload.size() == r->record.encoded_length
+                   ? absl::OkStatus()
+                   : absl::DataLossError(absl::StrCat(
+                         "payload is ", msg.payload.size(),
+                         " bytes, header says ", r->record.encoded_length)))
+            : format::VerifyPayload(r->record, msg.payload.view());
+  }
   if (s.ok() &&
       (r->record.chunk_id != id || r->record.raw_length != raw_length)) {
     s = absl::DataLossError("server returned a different chunk");

@@ -154,7 +154,9 @@ class ChunkIo {
   Result<std::pair<format::RecordHeader, transport::Message>> FetchRecord(
       ServerConn* server, const format::ChunkId& id, size_t raw_length);
   // The record header of a GetChunk reply, once the reply is found to be
-  // of chunk `id` (raw_length bytes) with an intact payload.
+  // of chunk `id` (raw_length bytes) with a payload of the header's length,
+  // an encoded one intact by its CRC (a raw one is checked against the
+  // chunk id when decoded: DecodeReply).
   static Result<format::RecordHeader> CheckReply(const format::ChunkId& id,
                                                  size_t raw_length,
                                                  const transport::Message& msg);

@@ -495,12 +495,14 @@ Status Decode(Codec codec, std::string_view payload, char* out,
         return absl::DataLossError(
             absl::StrCat("bad byte-group element size ", w));
       }
-      std::string grouped(raw_length, '\0');
+      // The thread's scratch: a new 4 MiB buffer per chunk would be zeroed
+      // and faulted in at every load.
+      char* grouped = Scratch(raw_length);
       STAGGER_RETURN_IF_ERROR(
-          ZstdDecode(payload.substr(1), grouped.data(), raw_length));
+          ZstdDecode(payload.substr(1), grouped, raw_length));
       size_t n = raw_length / w;
-      UngroupAny(grouped.data(), n, w, out);
-      std::memcpy(out + n * w, grouped.data() + n * w, raw_length - n * w);
+      UngroupAny(grouped, n, w, out);
+      std::memcpy(out + n * w, grouped + n * w, raw_length - n * w);
       return absl::OkStatus();
     }
     case Codec::kXorByteGroupZstd:

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "client/embedded/embedded.h"
+#include "format/crc32c.h"
 #include "server/server.h"
 #include "stagger/checkpointer.h"
 #include "tests/testutil/pattern.h"
@@ -346,6 +347,45 @@ TEST_F(IncrementalTest, CorruptBaseFailsEveryDependentLoadWithDataLoss) {
   }
   auto r = ck->Load(1);
   EXPECT_NE(r.status().message().find("delta base"), std::string::npos)
+      << r.status();
+}
+
+// A server that sends wrong bytes under intact checksums (a bug, a hostile
+// peer, memory corrupted before the CRC was taken): the load hashes what
+// it received against the chunk id. A raw payload is checked by that alone.
+TEST_F(IncrementalTest, RawBytesWithRecomputedChecksumsFailTheLoad) {
+  std::vector<float> w = Weights(kChunk / 4, 31);
+  {
+    auto ck = Open("raw");
+    ASSERT_TRUE(ck->Register({"w", "F32", {int64_t(w.size())}, w.data()}).ok());
+    ASSERT_TRUE(ck->Save(1)->Wait().ok());
+  }
+  std::string seg = dir_.path() + "/segments/incr/00000001.seg";
+  std::vector<uint64_t> whole = WholeRecords(seg);
+  ASSERT_EQ(whole.size(), 1u);
+  {
+    std::fstream f(seg, std::ios::in | std::ios::out | std::ios::binary);
+    ASSERT_TRUE(f.good()) << seg;
+    std::string rec(64 + kChunk, '\0');
+    f.seekg(whole[0]);
+    f.read(rec.data(), rec.size());
+    ASSERT_EQ(rec[6], 0) << "a raw record";
+    rec[64 + 100] ^= 0x40;
+    const uint32_t payload_crc = format::Crc32c(rec.data() + 64, kChunk);
+    std::memcpy(&rec[40], &payload_crc, 4);
+    const uint32_t header_crc = format::Crc32c(rec.data(), 60);
+    std::memcpy(&rec[60], &header_crc, 4);
+    f.seekp(whole[0]);
+    f.write(rec.data(), rec.size());
+  }
+  auto ck = Open("raw");
+  std::vector<float> out(w.size());
+  ASSERT_TRUE(
+      ck->Register({"w", "F32", {int64_t(out.size())}, out.data()}).ok());
+  auto r = ck->Load(1);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kDataLoss) << r.status();
+  EXPECT_NE(r.status().message().find("do not match chunk id"),
+            std::string::npos)
       << r.status();
 }
 

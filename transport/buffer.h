@@ -109,6 +109,15 @@ class Buffer {
   void resize(size_t n) {
     if (n <= capacity_) size_ = n;
   }
+  // Gives the first min(n, size()) bytes to the headroom: data() moves
+  // forward without a copy (a record read whole from disk is sent without
+  // its header this way).
+  void DropFront(size_t n) {
+    n = n < size_ ? n : size_;
+    headroom_ += n;
+    size_ -= n;
+    capacity_ -= n;
+  }
 
   // Replaces the attachment (the old one, if any, is destroyed now).
   void Attach(std::unique_ptr<Attachment> attachment) {

@@ -2,6 +2,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <string>
 
 #include "gtest/gtest.h"
 
@@ -58,6 +59,23 @@ TEST(BufferPoolTest, SmallRequestsAreOrdinaryBuffersAndBuffersOutliveThePool) {
   std::memset(big.data(), 1, big.size());
   big = Buffer();
   EXPECT_TRUE(weak.expired());
+}
+
+TEST(BufferTest, DropFrontMovesTheStartIntoTheHeadroomWithoutACopy) {
+  Buffer b(10000);
+  std::memset(b.data(), 'h', 64);
+  std::memset(b.data() + 64, 'p', b.size() - 64);
+  const char* payload = b.data() + 64;
+  const size_t end = b.headroom() + b.capacity();
+  b.DropFront(64);
+  EXPECT_EQ(b.data(), payload);
+  EXPECT_EQ(b.size(), 10000u - 64);
+  EXPECT_EQ(b.headroom(), 64u);
+  EXPECT_EQ(b.headroom() + b.capacity(), end);
+  EXPECT_EQ(b.view(), std::string(10000 - 64, 'p'));
+  b.DropFront(1 << 20);  // more than it holds: empties it
+  EXPECT_TRUE(b.empty());
+  EXPECT_EQ(b.headroom() + b.capacity(), end);
 }
 
 }  // namespace

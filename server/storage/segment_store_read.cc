@@ -93,10 +93,9 @@ Result<StoredRecord> SegmentStore::Impl::Read(const std::string& job,
         where, ": record is ", format::RecordSize(h->encoded_length),
         " bytes, location says ", loc.record_size));
   }
-  // The payload moves to the front of the same buffer: no second copy of a
-  // chunk that can be 64 MiB.
-  std::memmove(buf.data(), buf.data() + format::kRecordHeaderSize,
-               h->encoded_length);
+  // The header becomes headroom: the payload is sent from where it was
+  // read, not copied (a chunk can be 64 MiB).
+  buf.DropFront(format::kRecordHeaderSize);
   buf.resize(h->encoded_length);
   return StoredRecord{*h, std::move(buf)};
 }
