@@ -7,6 +7,7 @@
 #include <map>
 
 #include "absl/strings/str_cat.h"
+#include "client/spare_pool.h"
 #include "util/log.h"
 
 namespace stagger::client {
@@ -64,11 +65,21 @@ Status Staging::Size(uint64_t needed, bool in_use) {
                      "staging_bytes=, for more)"));
   }
   if (pool_ && in_use) return absl::OkStatus();  // grows at a later save
-  STAGGER_ASSIGN_OR_RETURN(auto pool, StagingPool::Create(want, chunk_size_));
+  // An earlier Checkpointer's pool, already mapped and faulted in, when it
+  // is large enough.
+  std::unique_ptr<StagingPool> pool = SparePool::Take(want, cap, chunk_size_);
+  if (pool == nullptr || !pool->Reset().ok()) {
+    STAGGER_ASSIGN_OR_RETURN(pool, StagingPool::Create(want, chunk_size_));
+  }
   Unpin();
   pool_ = std::move(pool);
   Pin();
   return absl::OkStatus();
+}
+
+Staging::~Staging() {
+  Unpin();
+  if (!fixed_) SparePool::Park(std::move(pool_));
 }
 
 void Staging::SetCuda(SnapshotSource* cuda) {

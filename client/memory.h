@@ -34,12 +34,15 @@ uint64_t StagingNeeded(const std::vector<uint64_t>& tensor_bytes,
 // Open (`fixed`), or, by default, sized to the largest state saved so far
 // up to StagingPool::DefaultBytes(), so a small job does not pin a large
 // pool and a tiny first save does not leave every later one snapshotting
-// through a few slabs. Pinned for CUDA once a CUDA source exists.
+// through a few slabs; an earlier Checkpointer's parked pool (SparePool)
+// when it is large enough. Pinned for CUDA once a CUDA source exists.
 class Staging {
  public:
   Staging(std::unique_ptr<StagingPool> fixed, uint64_t chunk_size,
           std::string job);
-  ~Staging() { Unpin(); }
+  // Unpins the pool; a default pool is parked for the process's next
+  // Checkpointer (SparePool).
+  ~Staging();
 
   // Before a save that needs `needed` bytes: creates or grows the default
   // pool. With `in_use` (another save holds slabs) the pool is not replaced

@@ -125,6 +125,22 @@ void StagingPool::Release(char* slab) {
   }
 }
 
+Status StagingPool::Reset() {
+  absl::MutexLock lock(&mu_);
+  if (in_use_ != 0) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "staging pool reset with ", in_use_, " bytes still acquired"));
+  }
+  free_.clear();
+  for (uint64_t i = slabs_; i > 0; --i) {
+    free_.push_back(base_ + (i - 1) * slab_bytes_);
+  }
+  for (auto& list : pieces_) list.clear();
+  std::fill(cut_.begin(), cut_.end(), 0);
+  peak_ = 0;
+  return absl::OkStatus();
+}
+
 uint64_t StagingPool::SizeOf(const char* p) const {
   absl::MutexLock lock(&mu_);
   const int c = cut_[(p - base_) / slab_bytes_];

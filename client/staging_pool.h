@@ -48,6 +48,10 @@ class StagingPool {
   char* TryAcquire(uint64_t len);
   // Returns a slab or piece from Acquire().
   void Release(char* slab);
+  // Makes every slab whole and free again (pieces cut by earlier saves
+  // merged back) and forgets the peak: a pool handed to another user.
+  // FAILED_PRECONDITION, changing nothing, while anything is acquired.
+  Status Reset();
   // The size of the slab or piece at `p` (from Acquire()).
   uint64_t SizeOf(const char* p) const;
   // The bytes Acquire(len) takes from the pool: a whole slab, or the

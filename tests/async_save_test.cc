@@ -391,6 +391,36 @@ TEST_F(AsyncSaveTest, PreparedStagingSparesTheFirstSaveItsPageFaults) {
   }
 }
 
+// A Checkpointer made after another one of the process is gone (a
+// reconnect, a new job) takes the pool the first one mapped and faulted
+// in: its first save pays no page faults for staging.
+TEST_F(AsyncSaveTest, ASecondCheckpointerReusesTheFirstOnesStagingPool) {
+  constexpr size_t kBytes = 32 << 20;
+  const long pages = static_cast<long>(kBytes / sysconf(_SC_PAGESIZE));
+  std::vector<char> t(kBytes);
+  FillPattern(t, 13);
+  {
+    auto ck = Open();
+    ASSERT_NE(ck, nullptr);
+    ASSERT_TRUE(ck->Register({"t", "U8", {int64_t(t.size())}, t.data()}).ok());
+    auto h = ck->Save(1);
+    ASSERT_TRUE(h.ok() && h->Wait().ok());
+  }
+  auto ck = Open();
+  ASSERT_NE(ck, nullptr);
+  ASSERT_TRUE(ck->Register({"t", "U8", {int64_t(t.size())}, t.data()}).ok());
+  rusage before, after;
+  getrusage(RUSAGE_THREAD, &before);
+  auto h = ck->Save(2);
+  getrusage(RUSAGE_THREAD, &after);
+  ASSERT_TRUE(h.ok()) << h.status();
+  ASSERT_TRUE(h->Wait().ok());
+  EXPECT_GE(h->stats().staging_pool_bytes, kBytes);
+  EXPECT_FALSE(h->stats().staging_limited);
+  EXPECT_LT(after.ru_minflt - before.ru_minflt, pages / 16);
+  EXPECT_EQ(LoadBack(*ck, 2, t.size()), t);
+}
+
 TEST_F(AsyncSaveTest, SecondSaveWaitsForTheFirstByDefault) {
   auto ck = Open();
   std::vector<char> t(3 << 20);
