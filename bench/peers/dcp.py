@@ -353,6 +353,9 @@ def main():
     p.add_argument("--step-s", type=float, default=0.25,
                    help="the training step between a lazy save and "
                         "before_update() (a sleep: GPU compute)")
+    p.add_argument("--gpt-dim", type=int, default=768,
+                   help="the gpt layout's width: 768 gives 496 tensors for "
+                        "1 GiB, 576 gives 976")
     p.add_argument("--load-reps", type=int, default=3,
                    help="cold loads of each, in turn; medians compared")
     p.add_argument("--server-bin",
@@ -363,7 +366,8 @@ def main():
     print(f"dcp.py: torch {torch.__version__}, {a.gib} GiB per layout, "
           f"{os.cpu_count()} cores, disk under {a.dir}")
     for layout in a.layout.split(","):
-        sd = gpt_state(total) if layout == "gpt" else large_state(total)
+        sd = (gpt_state(total, dim=a.gpt_dim) if layout == "gpt"
+              else large_state(total))
         ts = tensors(sd)
         nbytes = sum(t.numel() * t.element_size() for t in ts)
         work = tempfile.mkdtemp(prefix=f"stagger-peers-{layout}-",
