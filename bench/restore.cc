@@ -119,8 +119,7 @@ Result<uint64_t> SaveStep(const std::string& servers, const std::string& codec,
     handles.push_back(*h);
   }
   for (uint32_t r = 0; r < world; ++r) {
-    STAGGER_RETURN_IF_ERROR(
-        WithContext(handles[r].Wait(), absl::StrCat("durable rank ", r)));
+    STAGGER_RETURN_IF_ERROR_CTX(handles[r].Wait(), "durable rank ", r);
   }
   auto steps = cks[0]->Steps(false);
   if (!steps.ok()) return WithContext(steps.status(), "Steps");

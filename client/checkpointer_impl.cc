@@ -435,10 +435,10 @@ class CheckpointerImpl : public Checkpointer {
         int64_t loaded, LoadStep(*servers_, io_, options_.job, options_.rank,
                                  options_.world_size, step, targets, &cancel));
     for (const auto& [spec, host] : device_copies) {
-      STAGGER_RETURN_IF_ERROR(WithContext(
+      STAGGER_RETURN_IF_ERROR_CTX(
           CudaCopyToDevice(spec->device_index, spec->data, host, SizeOf(*spec)),
-          absl::StrCat("load of job '", options_.job, "' step ", loaded,
-                       " rank ", options_.rank, " tensor '", spec->name, "'")));
+          "load of job '", options_.job, "' step ", loaded, " rank ",
+          options_.rank, " tensor '", spec->name, "'");
     }
     return loaded;
   }

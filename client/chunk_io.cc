@@ -271,8 +271,7 @@ Status ChunkIo::DecodeReply(ServerConn* server, const format::ChunkId& id,
       chain.push_back({base_id, m->first.codec, held.back()->payload.view()});
       break;
     }
-    STAGGER_RETURN_IF_ERROR(
-        WithContext(got, absl::StrCat("delta base ", base_id.ToHex())));
+    STAGGER_RETURN_IF_ERROR_CTX(got, "delta base ", base_id.ToHex());
   }
   std::string below, above;
   if (chain.size() > 1) {
@@ -317,9 +316,8 @@ ChunkIo::FetchRecord(ServerConn* server_conn, const format::ChunkId& id,
   }
   STAGGER_RETURN_IF_ERROR(reply.status());
   auto header = CheckReply(id, raw_length, *reply);
-  STAGGER_RETURN_IF_ERROR(WithContext(
-      header.status(),
-      absl::StrCat("chunk ", id.ToHex(), " from server ", server.address)));
+  STAGGER_RETURN_IF_ERROR_CTX(header.status(), "chunk ", id.ToHex(),
+                              " from server ", server.address);
   return std::make_pair(*header, std::move(*reply));
 }
 

@@ -107,6 +107,20 @@ void RememberOutcomes(const pb::ShardManifest& m,
                       std::map<std::string, PreviousChunks>* history) {
   size_t k = 0;  // index into outcomes, across tensors in manifest order
   for (const pb::TensorEntry& t : m.tensors()) {
+    // The manifest is this client's own, so its ids are well formed; were
+    // one not, the tensor's history is forgotten (its next save sends
+    // whole chunks) rather than trusted.
+    std::vector<format::ChunkId> ids;
+    for (const pb::ChunkRef& c : t.chunks()) {
+      auto id = format::ChunkId::FromBytes(c.id());
+      if (!id.ok()) break;
+      ids.push_back(*id);
+    }
+    if (ids.size() != static_cast<size_t>(t.chunks_size())) {
+      history->erase(t.name());
+      k += t.chunks_size();
+      continue;
+    }
     PreviousChunks& p = (*history)[t.name()];
     const bool same_layout =
         p.bytes == t.byte_size() && p.chunk_size == m.chunk_size() &&
@@ -119,7 +133,7 @@ void RememberOutcomes(const pb::ShardManifest& m,
     p.fingerprints.resize(t.chunks_size());
     p.at_home.resize(t.chunks_size(), false);
     for (int i = 0; i < t.chunks_size(); ++i, ++k) {
-      p.ids[i] = *format::ChunkId::FromBytes(t.chunks(i).id());
+      p.ids[i] = ids[i];
       const ChunkOutcome& o = outcomes[k];
       p.fingerprints[i] = o.fingerprint;
       p.at_home[i] = o.at_home;

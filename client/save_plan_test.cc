@@ -161,6 +161,12 @@ TEST_F(SavePlanTest, OutcomesBecomeTheNextPlansHistory) {
   EXPECT_EQ(history["b"].depth[0], 1);
   EXPECT_EQ(history["b"].versions[0], bytes);
   EXPECT_FALSE(history["b"].at_home[0]);
+  // A malformed id (not the 16 bytes of one) forgets the tensor's history
+  // instead of trusting it.
+  pb::ShardManifest bad = *plan.manifest;
+  bad.mutable_tensors(0)->mutable_chunks(0)->set_id("short");
+  RememberOutcomes(bad, {whole}, &history);
+  EXPECT_EQ(history.count("b"), 0u);
 }
 
 }  // namespace

@@ -46,8 +46,7 @@ Status ServerSet::Dial(ServerConn* conn, double timeout_s,
       auto d = format::DecodeReply(r->header);
       a = d.ok() ? d->status : d.status();
     }
-    STAGGER_RETURN_IF_ERROR(
-        WithContext(a, absl::StrCat(where, ": key from Hello")));
+    STAGGER_RETURN_IF_ERROR_CTX(a, where, ": key from Hello");
   }
   conn->codec_count = reply.codec_count() == 0 ? 4 : reply.codec_count();
   conn->rebases_deltas = reply.rebases_deltas();

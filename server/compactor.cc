@@ -171,8 +171,7 @@ Result<CompactionStats> Compactor::Pass::Run() {
   // fills up. (Records appended after the scan go to the new one.)
   for (const SegmentInfo& s : segments) {
     if (!s.sealed && picked.count(s.id) != 0) {
-      STAGGER_RETURN_IF_ERROR(
-          WithContext(c_->segments_->Roll(job_), Where(job_, s.id)));
+      STAGGER_RETURN_IF_ERROR_CTX(c_->segments_->Roll(job_), Where(job_, s.id));
       ++stats_.segments_rolled;
     }
   }

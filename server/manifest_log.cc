@@ -1,6 +1,7 @@
 #include "server/manifest_log.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -80,7 +81,9 @@ Status ManifestLog::Append(const pb::ShardManifest& m) {
   const std::string path = PathOf(m.job());
   absl::MutexLock l(&mu_);
   STAGGER_RETURN_IF_ERROR(EnsureDir(dir_));
-  const bool existed = std::filesystem::exists(path);
+  // stat, not std::filesystem::exists: that one throws on an I/O error.
+  struct stat st;
+  const bool existed = ::stat(path.c_str(), &st) == 0;
   int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
   if (fd < 0) return Errno("open", path);
   Status s = WriteSynced(fd, Entry(m), path);

@@ -485,9 +485,9 @@ Result<std::unique_ptr<SnapshotSource>> NewCudaSnapshotSource(
         "CUDA device ", options.device, " does not exist (", n, " visible)"));
   }
   auto source = std::make_unique<CudaSnapshotSourceImpl>(options.device);
-  STAGGER_RETURN_IF_ERROR(WithContext(
-      source->Init(options),
-      absl::StrCat("setting up snapshots on CUDA device ", options.device)));
+  STAGGER_RETURN_IF_ERROR_CTX(source->Init(options),
+                              "setting up snapshots on CUDA device ",
+                              options.device);
   return std::unique_ptr<SnapshotSource>(std::move(source));
 }
 

@@ -47,6 +47,19 @@ inline Status WithContext(const Status& s, absl::string_view context) {
     if (!stagger_status_.ok()) return stagger_status_; \
   } while (0)
 
+// As STAGGER_RETURN_IF_ERROR, with "context: " prefixed on the way out:
+// the arguments after `expr` are joined by absl::StrCat only on error, so
+// a path or chunk id costs nothing while all goes well.
+//   STAGGER_RETURN_IF_ERROR_CTX(file->Sync(), "segment ", id, " of ", job);
+#define STAGGER_RETURN_IF_ERROR_CTX(expr, ...)                    \
+  do {                                                            \
+    ::stagger::Status stagger_status_ = (expr);                   \
+    if (!stagger_status_.ok()) {                                  \
+      return ::stagger::WithContext(stagger_status_,              \
+                                    ::absl::StrCat(__VA_ARGS__)); \
+    }                                                             \
+  } while (0)
+
 // Evaluates `rexpr` (a Result<T>); on error returns its status, otherwise
 // moves the value into `lhs` (which may be a declaration).
 #define STAGGER_ASSIGN_OR_RETURN(lhs, rexpr) \

@@ -67,7 +67,9 @@ void SegmentStore::Impl::Append(const std::string& job,
             .status();
     if (p.rejected.ok()) p.rejected = format::VerifyPayload(h, payload.view());
     // The name is valid here, so it is safe to quote.
-    p.rejected = WithContext(p.rejected, absl::StrCat("append to job ", job));
+    if (!p.rejected.ok()) {
+      p.rejected = WithContext(p.rejected, absl::StrCat("append to job ", job));
+    }
   }
   if (p.rejected.ok()) p.record_size = format::RecordSize(h.encoded_length);
   p.payload = std::move(payload);
