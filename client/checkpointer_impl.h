@@ -4,8 +4,19 @@
 //
 //   CheckpointerImpl ─┬─ transport (shared, process-wide UCX by default)
 //                     ├─ ServerSet (gRPC stubs + data connections)
-//                     ├─ Executor (encode/decode workers)
-//                     └─ registered TensorSpecs
+//                     ├─ Shaping (pacing, stagger slot, collective gate)
+//                     ├─ Executors: pipeline (fingerprint, encode), driver
+//                     │   (a thread per outstanding save), fetch (decode)
+//                     ├─ SnapshotSources: host, one per CUDA device
+//                     ├─ Staging (the pool; memory.h, spare_pool.h)
+//                     ├─ CodecPolicy + ChunkIo (puts via the Sender,
+//                     │   fetches for loads: chunk_io.h, loader.h)
+//                     ├─ StepGuard (committed steps are final)
+//                     ├─ registered TensorSpecs, and per tensor the
+//                     │   chunk history deltas are planned from
+//                     │   (save_plan.h); each Save() runs a SaveJob
+//                     │   (save_job.h)
+//                     └─ metrics (and their HTTP exporter)
 #ifndef STAGGER_CLIENT_CHECKPOINTER_IMPL_H_
 #define STAGGER_CLIENT_CHECKPOINTER_IMPL_H_
 

@@ -9,7 +9,7 @@
 //   gate       CollectiveGate fed by the training loop's marks;
 //   buckets    client and node TokenBuckets (hard caps on wire bytes).
 //
-// The sender (ChunkIo) calls Pace(raw bytes) and then Admit(wire bytes)
+// The Sender (sender.h) calls Pace(raw bytes) and then Admit(wire bytes)
 // before each chunk goes on the wire; chunks found unchanged are booked
 // with Skip() so the schedule covers the whole save.
 //

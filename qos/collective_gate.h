@@ -56,7 +56,7 @@
 namespace stagger::qos {
 
 struct CollectiveGateOptions {
-  // Learn busy phases and predict them (rule 3 below); false: closed only
+  // Learn busy phases and predict them (rule 3 above); false: closed only
   // while a collective is actually open ("pause" mode).
   bool learn = true;
   // Agreeing iterations needed before predictions start (>= 1).

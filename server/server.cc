@@ -195,12 +195,9 @@ Status Server::Impl::OpenStores(const ServerOptions& options) {
   seg.dir = options.data_dir + "/segments";
   seg.segment_bytes = options.segment_bytes;
   seg.fs = options.file_system;
+  // A file system that refuses O_DIRECT is logged by the segment store
+  // when it first refuses it (at the first segment opened).
   STAGGER_ASSIGN_OR_RETURN(segments, SegmentStore::Open(seg));
-  if (!segments->direct_io()) {
-    log::Warning("stagger-server",
-                 absl::StrCat("O_DIRECT not supported under ", seg.dir,
-                              "; writing segments through the page cache"));
-  }
   if (options.compact_threshold > 0) {
     CompactorOptions co;
     co.threshold = options.compact_threshold;
