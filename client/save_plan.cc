@@ -3,14 +3,9 @@
 #include <algorithm>
 #include <utility>
 
-namespace stagger::client {
+#include "format/names.h"
 
-int FloatElementSize(const std::string& dtype) {
-  if (dtype == "BF16" || dtype == "F16") return 2;
-  if (dtype == "F32") return 4;
-  if (dtype == "F64") return 8;
-  return 0;
-}
+namespace stagger::client {
 
 bool AllRebase(const std::vector<ServerConn*>& servers) {
   if (servers.empty()) return false;
@@ -80,7 +75,7 @@ SavePlan PlanSave(const SavePlanOptions& o, std::vector<PlanTensor> tensors) {
     plan.tensor_bytes.push_back(tensor.bytes);
     pb::TensorEntry* e = plan.manifest->mutable_tensors(static_cast<int>(t));
     const char* base = static_cast<const char*>(tensor.spec->data);
-    const int element_size = FloatElementSize(tensor.spec->dtype);
+    const int element_size = format::FloatElementSize(tensor.spec->dtype);
     size_t i = 0;
     for (uint64_t off = 0; off < tensor.bytes; off += o.chunk_size, ++i) {
       const size_t len = std::min<uint64_t>(o.chunk_size, tensor.bytes - off);

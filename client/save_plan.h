@@ -83,9 +83,6 @@ struct SavePlan {
   std::vector<uint64_t> tensor_bytes;
 };
 
-// Element width of floating-point dtypes (byte grouping pays), else 0.
-int FloatElementSize(const std::string& dtype);
-
 // Whether every server of `servers` rebases deltas (false when empty).
 bool AllRebase(const std::vector<ServerConn*>& servers);
 

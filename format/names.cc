@@ -23,14 +23,43 @@ Status ValidateName(std::string_view what, std::string_view name) {
   return absl::OkStatus();
 }
 
+namespace {
+
+// The dtypes stagger stores: the one table of their names and sizes.
+struct Dtype {
+  std::string_view name;
+  uint8_t size;
+  bool is_float;
+};
+constexpr Dtype kDtypes[] = {
+    {"F64", 8, true},   {"F32", 4, true},  {"F16", 2, true},  {"BF16", 2, true},
+    {"I64", 8, false},  {"I32", 4, false}, {"I16", 2, false}, {"I8", 1, false},
+    {"U64", 8, false},  {"U32", 4, false}, {"U16", 2, false}, {"U8", 1, false},
+    {"BOOL", 1, false},
+};
+
+const Dtype* FindDtype(std::string_view d) {
+  for (const Dtype& t : kDtypes) {
+    if (t.name == d) return &t;
+  }
+  return nullptr;
+}
+
+}  // namespace
+
 Result<size_t> DtypeSize(std::string_view d) {
-  if (d == "F64" || d == "I64" || d == "U64") return 8;
-  if (d == "F32" || d == "I32" || d == "U32") return 4;
-  if (d == "F16" || d == "BF16" || d == "I16" || d == "U16") return 2;
-  if (d == "I8" || d == "U8" || d == "BOOL") return 1;
-  return absl::InvalidArgumentError(absl::StrCat(
-      "unknown dtype '", AsAbsl(d),
-      "' (known: F64 F32 F16 BF16 I64 I32 I16 I8 U64 U32 U16 U8 BOOL)"));
+  if (const Dtype* t = FindDtype(d)) return t->size;
+  std::string known;
+  for (const Dtype& t : kDtypes) {
+    absl::StrAppend(&known, known.empty() ? "" : " ", AsAbsl(t.name));
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown dtype '", AsAbsl(d), "' (known: ", known, ")"));
+}
+
+int FloatElementSize(std::string_view d) {
+  const Dtype* t = FindDtype(d);
+  return t != nullptr && t->is_float ? t->size : 0;
 }
 
 Result<uint64_t> TensorBytes(std::string_view dtype,

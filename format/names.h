@@ -24,6 +24,10 @@ Status ValidateName(std::string_view what, std::string_view name);
 // them); INVALID_ARGUMENT for an unknown dtype.
 Result<size_t> DtypeSize(std::string_view dtype);
 
+// Element size of a floating-point dtype (F64, F32, F16, BF16: where the
+// float codecs apply), else 0 (integers, bools, unknown names).
+int FloatElementSize(std::string_view dtype);
+
 // Number of bytes a tensor of `dtype` and `shape` holds; INVALID_ARGUMENT on
 // a negative dimension, too many dimensions or more than kMaxTensorBytes.
 Result<uint64_t> TensorBytes(std::string_view dtype,

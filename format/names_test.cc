@@ -32,6 +32,26 @@ TEST(NamesTest, TensorBytes) {
             absl::StatusCode::kInvalidArgument);
 }
 
+TEST(NamesTest, DtypesFromOneTable) {
+  EXPECT_EQ(*DtypeSize("BF16"), 2u);
+  EXPECT_EQ(*DtypeSize("U64"), 8u);
+  EXPECT_EQ(*DtypeSize("BOOL"), 1u);
+  auto bad = DtypeSize("F8");
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(bad.status().message().find(
+                "'F8' (known: F64 F32 F16 BF16 I64 I32 I16 I8 U64 U32 U16 U8 "
+                "BOOL)"),
+            std::string::npos)
+      << bad.status();
+  EXPECT_EQ(FloatElementSize("F64"), 8);
+  EXPECT_EQ(FloatElementSize("BF16"), 2);
+  EXPECT_EQ(FloatElementSize("F16"), 2);
+  EXPECT_EQ(FloatElementSize("F32"), 4);
+  EXPECT_EQ(FloatElementSize("I32"), 0);
+  EXPECT_EQ(FloatElementSize("BOOL"), 0);
+  EXPECT_EQ(FloatElementSize("F8"), 0);
+}
+
 TEST(NamesTest, ValidateSlice) {
   EXPECT_TRUE(ValidateSlice({2, 4}, {8, 4}, {6, 0}).ok());
   EXPECT_TRUE(ValidateSlice({2, 4}, {}, {}).ok());
