@@ -69,31 +69,31 @@ std::string Addresses(const std::vector<ServerConn*>& servers) {
   return absl::StrJoin(out, ", ");
 }
 
-}  // namespace
-
-int RunVerify(const VerifyArgs& a) {
-  auto session = OpenSession(a.server);
-  if (!session.ok()) return Fail("verify", session.status());
-  auto reply = CompleteStep(*session, a.job, a.step);
-  if (!reply.ok()) return Fail("verify", reply.status());
-  ChunkIo io(session->executor.get(), a.job, "raw", {}, 16);
+// Every chunk of the step, with the servers its copies belong on; `bytes`
+// gets their raw size.
+std::vector<ChunkCopies> ListChunks(const pb::GetStepReply& reply,
+                                    ServerSet& servers, uint64_t* bytes) {
   std::vector<ChunkCopies> chunks;
-  uint64_t bytes = 0;
-  for (const pb::ShardManifest& shard : reply->shards()) {
+  for (const pb::ShardManifest& shard : reply.shards()) {
     for (const pb::TensorEntry& t : shard.tensors()) {
       for (int i = 0; i < t.chunks_size(); ++i) {
         ChunkCopies c;
         c.ref = &t.chunks(i);
         c.label = absl::StrCat("rank ", shard.rank(), " tensor '", t.name(),
                                "' chunk ", i);
-        c.ranked = session->servers->ForSlot(shard.rank(), t.name(), i);
+        c.ranked = servers.ForSlot(shard.rank(), t.name(), i);
         c.replicas = std::max<uint32_t>(1, shard.replicas());
-        bytes += c.ref->raw_length();
+        *bytes += c.ref->raw_length();
         chunks.push_back(std::move(c));
       }
     }
   }
-  // One fetch per chunk and server up: each copy is checked on its own.
+  return chunks;
+}
+
+// Reads every copy of every chunk from each server up, on its own, and
+// files each server under good, bad or unreachable; prints BAD lines.
+void CheckCopies(ChunkIo& io, std::vector<ChunkCopies>& chunks) {
   std::vector<FetchItem> items;
   std::vector<std::pair<size_t, ServerConn*>> owner;
   uint64_t copy_bytes = 0;
@@ -132,75 +132,108 @@ int RunVerify(const VerifyArgs& a) {
         [&progress](uint64_t n) { progress.Add(n); })
       .IgnoreError();
   progress.Finish();
-  size_t bad = 0, degraded = 0, repaired_chunks = 0, repaired_copies = 0;
-  bool repair_failed = false, lost = false;
-  for (ChunkCopies& c : chunks) {
-    const bool corrupt = !c.bad.empty();
-    if (c.good.empty()) {
-      ++bad;
-      lost = true;
-      std::string why = c.unreachable.empty()
-                            ? std::string("no server holds it")
-                            : absl::StrJoin(c.unreachable, "; ");
-      printf("BAD %s: no good copy (%s)\n", c.label.c_str(), why.c_str());
-      continue;
-    }
-    if (corrupt) ++bad;
-    if (c.good.size() < c.replicas && !corrupt) {
-      printf("DEGRADED %s: %zu of %zu copies good (on %s)\n", c.label.c_str(),
-             c.good.size(), c.replicas, Addresses(c.good).c_str());
-    }
-    if (!a.repair) {
-      if (c.good.size() < c.replicas) ++degraded;
-      continue;
-    }
-    if (!corrupt && c.good.size() >= c.replicas) continue;
-    auto written = Repair(io, c);
-    if (!written.ok()) {
-      repair_failed = true;
-      printf("REPAIR FAILED %s: %s: %s\n", c.label.c_str(),
-             absl::StatusCodeToString(written.status().code()).c_str(),
-             std::string(written.status().message()).c_str());
-      continue;
-    }
-    if (!written->empty()) {
-      ++repaired_chunks;
-      repaired_copies += written->size();
-      printf("REPAIRED %s: wrote %zu cop%s to %s\n", c.label.c_str(),
-             written->size(), written->size() == 1 ? "y" : "ies",
-             Addresses(*written).c_str());
-    }
-    // A bad copy on a server that is down stays bad.
-    for (ServerConn* s : c.bad) {
-      if (std::find(written->begin(), written->end(), s) == written->end()) {
-        repair_failed = true;
-      }
-    }
-    // Still short: too few servers up to hold the copies.
-    if (c.good.size() + written->size() < c.replicas) ++degraded;
+}
+
+// What the chunks' copies came to.
+struct Tally {
+  size_t bad = 0;       // chunks with a bad copy or no good one
+  size_t degraded = 0;  // chunks left with fewer copies than saved with
+  size_t repaired_chunks = 0;
+  size_t repaired_copies = 0;
+  bool repair_failed = false;
+  bool lost = false;  // a chunk with no good copy anywhere
+};
+
+// Judges one chunk's copies (and, with `repair`, rewrites the missing and
+// bad ones), printing what it found and did.
+void Judge(ChunkIo& io, bool repair, const ChunkCopies& c, Tally* t) {
+  const bool corrupt = !c.bad.empty();
+  if (c.good.empty()) {
+    ++t->bad;
+    t->lost = true;
+    std::string why = c.unreachable.empty()
+                          ? std::string("no server holds it")
+                          : absl::StrJoin(c.unreachable, "; ");
+    printf("BAD %s: no good copy (%s)\n", c.label.c_str(), why.c_str());
+    return;
   }
-  long long step = static_cast<long long>(reply->step().step());
+  if (corrupt) ++t->bad;
+  if (c.good.size() < c.replicas && !corrupt) {
+    printf("DEGRADED %s: %zu of %zu copies good (on %s)\n", c.label.c_str(),
+           c.good.size(), c.replicas, Addresses(c.good).c_str());
+  }
+  if (!repair) {
+    if (c.good.size() < c.replicas) ++t->degraded;
+    return;
+  }
+  if (!corrupt && c.good.size() >= c.replicas) return;
+  auto written = Repair(io, c);
+  if (!written.ok()) {
+    t->repair_failed = true;
+    printf("REPAIR FAILED %s: %s: %s\n", c.label.c_str(),
+           absl::StatusCodeToString(written.status().code()).c_str(),
+           std::string(written.status().message()).c_str());
+    return;
+  }
+  if (!written->empty()) {
+    ++t->repaired_chunks;
+    t->repaired_copies += written->size();
+    printf("REPAIRED %s: wrote %zu cop%s to %s\n", c.label.c_str(),
+           written->size(), written->size() == 1 ? "y" : "ies",
+           Addresses(*written).c_str());
+  }
+  // A bad copy on a server that is down stays bad.
+  for (ServerConn* s : c.bad) {
+    if (std::find(written->begin(), written->end(), s) == written->end()) {
+      t->repair_failed = true;
+    }
+  }
+  // Still short: too few servers up to hold the copies.
+  if (c.good.size() + written->size() < c.replicas) ++t->degraded;
+}
+
+// The summary line; the exit code.
+int Report(const VerifyArgs& a, long long step, const Tally& t, size_t chunks,
+           uint64_t bytes) {
   std::string tail;
-  if (a.repair && (repaired_copies > 0 || bad > 0)) {
-    absl::StrAppend(&tail, "; repaired ", repaired_copies, " copies of ",
-                    repaired_chunks, " chunks");
+  if (a.repair && (t.repaired_copies > 0 || t.bad > 0)) {
+    absl::StrAppend(&tail, "; repaired ", t.repaired_copies, " copies of ",
+                    t.repaired_chunks, " chunks");
   }
-  if (degraded > 0) {
-    absl::StrAppend(&tail, "; ", degraded,
+  if (t.degraded > 0) {
+    absl::StrAppend(&tail, "; ", t.degraded,
                     " have fewer copies than the step was saved with",
                     a.repair ? " (too few servers up)"
                              : " (stagger verify --repair adds them)");
   }
-  if (bad > 0) {
+  if (t.bad > 0) {
     printf("verify job '%s' step %lld: %zu of %zu chunks bad%s\n",
-           a.job.c_str(), step, bad, chunks.size(), tail.c_str());
+           a.job.c_str(), step, t.bad, chunks, tail.c_str());
     // A repair that rewrote every bad copy leaves the step whole.
-    return (a.repair && !repair_failed && !lost) ? 0 : 1;
+    return (a.repair && !t.repair_failed && !t.lost) ? 0 : 1;
   }
   printf("verify job '%s' step %lld: all %zu chunks good (%llu bytes)%s\n",
-         a.job.c_str(), step, chunks.size(),
-         static_cast<unsigned long long>(bytes), tail.c_str());
-  return repair_failed ? 1 : 0;
+         a.job.c_str(), step, chunks, static_cast<unsigned long long>(bytes),
+         tail.c_str());
+  return t.repair_failed ? 1 : 0;
+}
+
+}  // namespace
+
+int RunVerify(const VerifyArgs& a) {
+  auto session = OpenSession(a.server);
+  if (!session.ok()) return Fail("verify", session.status());
+  auto reply = CompleteStep(*session, a.job, a.step);
+  if (!reply.ok()) return Fail("verify", reply.status());
+  ChunkIo io(session->executor.get(), a.job, "raw", {}, 16);
+  uint64_t bytes = 0;
+  std::vector<ChunkCopies> chunks =
+      ListChunks(*reply, *session->servers, &bytes);
+  CheckCopies(io, chunks);
+  Tally tally;
+  for (const ChunkCopies& c : chunks) Judge(io, a.repair, c, &tally);
+  return Report(a, static_cast<long long>(reply->step().step()), tally,
+                chunks.size(), bytes);
 }
 
 }  // namespace stagger::client
