@@ -186,6 +186,85 @@ Result<ChunkMeta> MetaStore::GetChunk(const std::string& job,
   return DecodeChunkMeta(v);
 }
 
+namespace {
+
+// Fills `c`'s stored description from this server's index (codec, stored
+// length, delta base: the index's word, not the client's) and returns its
+// stored length. A chunk the index lacks is refused, unless it is stored
+// on another server (`elsewhere`): its description then stands once it is
+// consistent.
+Result<uint64_t> ResolveChunk(MetaStore& store, const std::string& job,
+                              const std::string& tensor, bool elsewhere,
+                              pb::ChunkRef* c) {
+  const format::ChunkId id = *format::ChunkId::FromBytes(c->id());
+  auto meta = store.GetChunk(job, id);
+  if (absl::IsNotFound(meta.status()) && elsewhere) {
+    const bool delta = c->codec() < format::kCodecCount &&
+                       format::IsDelta(static_cast<format::Codec>(c->codec()));
+    if (delta == c->base_id().empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("tensor '", tensor, "' chunk ", id.ToHex(),
+                       ": a base id must be given exactly for delta chunks "
+                       "(codecs 3 and 4)"));
+    }
+    if (c->stored_length() > format::kMaxChunkEncodedBytes) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "tensor '", tensor, "' chunk ", id.ToHex(), ": stored length ",
+          c->stored_length(), " exceeds ", format::kMaxChunkEncodedBytes));
+    }
+    return c->stored_length();
+  }
+  if (absl::IsNotFound(meta.status())) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("tensor '", tensor, "' references chunk ", id.ToHex(),
+                     " which is not stored on this server"));
+  }
+  STAGGER_RETURN_IF_ERROR(meta.status());
+  if (meta->raw_length != c->raw_length()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "tensor '", tensor, "' chunk ", id.ToHex(), " has ", meta->raw_length,
+        " raw bytes stored, manifest says ", c->raw_length()));
+  }
+  c->set_codec(static_cast<uint32_t>(meta->codec));
+  c->set_stored_length(meta->stored_length);
+  if (meta->base) {
+    c->set_base_id(meta->base->ToBytes());
+  } else {
+    c->clear_base_id();
+  }
+  return meta->stored_length;
+}
+
+// Whether two commits of one rank's shard are the same save (its stats and
+// creation time aside): a retried commit.
+bool SameShard(pb::ShardManifest a, pb::ShardManifest b) {
+  a.clear_stats();
+  b.clear_stats();
+  a.clear_created_unix_ms();
+  b.clear_created_unix_ms();
+  return a.SerializeAsString() == b.SerializeAsString();
+}
+
+}  // namespace
+
+Result<pb::StepInfo> MetaStore::StepToCommit(const pb::ShardManifest& m) {
+  auto existing = GetStep(m.job(), m.step());
+  if (existing.ok()) {
+    if (existing->world_size() != m.world_size()) {
+      return absl::AbortedError(absl::StrCat(
+          "step ", m.step(), " of job '", m.job(), "' has world size ",
+          existing->world_size(), ", commit says ", m.world_size()));
+    }
+    return existing;
+  }
+  if (!absl::IsNotFound(existing.status())) return existing.status();
+  pb::StepInfo info;
+  info.set_step(m.step());
+  info.set_world_size(m.world_size());
+  info.set_created_unix_ms(NowMs());
+  return info;
+}
+
 Result<pb::StepInfo> MetaStore::CommitShard(pb::ShardManifest m,
                                             bool chunks_elsewhere) {
   STAGGER_RETURN_IF_ERROR(format::ValidateShardManifest(m));
@@ -194,79 +273,19 @@ Result<pb::StepInfo> MetaStore::CommitShard(pb::ShardManifest m,
   for (pb::TensorEntry& t : *m.mutable_tensors()) {
     raw += t.byte_size();
     for (pb::ChunkRef& c : *t.mutable_chunks()) {
-      format::ChunkId id = *format::ChunkId::FromBytes(c.id());
-      auto meta = GetChunk(job, id);
-      if (absl::IsNotFound(meta.status()) && chunks_elsewhere) {
-        // Stored on another server of the client's set: its description
-        // stands, once it is consistent.
-        const bool delta =
-            c.codec() < format::kCodecCount &&
-            format::IsDelta(static_cast<format::Codec>(c.codec()));
-        if (delta == c.base_id().empty()) {
-          return absl::InvalidArgumentError(absl::StrCat(
-              "tensor '", t.name(), "' chunk ", id.ToHex(),
-              ": a base id must be given exactly for delta chunks (codec 3)"));
-        }
-        if (c.stored_length() > format::kMaxChunkEncodedBytes) {
-          return absl::InvalidArgumentError(absl::StrCat(
-              "tensor '", t.name(), "' chunk ", id.ToHex(), ": stored length ",
-              c.stored_length(), " exceeds ", format::kMaxChunkEncodedBytes));
-        }
-        stored += c.stored_length();
-        continue;
-      }
-      if (absl::IsNotFound(meta.status())) {
-        return absl::FailedPreconditionError(
-            absl::StrCat("tensor '", t.name(), "' references chunk ",
-                         id.ToHex(), " which is not stored on this server"));
-      }
-      STAGGER_RETURN_IF_ERROR(meta.status());
-      if (meta->raw_length != c.raw_length()) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("tensor '", t.name(), "' chunk ", id.ToHex(), " has ",
-                         meta->raw_length, " raw bytes stored, manifest says ",
-                         c.raw_length()));
-      }
-      c.set_codec(static_cast<uint32_t>(meta->codec));
-      c.set_stored_length(meta->stored_length);
-      // The base of a delta comes from the index, not from the client.
-      if (meta->base) {
-        c.set_base_id(meta->base->ToBytes());
-      } else {
-        c.clear_base_id();
-      }
-      stored += meta->stored_length;
+      STAGGER_ASSIGN_OR_RETURN(
+          uint64_t n, ResolveChunk(*this, job, t.name(), chunks_elsewhere, &c));
+      stored += n;
     }
   }
 
   absl::MutexLock lock(&commit_mu_);
-  pb::StepInfo info;
-  auto existing = GetStep(job, m.step());
-  if (existing.ok()) {
-    info = *existing;
-    if (info.world_size() != m.world_size()) {
-      return absl::AbortedError(
-          absl::StrCat("step ", m.step(), " of job '", job, "' has world size ",
-                       info.world_size(), ", commit says ", m.world_size()));
-    }
-  } else if (absl::IsNotFound(existing.status())) {
-    info.set_step(m.step());
-    info.set_world_size(m.world_size());
-    info.set_created_unix_ms(NowMs());
-  } else {
-    return existing.status();
-  }
-
+  STAGGER_ASSIGN_OR_RETURN(pb::StepInfo info, StepToCommit(m));
   auto& ranks = *info.mutable_committed_ranks();
   if (std::find(ranks.begin(), ranks.end(), m.rank()) != ranks.end()) {
-    auto prior = GetShard(job, m.step(), m.rank());
-    STAGGER_RETURN_IF_ERROR(prior.status());
-    pb::ShardManifest a = *prior, b = m;
-    a.clear_stats();
-    b.clear_stats();
-    a.clear_created_unix_ms();
-    b.clear_created_unix_ms();
-    if (a.SerializeAsString() == b.SerializeAsString()) return info;
+    STAGGER_ASSIGN_OR_RETURN(pb::ShardManifest prior,
+                             GetShard(job, m.step(), m.rank()));
+    if (SameShard(prior, m)) return info;
     return absl::AbortedError(
         absl::StrCat("rank ", m.rank(), " already committed a different shard ",
                      "for step ", m.step(), " of job '", job, "'"));

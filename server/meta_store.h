@@ -204,6 +204,10 @@ class MetaStore {
                                      uint32_t rank);
 
  private:
+  // The step `m` commits to: the stored one (ABORTED when its world size
+  // differs), or a new one.
+  Result<pb::StepInfo> StepToCommit(const pb::ShardManifest& m)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(commit_mu_);
   explicit MetaStore(std::unique_ptr<rocksdb::DB> db);
   // Adds the chunks referenced by `steps`' manifests (ids and base ids).
   Status AddReferenced(const std::string& job,
