@@ -134,13 +134,171 @@ Result<int64_t> LoadInterruptibly(Checkpointer& ck, int64_t step) {
 }  // namespace
 }  // namespace stagger
 
-PYBIND11_MODULE(_stagger, m) {
-  using namespace stagger;
-  m.doc() = "stagger: checkpoints for deep-learning training";
-  python::ErrorType() = py::reinterpret_steal<py::object>(
-      PyErr_NewException("stagger.Error", PyExc_RuntimeError, nullptr));
-  m.attr("Error") = python::ErrorType();
+namespace stagger {
+namespace {
 
+py::dict StatsDict(const SaveStats& s) {
+  py::dict d;
+  d["stall_s"] = s.stall_s;
+  d["durable_s"] = s.durable_s;
+  d["bytes_raw"] = s.bytes_raw;
+  d["bytes_shipped"] = s.bytes_shipped;
+  d["chunks"] = s.chunks;
+  d["snapshot_s"] = s.snapshot_s;
+  d["staging_bytes"] = s.staging_bytes;
+  d["staging_pool_bytes"] = s.staging_pool_bytes;
+  d["staging_limited"] = s.staging_limited;
+  d["bytes_overlapped"] = s.bytes_overlapped;
+  d["peak_chunks_shipping"] = s.peak_chunks_shipping;
+  d["chunks_unchanged"] = s.chunks_unchanged;
+  d["chunks_delta"] = s.chunks_delta;
+  d["bytes_snapshotted"] = s.bytes_snapshotted;
+  d["yield_s"] = s.yield_s;
+  d["paced_rate_Bps"] = s.paced_rate_Bps;
+  d["windows"] = s.windows;
+  d["late_s"] = s.late_s;
+  py::dict mix;
+  for (const auto& [name, n] : s.codec_chunks) mix[py::str(name)] = n;
+  d["codec_chunks"] = mix;
+  py::dict reasons;
+  for (const auto& [name, n] : s.codec_reasons) {
+    reasons[py::str(name)] = n;
+  }
+  d["codec_reasons"] = reasons;
+  d["chunks_no_base"] = s.chunks_no_base;
+  return d;
+}
+
+py::dict MetricsDict(const ClientMetrics& m) {
+  py::dict d;
+  d["saves"] = m.saves;
+  d["saves_failed"] = m.saves_failed;
+  d["stall_s"] = m.stall_s;
+  d["last_stall_s"] = m.last_stall_s;
+  d["snapshot_s"] = m.snapshot_s;
+  d["durable_s"] = m.durable_s;
+  d["last_durable_s"] = m.last_durable_s;
+  d["bytes_raw"] = m.bytes_raw;
+  d["bytes_shipped"] = m.bytes_shipped;
+  d["chunks"] = m.chunks;
+  d["chunks_unchanged"] = m.chunks_unchanged;
+  d["yield_s"] = m.yield_s;
+  d["saves_late"] = m.saves_late;
+  d["late_s"] = m.late_s;
+  d["loads"] = m.loads;
+  d["loads_failed"] = m.loads_failed;
+  d["bytes_loaded"] = m.bytes_loaded;
+  d["servers_down"] = m.servers_down;
+  d["gate_learned"] = m.gate_learned;
+  d["gate_period_s"] = m.gate_period_s;
+  d["gate_models_learned"] = m.gate_models_learned;
+  d["gate_models_dropped"] = m.gate_models_dropped;
+  return d;
+}
+
+std::unique_ptr<Checkpointer> OpenCheckpointer(
+    const std::string& servers, const std::string& job, uint32_t rank,
+    uint32_t world_size, uint64_t chunk_size, const std::string& codec,
+    uint64_t staging_bytes, int max_outstanding_saves, bool fail_when_busy,
+    bool adaptive_codec, double qos_deadline_s, double qos_floor_Bps,
+    double qos_max_Bps, double qos_stagger, uint32_t ranks_per_node,
+    const std::string& qos_yield, double qos_yield_floor_Bps,
+    double rate_limit_Bps, double node_rate_limit_Bps,
+    const std::string& node_rate_limit_file, const std::string& metrics_listen,
+    const std::string& tls_ca_file, uint32_t replicas, const std::string& token,
+    const std::string& snapshot_overlap, double server_wait_s) {
+  CheckpointerOptions o;
+  o.servers = servers;
+  o.job = job;
+  o.rank = rank;
+  o.world_size = world_size;
+  o.chunk_size = chunk_size;
+  o.codec = codec;
+  o.staging_bytes = staging_bytes;
+  o.max_outstanding_saves = max_outstanding_saves;
+  o.fail_when_busy = fail_when_busy;
+  o.adaptive_codec = adaptive_codec;
+  o.qos_deadline_s = qos_deadline_s;
+  o.qos_floor_Bps = qos_floor_Bps;
+  o.qos_max_Bps = qos_max_Bps;
+  o.qos_stagger = qos_stagger;
+  o.ranks_per_node = ranks_per_node;
+  o.qos_yield = qos_yield;
+  o.qos_yield_floor_Bps = qos_yield_floor_Bps;
+  o.rate_limit_Bps = rate_limit_Bps;
+  o.node_rate_limit_Bps = node_rate_limit_Bps;
+  o.node_rate_limit_file = node_rate_limit_file;
+  o.metrics_listen = metrics_listen;
+  o.tls_ca_file = tls_ca_file;
+  o.replicas = replicas;
+  o.token = token;
+  o.snapshot_overlap = snapshot_overlap;
+  o.server_wait_s = server_wait_s;
+  Result<std::unique_ptr<Checkpointer>> ck;
+  {
+    py::gil_scoped_release release;
+    ck = Checkpointer::Open(o);
+  }
+  return Check(std::move(ck));
+}
+
+PySaveHandle SaveArrays(py::object self, const py::dict& tensors, int64_t step,
+                        bool lazy, const py::dict& dtypes,
+                        uintptr_t cuda_stream, double deadline_s,
+                        const py::dict& shards) {
+  Checkpointer& ck = self.cast<Checkpointer&>();
+  // A save in flight holds this one back: wait for it here, where
+  // Ctrl-C is seen.
+  WaitInSlices(py::none(), [&](absl::Duration d) { return ck.WaitForRoom(d); });
+  auto held = std::make_shared<Held>();
+  RegisterAll(ck, tensors, false, dtypes, shards, held.get());
+  Result<SaveHandle> h = absl::UnknownError("unset");
+  {
+    py::gil_scoped_release release;
+    SaveOptions so;
+    so.lazy = lazy;
+    so.cuda_stream = reinterpret_cast<void*>(cuda_stream);
+    so.deadline_s = deadline_s;
+    h = ck.Save(step, so);
+  }
+  ck.ClearRegistrations();
+  PySaveHandle handle{Check(std::move(h)), held};
+  // Lazy: the copies still read the arrays; keep them alive until
+  // before_update() even if the caller drops the handle.
+  if (lazy) self.attr("_pending_snapshot") = py::cast(handle);
+  return handle;
+}
+
+std::vector<int64_t> StepNumbers(Checkpointer& ck, bool include_partial) {
+  // On a thread of the Checkpointer's, waited for in slices:
+  // Ctrl-C raises at once, and the call finishes on its own.
+  struct Call {
+    absl::Mutex mu;
+    bool done = false;
+    Result<std::vector<StepSummary>> result = absl::UnknownError("unset");
+  };
+  auto call = std::make_shared<Call>();
+  ck.StepsAsync(include_partial, [call](Result<std::vector<StepSummary>> r) {
+    absl::MutexLock lock(&call->mu);
+    call->result = std::move(r);
+    call->done = true;
+  });
+  WaitInSlices(py::none(), [&](absl::Duration d) {
+    absl::MutexLock lock(&call->mu);
+    return call->mu.AwaitWithTimeout(absl::Condition(&call->done), d);
+  });
+  Result<std::vector<StepSummary>> r = [&] {
+    absl::MutexLock lock(&call->mu);
+    return std::move(call->result);
+  }();
+  std::vector<int64_t> out;
+  for (const StepSummary& s : Check(std::move(r))) {
+    out.push_back(s.step);
+  }
+  return out;
+}
+
+void BindCollective(py::module_& m) {
   py::class_<CollectiveContext>(m, "CollectiveContext")
       .def("__enter__",
            [](CollectiveContext& c) {
@@ -151,7 +309,9 @@ PYBIND11_MODULE(_stagger, m) {
         c.ck->CollectiveEnd();
         return false;
       });
+}
 
+void BindSaveHandle(py::module_& m) {
   py::class_<PySaveHandle>(m, "SaveHandle")
       .def(
           "wait",
@@ -172,139 +332,36 @@ PYBIND11_MODULE(_stagger, m) {
       .def("done", [](PySaveHandle& h) { return h.handle.Done(); })
       .def_property_readonly("step",
                              [](PySaveHandle& h) { return h.handle.step(); })
-      .def("stats", [](PySaveHandle& h) {
-        SaveStats s = h.handle.stats();
-        py::dict d;
-        d["stall_s"] = s.stall_s;
-        d["durable_s"] = s.durable_s;
-        d["bytes_raw"] = s.bytes_raw;
-        d["bytes_shipped"] = s.bytes_shipped;
-        d["chunks"] = s.chunks;
-        d["snapshot_s"] = s.snapshot_s;
-        d["staging_bytes"] = s.staging_bytes;
-        d["staging_pool_bytes"] = s.staging_pool_bytes;
-        d["staging_limited"] = s.staging_limited;
-        d["bytes_overlapped"] = s.bytes_overlapped;
-        d["peak_chunks_shipping"] = s.peak_chunks_shipping;
-        d["chunks_unchanged"] = s.chunks_unchanged;
-        d["chunks_delta"] = s.chunks_delta;
-        d["bytes_snapshotted"] = s.bytes_snapshotted;
-        d["yield_s"] = s.yield_s;
-        d["paced_rate_Bps"] = s.paced_rate_Bps;
-        d["windows"] = s.windows;
-        d["late_s"] = s.late_s;
-        py::dict mix;
-        for (const auto& [name, n] : s.codec_chunks) mix[py::str(name)] = n;
-        d["codec_chunks"] = mix;
-        py::dict reasons;
-        for (const auto& [name, n] : s.codec_reasons) {
-          reasons[py::str(name)] = n;
-        }
-        d["codec_reasons"] = reasons;
-        d["chunks_no_base"] = s.chunks_no_base;
-        return d;
-      });
+      .def("stats",
+           [](PySaveHandle& h) { return StatsDict(h.handle.stats()); });
+}
 
-  py::class_<Checkpointer>(m, "Checkpointer", py::dynamic_attr())
-      .def(py::init([](const std::string& servers, const std::string& job,
-                       uint32_t rank, uint32_t world_size, uint64_t chunk_size,
-                       const std::string& codec, uint64_t staging_bytes,
-                       int max_outstanding_saves, bool fail_when_busy,
-                       bool adaptive_codec, double qos_deadline_s,
-                       double qos_floor_Bps, double qos_max_Bps,
-                       double qos_stagger, uint32_t ranks_per_node,
-                       const std::string& qos_yield, double qos_yield_floor_Bps,
-                       double rate_limit_Bps, double node_rate_limit_Bps,
-                       const std::string& node_rate_limit_file,
-                       const std::string& metrics_listen,
-                       const std::string& tls_ca_file, uint32_t replicas,
-                       const std::string& token,
-                       const std::string& snapshot_overlap,
-                       double server_wait_s) {
-             CheckpointerOptions o;
-             o.servers = servers;
-             o.job = job;
-             o.rank = rank;
-             o.world_size = world_size;
-             o.chunk_size = chunk_size;
-             o.codec = codec;
-             o.staging_bytes = staging_bytes;
-             o.max_outstanding_saves = max_outstanding_saves;
-             o.fail_when_busy = fail_when_busy;
-             o.adaptive_codec = adaptive_codec;
-             o.qos_deadline_s = qos_deadline_s;
-             o.qos_floor_Bps = qos_floor_Bps;
-             o.qos_max_Bps = qos_max_Bps;
-             o.qos_stagger = qos_stagger;
-             o.ranks_per_node = ranks_per_node;
-             o.qos_yield = qos_yield;
-             o.qos_yield_floor_Bps = qos_yield_floor_Bps;
-             o.rate_limit_Bps = rate_limit_Bps;
-             o.node_rate_limit_Bps = node_rate_limit_Bps;
-             o.node_rate_limit_file = node_rate_limit_file;
-             o.metrics_listen = metrics_listen;
-             o.tls_ca_file = tls_ca_file;
-             o.replicas = replicas;
-             o.token = token;
-             o.snapshot_overlap = snapshot_overlap;
-             o.server_wait_s = server_wait_s;
-             Result<std::unique_ptr<Checkpointer>> ck;
-             {
-               py::gil_scoped_release release;
-               ck = Checkpointer::Open(o);
-             }
-             return Check(std::move(ck));
-           }),
-           py::arg("servers"), py::arg("job"), py::arg("rank") = 0,
-           py::arg("world_size") = 1, py::arg("chunk_size") = 4u << 20,
-           py::arg("codec") = "auto", py::arg("staging_bytes") = 0,
-           py::arg("max_outstanding_saves") = 1,
-           py::arg("fail_when_busy") = false, py::arg("adaptive_codec") = true,
-           py::arg("qos_deadline_s") = 0.0,
-           py::arg("qos_floor_Bps") = double(1 << 20),
-           py::arg("qos_max_Bps") = 0.0, py::arg("qos_stagger") = 0.5,
-           py::arg("ranks_per_node") = 0, py::arg("qos_yield") = "learn",
-           py::arg("qos_yield_floor_Bps") = 0.0,
-           py::arg("rate_limit_Bps") = 0.0,
-           py::arg("node_rate_limit_Bps") = 0.0,
-           py::arg("node_rate_limit_file") = "", py::arg("metrics_listen") = "",
-           py::arg("tls_ca_file") = "", py::arg("replicas") = 1,
-           py::arg("token") = "", py::arg("snapshot_overlap") = "auto",
-           py::arg("server_wait_s") = 5.0,
-           "Options as in stagger/options.h (CheckpointerOptions).")
+using PyCheckpointer = py::class_<Checkpointer>;
+
+// Opening, metrics and the QoS marks.
+void BindCheckpointerSetup(PyCheckpointer& c) {
+  c.def(py::init(&OpenCheckpointer), py::arg("servers"), py::arg("job"),
+        py::arg("rank") = 0, py::arg("world_size") = 1,
+        py::arg("chunk_size") = 4u << 20, py::arg("codec") = "auto",
+        py::arg("staging_bytes") = 0, py::arg("max_outstanding_saves") = 1,
+        py::arg("fail_when_busy") = false, py::arg("adaptive_codec") = true,
+        py::arg("qos_deadline_s") = 0.0,
+        py::arg("qos_floor_Bps") = double(1 << 20),
+        py::arg("qos_max_Bps") = 0.0, py::arg("qos_stagger") = 0.5,
+        py::arg("ranks_per_node") = 0, py::arg("qos_yield") = "learn",
+        py::arg("qos_yield_floor_Bps") = 0.0, py::arg("rate_limit_Bps") = 0.0,
+        py::arg("node_rate_limit_Bps") = 0.0,
+        py::arg("node_rate_limit_file") = "", py::arg("metrics_listen") = "",
+        py::arg("tls_ca_file") = "", py::arg("replicas") = 1,
+        py::arg("token") = "", py::arg("snapshot_overlap") = "auto",
+        py::arg("server_wait_s") = 5.0,
+        "Options as in stagger/options.h (CheckpointerOptions).")
       .def(
           "metrics_address",
           [](Checkpointer& ck) { return ck.MetricsAddress(); },
           "host:port of the metrics page (metrics_listen), or ''.")
       .def(
-          "metrics",
-          [](Checkpointer& ck) {
-            ClientMetrics m = ck.Metrics();
-            py::dict d;
-            d["saves"] = m.saves;
-            d["saves_failed"] = m.saves_failed;
-            d["stall_s"] = m.stall_s;
-            d["last_stall_s"] = m.last_stall_s;
-            d["snapshot_s"] = m.snapshot_s;
-            d["durable_s"] = m.durable_s;
-            d["last_durable_s"] = m.last_durable_s;
-            d["bytes_raw"] = m.bytes_raw;
-            d["bytes_shipped"] = m.bytes_shipped;
-            d["chunks"] = m.chunks;
-            d["chunks_unchanged"] = m.chunks_unchanged;
-            d["yield_s"] = m.yield_s;
-            d["saves_late"] = m.saves_late;
-            d["late_s"] = m.late_s;
-            d["loads"] = m.loads;
-            d["loads_failed"] = m.loads_failed;
-            d["bytes_loaded"] = m.bytes_loaded;
-            d["servers_down"] = m.servers_down;
-            d["gate_learned"] = m.gate_learned;
-            d["gate_period_s"] = m.gate_period_s;
-            d["gate_models_learned"] = m.gate_models_learned;
-            d["gate_models_dropped"] = m.gate_models_dropped;
-            return d;
-          },
+          "metrics", [](Checkpointer& ck) { return MetricsDict(ck.Metrics()); },
           "Counters since this Checkpointer opened: saves, stall, snapshot "
           "and durable seconds, bytes raw and shipped, chunks, QoS yield, "
           "late saves, loads (also served at metrics_listen).")
@@ -324,44 +381,21 @@ PYBIND11_MODULE(_stagger, m) {
             return CollectiveContext{&self.cast<Checkpointer&>(), self};
           },
           "Context manager marking a collective: `with ck.collective(): "
-          "all_reduce(...)`.")
-      .def(
-          "save",
-          [](py::object self, const py::dict& tensors, int64_t step, bool lazy,
-             const py::dict& dtypes, uintptr_t cuda_stream, double deadline_s,
-             const py::dict& shards) {
-            Checkpointer& ck = self.cast<Checkpointer&>();
-            // A save in flight holds this one back: wait for it here, where
-            // Ctrl-C is seen.
-            WaitInSlices(py::none(),
-                         [&](absl::Duration d) { return ck.WaitForRoom(d); });
-            auto held = std::make_shared<Held>();
-            RegisterAll(ck, tensors, false, dtypes, shards, held.get());
-            Result<SaveHandle> h = absl::UnknownError("unset");
-            {
-              py::gil_scoped_release release;
-              SaveOptions so;
-              so.lazy = lazy;
-              so.cuda_stream = reinterpret_cast<void*>(cuda_stream);
-              so.deadline_s = deadline_s;
-              h = ck.Save(step, so);
-            }
-            ck.ClearRegistrations();
-            PySaveHandle handle{Check(std::move(h)), held};
-            // Lazy: the copies still read the arrays; keep them alive until
-            // before_update() even if the caller drops the handle.
-            if (lazy) self.attr("_pending_snapshot") = py::cast(handle);
-            return handle;
-          },
-          py::arg("tensors"), py::arg("step"), py::arg("lazy") = false,
-          py::arg("dtypes") = py::dict(), py::arg("cuda_stream") = 0,
-          py::arg("deadline_s") = -1.0, py::arg("shards") = py::dict(),
-          "Snapshot the arrays as `step` and save them in the background. "
-          "Returns once the snapshot is taken (lazy=True: once the copies are "
-          "queued; call before_update() before modifying the arrays). "
-          "shards={name: (global_shape, global_offset)}: the slice of a "
-          "global tensor an array holds (global_shape == shape: replicated, "
-          "stored once by rank 0); without an entry the array is per-rank.")
+          "all_reduce(...)`.");
+}
+
+// Saves, loads and the waits.
+void BindCheckpointerData(PyCheckpointer& c) {
+  c.def("save", &SaveArrays, py::arg("tensors"), py::arg("step"),
+        py::arg("lazy") = false, py::arg("dtypes") = py::dict(),
+        py::arg("cuda_stream") = 0, py::arg("deadline_s") = -1.0,
+        py::arg("shards") = py::dict(),
+        "Snapshot the arrays as `step` and save them in the background. "
+        "Returns once the snapshot is taken (lazy=True: once the copies are "
+        "queued; call before_update() before modifying the arrays). "
+        "shards={name: (global_shape, global_offset)}: the slice of a "
+        "global tensor an array holds (global_shape == shape: replicated, "
+        "stored once by rank 0); without an entry the array is per-rank.")
       .def(
           "prepare",
           [](py::object self, const py::dict& tensors, const py::dict& dtypes,
@@ -431,37 +465,21 @@ PYBIND11_MODULE(_stagger, m) {
           "shards={name: (global_shape, global_offset)} gives "
           "the slice each array wants, which may differ from how the step "
           "was saved (resharding).")
-      .def(
-          "steps",
-          [](Checkpointer& ck, bool include_partial) {
-            // On a thread of the Checkpointer's, waited for in slices:
-            // Ctrl-C raises at once, and the call finishes on its own.
-            struct Call {
-              absl::Mutex mu;
-              bool done = false;
-              Result<std::vector<StepSummary>> result =
-                  absl::UnknownError("unset");
-            };
-            auto call = std::make_shared<Call>();
-            ck.StepsAsync(include_partial,
-                          [call](Result<std::vector<StepSummary>> r) {
-                            absl::MutexLock lock(&call->mu);
-                            call->result = std::move(r);
-                            call->done = true;
-                          });
-            WaitInSlices(py::none(), [&](absl::Duration d) {
-              absl::MutexLock lock(&call->mu);
-              return call->mu.AwaitWithTimeout(absl::Condition(&call->done), d);
-            });
-            Result<std::vector<StepSummary>> r = [&] {
-              absl::MutexLock lock(&call->mu);
-              return std::move(call->result);
-            }();
-            std::vector<int64_t> out;
-            for (const StepSummary& s : Check(std::move(r))) {
-              out.push_back(s.step);
-            }
-            return out;
-          },
-          py::arg("include_partial") = false);
+      .def("steps", &StepNumbers, py::arg("include_partial") = false);
+}
+
+}  // namespace
+}  // namespace stagger
+
+PYBIND11_MODULE(_stagger, m) {
+  using namespace stagger;
+  m.doc() = "stagger: checkpoints for deep-learning training";
+  python::ErrorType() = py::reinterpret_steal<py::object>(
+      PyErr_NewException("stagger.Error", PyExc_RuntimeError, nullptr));
+  m.attr("Error") = python::ErrorType();
+  BindCollective(m);
+  BindSaveHandle(m);
+  PyCheckpointer checkpointer(m, "Checkpointer", py::dynamic_attr());
+  BindCheckpointerSetup(checkpointer);
+  BindCheckpointerData(checkpointer);
 }
