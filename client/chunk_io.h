@@ -29,6 +29,7 @@
 #include "client/server_set.h"
 #include "client/shaping.h"
 #include "format/codec.h"
+#include "format/data_plane.h"
 #include "format/manifest.pb.h"
 #include "format/slice.h"
 #include "qos/executor.h"
@@ -149,6 +150,16 @@ class ChunkIo {
   void FetchFrom(std::shared_ptr<FetchAttempt> a);
   // Sends one copy of a put to `server`.
   void SendCopy(std::shared_ptr<PutState> st, ServerConn* server);
+  // The codec the chunk of `r` should have, and why (CodecPolicy for
+  // "auto"; `may_delta`: it may be sent as a delta of its previous version).
+  std::pair<format::Codec, CodecReason> ChooseCodec(const PutRequest& r,
+                                                    bool may_delta) const;
+  // Encodes `r`'s bytes as `want` (a delta first when `may_delta`) into
+  // `st`'s payload and `req`'s codec, or keeps them raw when that saves too
+  // little (`reason` becomes no_gain); the codec's error otherwise.
+  Status EncodeInto(const PutRequest& r, format::Codec want, bool may_delta,
+                    PutState* st, format::PutChunkRequest* req,
+                    CodecReason* reason);
   // Fetches the record of chunk `id` synchronously from `server`, checked
   // (CheckReply), not decoded.
   Result<std::pair<format::RecordHeader, transport::Message>> FetchRecord(

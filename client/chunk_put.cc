@@ -50,155 +50,173 @@ struct ChunkIo::PutState {
   std::function<void(const Status&)> done;
 };
 
-void ChunkIo::PutAsync(const PutRequest& r,
-                       const std::function<void(bool)>& encoded,
-                       std::function<void(const Status&)> done) {
-  const std::vector<ServerConn*>& ranked = *r.ranked;
-  const size_t replicas = r.replicas;
-  const char* data = r.data;
-  const size_t len = r.len;
-  const format::ChunkId& id = r.id;
-  const uint32_t crc32c = r.crc32c;
-  const int element_size = r.element_size;
-  const DeltaBase* delta = r.delta;
-  pb::ChunkRef* ref = r.ref;
-  PutStats* stats = r.stats;
-  auto st = std::make_shared<PutState>();
-  st->ranked = ranked;
-  st->home = std::min(replicas, ranked.size());
+namespace {
+
+// The servers a chunk's copies go to: the first `replicas` of its ranking
+// that are up; UNAVAILABLE naming the servers down when fewer are.
+Result<std::vector<ServerConn*>> CopyTargets(
+    const std::vector<ServerConn*>& ranked, size_t replicas,
+    const format::ChunkId& id) {
   std::vector<ServerConn*> targets;
   for (ServerConn* s : ranked) {
     if (targets.size() < replicas && !s->down) targets.push_back(s);
   }
-  if (targets.size() < replicas) {
-    encoded(false);
-    std::string down;
-    for (ServerConn* s : ranked) {
-      if (s->down) absl::StrAppend(&down, down.empty() ? "" : ", ", s->address);
-    }
-    done(absl::UnavailableError(
-        absl::StrCat("chunk ", id.ToHex(), " needs ", replicas,
-                     " copies but only ", targets.size(), " of ", ranked.size(),
-                     " servers are up (down: ", down, ")")));
-    return;
+  if (targets.size() == replicas) return targets;
+  std::string down;
+  for (ServerConn* s : ranked) {
+    if (s->down) absl::StrAppend(&down, down.empty() ? "" : ", ", s->address);
   }
-  // A delta is stored only where its base is: on the slot's home servers.
-  bool home_up = true;
-  for (size_t i = 0; i < st->home; ++i) home_up = home_up && !ranked[i]->down;
-  format::PutChunkRequest req;
-  req.job = job_;
-  req.record.chunk_id = id;
-  req.record.raw_length = len;
-  format::Codec want = CodecFor(element_size);
-  CodecReason reason = CodecReason::kFixed;
-  const bool may_delta = delta != nullptr && home_up;
-  if (policy_ != nullptr && want != format::Codec::kRaw) {
-    ChunkFacts facts;
-    facts.paced = shaping_ != nullptr && shaping_->Paced();
-    if (facts.paced) facts.pace_Bps = shaping_->PaceBps();
-    facts.training = shaping_ != nullptr && shaping_->TrainingMarked();
-    if (may_delta && !facts.training) {
-      facts.xor_zero_fraction =
-          XorZeroFraction(data, delta->bytes->data(), len);
-    }
-    const CodecDecision d = policy_->Decide(facts);
-    reason = d.reason;
-    if (!d.encode) want = format::Codec::kRaw;
+  return absl::UnavailableError(
+      absl::StrCat("chunk ", id.ToHex(), " needs ", replicas,
+                   " copies but only ", targets.size(), " of ", ranked.size(),
+                   " servers are up (down: ", down, ")"));
+}
+
+}  // namespace
+
+std::pair<format::Codec, CodecReason> ChunkIo::ChooseCodec(
+    const PutRequest& r, bool may_delta) const {
+  format::Codec want = CodecFor(r.element_size);
+  if (policy_ == nullptr || want == format::Codec::kRaw) {
+    return {want, CodecReason::kFixed};
   }
+  ChunkFacts facts;
+  facts.paced = shaping_ != nullptr && shaping_->Paced();
+  if (facts.paced) facts.pace_Bps = shaping_->PaceBps();
+  facts.training = shaping_ != nullptr && shaping_->TrainingMarked();
+  if (may_delta && !facts.training) {
+    facts.xor_zero_fraction =
+        XorZeroFraction(r.data, r.delta->bytes->data(), r.len);
+  }
+  const CodecDecision d = policy_->Decide(facts);
+  return {d.encode ? want : format::Codec::kRaw, d.reason};
+}
+
+Status ChunkIo::EncodeInto(const PutRequest& r, format::Codec want,
+                           bool may_delta, PutState* st,
+                           format::PutChunkRequest* req, CodecReason* reason) {
+  const std::string_view data(r.data, r.len);
   const int64_t encode_start_ns = NowNs();
   if (may_delta && want != format::Codec::kRaw) {
     auto owned = std::make_shared<std::string>();
     format::EncodeOptions eo = encode_;
     // Plain "zstd" keeps its bytes ungrouped in deltas too.
-    eo.element_size = (element_size > 0 && codec_ != "zstd") ? element_size : 1;
+    eo.element_size =
+        (r.element_size > 0 && codec_ != "zstd") ? r.element_size : 1;
     // The numeric delta only where every home server can store it.
     for (size_t i = 0; i < st->home; ++i) {
-      if (ranked[i]->codec_count.load() <=
+      if (st->ranked[i]->codec_count.load() <=
           static_cast<uint32_t>(format::Codec::kNumDeltaByteGroupZstd)) {
         eo.numeric_delta = false;
       }
     }
-    auto codec = format::EncodeDelta(std::string_view(data, len), *delta->bytes,
-                                     delta->id, owned.get(), eo);
+    auto codec = format::EncodeDelta(data, *r.delta->bytes, r.delta->id,
+                                     owned.get(), eo);
     if (codec.ok() && format::IsDelta(*codec)) {
       st->owned = std::move(owned);
       st->delta = true;
-      req.record.codec = *codec;
+      req->record.codec = *codec;
       st->payload = *st->owned;
-      ref->set_base_id(delta->id.ToBytes());
+      r.ref->set_base_id(r.delta->id.ToBytes());
     }
   }
   if (st->owned != nullptr) {
     // Encoded as a delta above.
   } else if (want == format::Codec::kRaw) {
-    st->payload = std::string_view(data, len);  // sent straight from staging
-    req.record.codec = format::Codec::kRaw;
+    st->payload = data;  // sent straight from staging
+    req->record.codec = format::Codec::kRaw;
   } else {
     st->owned = std::make_shared<std::string>();
     format::EncodeOptions eo = encode_;
-    eo.element_size = element_size;
-    auto codec =
-        format::Encode(want, std::string_view(data, len), st->owned.get(), eo);
-    if (!codec.ok()) {
-      encoded(false);
-      done(codec.status());
-      return;
-    }
-    req.record.codec = *codec;
+    eo.element_size = r.element_size;
+    STAGGER_ASSIGN_OR_RETURN(req->record.codec,
+                             format::Encode(want, data, st->owned.get(), eo));
     st->payload = *st->owned;
   }
   if (policy_ != nullptr && want != format::Codec::kRaw) {
-    policy_->OnEncoded(len, st->payload.size(),
+    policy_->OnEncoded(r.len, st->payload.size(),
                        (NowNs() - encode_start_ns) * 1e-9);
   }
   if (st->owned != nullptr && codec_ == "auto" &&
-      st->payload.size() > (1 - CodecPolicy::kMinGain) * len) {
+      st->payload.size() > (1 - CodecPolicy::kMinGain) * r.len) {
     // Too little saved to be worth a decode at every load: raw.
     st->owned.reset();
     st->delta = false;
-    ref->clear_base_id();
-    st->payload = std::string_view(data, len);
-    req.record.codec = format::Codec::kRaw;
-    reason = CodecReason::kNoGain;
+    r.ref->clear_base_id();
+    st->payload = data;
+    req->record.codec = format::Codec::kRaw;
+    *reason = CodecReason::kNoGain;
+  }
+  return absl::OkStatus();
+}
+
+void ChunkIo::PutAsync(const PutRequest& r,
+                       const std::function<void(bool)>& encoded,
+                       std::function<void(const Status&)> done) {
+  auto targets = CopyTargets(*r.ranked, r.replicas, r.id);
+  if (!targets.ok()) {
+    encoded(false);
+    done(targets.status());
+    return;
+  }
+  auto st = std::make_shared<PutState>();
+  st->ranked = *r.ranked;
+  st->home = std::min(r.replicas, st->ranked.size());
+  // A delta is stored only where its base is: on the slot's home servers.
+  bool home_up = true;
+  for (size_t i = 0; i < st->home; ++i) {
+    home_up = home_up && !st->ranked[i]->down;
+  }
+  const bool may_delta = r.delta != nullptr && home_up;
+  format::PutChunkRequest req;
+  req.job = job_;
+  req.record.chunk_id = r.id;
+  req.record.raw_length = r.len;
+  auto [want, reason] = ChooseCodec(r, may_delta);
+  if (Status s = EncodeInto(r, want, may_delta, st.get(), &req, &reason);
+      !s.ok()) {
+    encoded(false);
+    done(s);
+    return;
   }
   // A delta keeps its raw bytes while a copy may still have to go to a
   // server outside the home ones.
   const bool keep_data =
-      st->owned == nullptr || (st->delta && ranked.size() > st->home);
+      st->owned == nullptr || (st->delta && st->ranked.size() > st->home);
   encoded(keep_data);
   if (st->delta && keep_data) {
-    st->data = data;
-    st->len = len;
+    st->data = r.data;
+    st->len = r.len;
     st->raw_req = req;
     st->raw_req.record.codec = format::Codec::kRaw;
-    st->raw_req.record.encoded_length = len;
-    st->raw_req.record.payload_crc32c = crc32c;
+    st->raw_req.record.encoded_length = r.len;
+    st->raw_req.record.payload_crc32c = r.crc32c;
   }
   req.record.encoded_length = st->payload.size();
   // Raw, the payload is `data`, whose checksum came with its fingerprint.
   req.record.payload_crc32c =
       st->owned == nullptr
-          ? crc32c
+          ? r.crc32c
           : format::Crc32c(st->payload.data(), st->payload.size());
-  ref->set_id(req.record.chunk_id.ToBytes());
-  ref->set_raw_length(len);
-  ref->set_codec(static_cast<uint32_t>(req.record.codec));
-  ref->set_stored_length(st->payload.size());
-  stats->bytes_raw += len;
-  ++stats->chunks;
-  ++stats->codec_chunks[static_cast<int>(req.record.codec)];
-  ++stats->codec_reasons[static_cast<int>(reason)];
+  r.ref->set_id(req.record.chunk_id.ToBytes());
+  r.ref->set_raw_length(r.len);
+  r.ref->set_codec(static_cast<uint32_t>(req.record.codec));
+  r.ref->set_stored_length(st->payload.size());
+  r.stats->bytes_raw += r.len;
+  ++r.stats->chunks;
+  ++r.stats->codec_chunks[static_cast<int>(req.record.codec)];
+  ++r.stats->codec_reasons[static_cast<int>(reason)];
   st->header = format::EncodePutChunk(req);
-  st->raw_bytes = len;
+  st->raw_bytes = r.len;
   st->hex = req.record.chunk_id.ToHex();
-  st->stats = stats;
+  st->stats = r.stats;
   st->done = std::move(done);
   {
     absl::MutexLock l(&st->mu);
-    st->owed = targets.size();
-    st->tried = targets;
+    st->owed = targets->size();
+    st->tried = *targets;
   }
-  for (ServerConn* s : targets) SendCopy(st, s);
+  for (ServerConn* s : *targets) SendCopy(st, s);
 }
 
 void ChunkIo::SendCopy(std::shared_ptr<PutState> st, ServerConn* server) {
