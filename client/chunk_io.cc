@@ -137,75 +137,80 @@ void ChunkIo::FetchFrom(std::shared_ptr<FetchAttempt> a) {
     FetchFrom(std::move(a));  // the next server, or the error
     return;
   }
-  data->Call(
-      static_cast<uint16_t>(DataOp::kGetChunk),
-      format::EncodeGetChunk({job_, a->id}), std::string_view(),
-      [this, a, server](Result<transport::Message> reply) {
-        auto failed = [this, a, server](const Status& s) {
-          if (IsServerGone(s)) ServerSet::MarkDown(server, s);
-          const bool last = a->next >= a->item->servers.size();
-          if (last && a->errors.empty()) {
-            // The only place to ask: its own error, unchanged in kind.
-            a->finish(
-                WithContext(s, absl::StrCat("chunk ", a->id.ToHex(),
-                                            " from server ", server->address)));
-            return;
-          }
-          a->errors.push_back(
-              absl::StrCat("server ", server->address, ": ", s.message()));
-          a->Note(s);
-          if (absl::IsDataLoss(s)) a->bad.push_back(server);
-          FetchFrom(a);
-        };
-        if (!reply.ok()) {
-          failed(reply.status());
-          return;
-        }
-        // Decoding is CPU work: move it off the progress thread.
-        auto msg = std::make_shared<transport::Message>(std::move(*reply));
-        executor_->Submit([this, a, server, msg, failed] {
-          const FetchItem& item = *a->item;
-          const size_t raw = item.ref->raw_length();
-          std::string scratch;
-          char* dest = item.dest;
-          if (dest == nullptr || item.scatter != nullptr) {
-            scratch.resize(raw);
-            dest = scratch.data();
-          }
-          Status s = DecodeReply(server, a->id, raw, *msg, dest, kMaxDeltaDepth,
-                                 item.servers);
-          if (s.ok() && item.scatter != nullptr && item.dest != nullptr) {
-            s = Scatter(scratch, *item.scatter, item.dest);
-          }
-          if (s.ok()) {
-            // Read repair: the copies found bad get these good bytes (the
-            // servers marked them on the read, so the puts rewrite them).
-            if (!a->bad.empty()) {
-              std::string where;
-              for (ServerConn* b : a->bad) {
-                absl::StrAppend(&where, where.empty() ? "" : ", ", b->address);
-              }
-              PutCopies(
-                  a->id, dest, raw, a->bad,
-                  [id = a->id, where](const Status& st) {
-                    if (st.ok()) {
-                      log::Info("stagger",
-                                absl::StrCat("repaired chunk ", id.ToHex(),
-                                             " on ", where));
-                    } else {
-                      log::Warning(
-                          "stagger",
-                          absl::StrCat("repair of chunk ", id.ToHex(), " on ",
-                                       where, " failed: ", st.message()));
-                    }
-                  });
-            }
-            a->finish(s);
-          } else {
-            failed(s);
-          }
-        });
-      });
+  data->Call(static_cast<uint16_t>(DataOp::kGetChunk),
+             format::EncodeGetChunk({job_, a->id}), std::string_view(),
+             [this, a, server](Result<transport::Message> reply) {
+               auto failed = [this, a, server](const Status& s) {
+                 if (IsServerGone(s)) ServerSet::MarkDown(server, s);
+                 const bool last = a->next >= a->item->servers.size();
+                 if (last && a->errors.empty()) {
+                   // The only place to ask: its own error, unchanged in kind.
+                   a->finish(WithContext(
+                       s, absl::StrCat("chunk ", a->id.ToHex(), " from server ",
+                                       server->address)));
+                   return;
+                 }
+                 a->errors.push_back(absl::StrCat("server ", server->address,
+                                                  ": ", s.message()));
+                 a->Note(s);
+                 if (absl::IsDataLoss(s)) a->bad.push_back(server);
+                 FetchFrom(a);
+               };
+               if (!reply.ok()) {
+                 failed(reply.status());
+                 return;
+               }
+               // Decoding is CPU work: move it off the progress thread.
+               auto msg =
+                   std::make_shared<transport::Message>(std::move(*reply));
+               executor_->Submit([this, a, server, msg, failed] {
+                 Status s = DecodeFetched(*a, server, *msg);
+                 if (s.ok()) {
+                   a->finish(s);
+                 } else {
+                   failed(s);
+                 }
+               });
+             });
+}
+
+Status ChunkIo::DecodeFetched(const FetchAttempt& a, ServerConn* server,
+                              const transport::Message& msg) {
+  const FetchItem& item = *a.item;
+  const size_t raw = item.ref->raw_length();
+  std::string scratch;
+  char* dest = item.dest;
+  if (dest == nullptr || item.scatter != nullptr) {
+    scratch.resize(raw);
+    dest = scratch.data();
+  }
+  STAGGER_RETURN_IF_ERROR(
+      DecodeReply(server, a.id, raw, msg, dest, kMaxDeltaDepth, item.servers));
+  if (item.scatter != nullptr && item.dest != nullptr) {
+    STAGGER_RETURN_IF_ERROR(Scatter(scratch, *item.scatter, item.dest));
+  }
+  // Read repair: the copies found bad get these good bytes (the servers
+  // marked them on the read, so the puts rewrite them).
+  if (!a.bad.empty()) RepairBadCopies(a.id, dest, raw, a.bad);
+  return absl::OkStatus();
+}
+
+void ChunkIo::RepairBadCopies(const format::ChunkId& id, const char* bytes,
+                              size_t len, const std::vector<ServerConn*>& bad) {
+  std::string where;
+  for (ServerConn* b : bad) {
+    absl::StrAppend(&where, where.empty() ? "" : ", ", b->address);
+  }
+  PutCopies(id, bytes, len, bad, [id, where](const Status& st) {
+    if (st.ok()) {
+      log::Info("stagger",
+                absl::StrCat("repaired chunk ", id.ToHex(), " on ", where));
+    } else {
+      log::Warning("stagger",
+                   absl::StrCat("repair of chunk ", id.ToHex(), " on ", where,
+                                " failed: ", st.message()));
+    }
+  });
 }
 
 Result<format::RecordHeader> ChunkIo::CheckReply(

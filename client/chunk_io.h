@@ -148,6 +148,15 @@ class ChunkIo {
   struct PutState;
   // Asks the next server of the attempt for its chunk.
   void FetchFrom(std::shared_ptr<FetchAttempt> a);
+  // Decodes `msg`, the chunk of `a` as `server` sent it, into the item's
+  // place (scattered when it maps to several runs), and has the copies
+  // found bad before it rewritten.
+  Status DecodeFetched(const FetchAttempt& a, ServerConn* server,
+                       const transport::Message& msg);
+  // Puts a good copy of a chunk on the servers that answered with a bad
+  // one (they marked theirs on the read), logging the outcome.
+  void RepairBadCopies(const format::ChunkId& id, const char* bytes, size_t len,
+                       const std::vector<ServerConn*>& bad);
   // Sends one copy of a put to `server`.
   void SendCopy(std::shared_ptr<PutState> st, ServerConn* server);
   // The codec the chunk of `r` should have, and why (CodecPolicy for
