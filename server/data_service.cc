@@ -193,66 +193,77 @@ void DataService::HandlePut(transport::Message request,
   // Off the progress thread: the index lookup may touch disk and the store
   // checksums the payload.
   ingest_->Submit([this, shared, payload, r = *req] {
-    // Content-addressed: an index hit means these bytes are already durable.
-    // ...unless a read found that copy bad: then the put repairs it.
-    if (meta_->GetChunk(r.job, r.record.chunk_id).ok() &&
-        !meta_->IsMarkedBad(r.job, r.record.chunk_id)) {
-      ++counters_.chunks_deduplicated;
-      ReplyStatus(shared.get(), DataOp::kPutChunkReply, absl::OkStatus());
-      return;
-    }
-    std::optional<format::ChunkId> base;
-    if (format::IsDelta(r.record.codec)) {
-      auto b = format::DeltaBase(payload->view());
-      Status s = b.status();
-      if (s.ok()) {
-        s = meta_->GetChunk(r.job, *b).status();
-        if (absl::IsNotFound(s)) {
-          s = absl::FailedPreconditionError(absl::StrCat(
-              "delta chunk ", r.record.chunk_id.ToHex(), " needs base ",
-              b->ToHex(), ", which is not stored"));
-        }
-      }
-      if (!s.ok()) {
-        ++counters_.bad_requests;
-        ReplyStatus(shared.get(), DataOp::kPutChunkReply, s);
-        return;
-      }
-      base = *b;
-    }
-    const std::string job = r.job;
-    const format::RecordHeader header = r.record;
-    // The store checks the payload against the header (length, crc32c)
-    // before queueing it; a mismatch comes back through the callback.
-    segments_->Append(
-        job, header, std::move(*payload),
-        [this, shared, job, header, base](Result<ChunkLocation> loc) {
-          Status s = loc.status();
-          if (absl::IsResourceExhausted(s)) s = DiskFull(s);
-          if (s.ok()) {
-            ChunkMeta meta;
-            meta.location = *loc;
-            meta.raw_length = header.raw_length;
-            meta.stored_length = header.encoded_length;
-            meta.codec = header.codec;
-            meta.base = base;
-            s = meta_->PutChunk(job, header.chunk_id, meta);
-          }
-          if (s.ok()) {
-            ++counters_.chunks_written;
-            counters_.bytes_written += header.encoded_length;
-            job_counters_.AddWritten(job, header.encoded_length);
-          } else if (absl::IsDataLoss(s) || absl::IsInvalidArgument(s)) {
-            ++counters_.bad_requests;
-          }
-          ReplyStatus(
-              shared.get(), DataOp::kPutChunkReply,
-              WithContext(s, absl::StrCat("chunk ", header.chunk_id.ToHex())));
-          if (s.ok() && base && rebaser_ != nullptr) {
-            rebaser_->Enqueue(job, header.chunk_id);
-          }
-        });
+    Ingest(shared, std::move(*payload), r);
   });
+}
+
+Result<std::optional<format::ChunkId>> DataService::StoredBaseOf(
+    const format::PutChunkRequest& r, std::string_view payload) {
+  if (!format::IsDelta(r.record.codec)) return std::nullopt;
+  STAGGER_ASSIGN_OR_RETURN(format::ChunkId base, format::DeltaBase(payload));
+  Status s = meta_->GetChunk(r.job, base).status();
+  if (absl::IsNotFound(s)) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("delta chunk ", r.record.chunk_id.ToHex(), " needs base ",
+                     base.ToHex(), ", which is not stored"));
+  }
+  STAGGER_RETURN_IF_ERROR(s);
+  return base;
+}
+
+void DataService::Ingest(std::shared_ptr<transport::ReplyChannel> reply,
+                         transport::Buffer payload,
+                         const format::PutChunkRequest& r) {
+  // Content-addressed: an index hit means these bytes are already durable.
+  // ...unless a read found that copy bad: then the put repairs it.
+  if (meta_->GetChunk(r.job, r.record.chunk_id).ok() &&
+      !meta_->IsMarkedBad(r.job, r.record.chunk_id)) {
+    ++counters_.chunks_deduplicated;
+    ReplyStatus(reply.get(), DataOp::kPutChunkReply, absl::OkStatus());
+    return;
+  }
+  auto base = StoredBaseOf(r, payload.view());
+  if (!base.ok()) {
+    ++counters_.bad_requests;
+    ReplyStatus(reply.get(), DataOp::kPutChunkReply, base.status());
+    return;
+  }
+  // The store checks the payload against the header (length, crc32c)
+  // before queueing it; a mismatch comes back through the callback.
+  segments_->Append(r.job, r.record, std::move(payload),
+                    [this, reply, job = r.job, header = r.record,
+                     base = *base](Result<ChunkLocation> loc) {
+                      Stored(reply.get(), job, header, base, loc);
+                    });
+}
+
+void DataService::Stored(transport::ReplyChannel* reply, const std::string& job,
+                         const format::RecordHeader& header,
+                         const std::optional<format::ChunkId>& base,
+                         const Result<ChunkLocation>& loc) {
+  Status s = loc.status();
+  if (absl::IsResourceExhausted(s)) s = DiskFull(s);
+  if (s.ok()) {
+    ChunkMeta meta;
+    meta.location = *loc;
+    meta.raw_length = header.raw_length;
+    meta.stored_length = header.encoded_length;
+    meta.codec = header.codec;
+    meta.base = base;
+    s = meta_->PutChunk(job, header.chunk_id, meta);
+  }
+  if (s.ok()) {
+    ++counters_.chunks_written;
+    counters_.bytes_written += header.encoded_length;
+    job_counters_.AddWritten(job, header.encoded_length);
+  } else if (absl::IsDataLoss(s) || absl::IsInvalidArgument(s)) {
+    ++counters_.bad_requests;
+  }
+  ReplyStatus(reply, DataOp::kPutChunkReply,
+              WithContext(s, absl::StrCat("chunk ", header.chunk_id.ToHex())));
+  if (s.ok() && base && rebaser_ != nullptr) {
+    rebaser_->Enqueue(job, header.chunk_id);
+  }
 }
 
 void DataService::HandleGet(transport::Message request,

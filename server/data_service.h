@@ -23,6 +23,10 @@
 #include <atomic>
 #include <cstdint>
 #include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
 
 #include "absl/synchronization/mutex.h"
 #include "format/data_plane.h"
@@ -83,6 +87,21 @@ class DataService : public transport::RequestHandler {
   void WaitIdle();
 
  private:
+  // A put's work off the progress thread: deduplicated, or checked (a
+  // delta's base must be stored here) and appended to the segment store.
+  void Ingest(std::shared_ptr<transport::ReplyChannel> reply,
+              transport::Buffer payload, const format::PutChunkRequest& r);
+  // The base a delta put names, once it is found stored (none for a whole
+  // chunk); DATA_LOSS for a short payload, FAILED_PRECONDITION when the
+  // base is not stored.
+  Result<std::optional<format::ChunkId>> StoredBaseOf(
+      const format::PutChunkRequest& r, std::string_view payload);
+  // The store's answer to an append: indexed and acknowledged, or the
+  // error (disk full named as such).
+  void Stored(transport::ReplyChannel* reply, const std::string& job,
+              const format::RecordHeader& header,
+              const std::optional<format::ChunkId>& base,
+              const Result<ChunkLocation>& loc);
   void HandlePut(transport::Message request,
                  std::unique_ptr<transport::ReplyChannel> reply);
   void HandleGet(transport::Message request,
