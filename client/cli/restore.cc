@@ -389,6 +389,92 @@ Result<pb::GetStepReply> CompleteStep(Session& session, const std::string& job,
   return reply;
 }
 
+namespace {
+
+// `--out` made ready: a directory, empty unless --force.
+Status PrepareOut(const RestoreArgs& a) {
+  std::error_code ec;
+  if (std::filesystem::exists(a.out, ec) &&
+      !std::filesystem::is_directory(a.out, ec)) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("--out ", a.out, " exists and is not a directory"));
+  }
+  if (!a.force) STAGGER_RETURN_IF_ERROR(CheckEmpty(a.out));
+  std::filesystem::create_directories(a.out, ec);
+  if (ec) return Errno("cannot create --out " + a.out, ec.value());
+  return absl::OkStatus();
+}
+
+// Raw bytes of every chunk of the step: what the progress counts to.
+uint64_t StoredBytes(const pb::GetStepReply& reply) {
+  uint64_t stored = 0;
+  for (const pb::ShardManifest& shard : reply.shards()) {
+    for (const pb::TensorEntry& t : shard.tensors()) {
+      for (const pb::ChunkRef& c : t.chunks()) stored += c.raw_length();
+    }
+  }
+  return stored;
+}
+
+int RestoreConsolidated(const RestoreArgs& a, Session& session, ChunkIo& io,
+                        const pb::GetStepReply& reply, Progress& progress) {
+  std::string path = a.out + "/model.safetensors";
+  Written w{"model.safetensors"};
+  uint64_t bytes = 0;
+  Status s = WriteConsolidated(io, session.servers.get(), a.job, reply, a.only,
+                               path, &bytes, &progress, &w.crc32c);
+  progress.Finish();
+  std::error_code ec;
+  w.bytes = std::filesystem::file_size(path, ec);
+  if (s.ok()) {
+    s = WriteRestoreManifest(a.out, a.job, reply.step(), true, a.only, {w});
+  }
+  if (!s.ok()) {
+    return Fail("restore", WithContext(s, absl::StrCat("consolidate of step ",
+                                                       reply.step().step())));
+  }
+  progress.Say(stdout, absl::StrCat("wrote ", path));
+  printf("restored job '%s' step %lld: %d ranks consolidated, %llu bytes\n",
+         a.job.c_str(), static_cast<long long>(reply.step().step()),
+         reply.shards_size(), static_cast<unsigned long long>(bytes));
+  return 0;
+}
+
+int RestoreShards(const RestoreArgs& a, Session& session, ChunkIo& io,
+                  const pb::GetStepReply& reply, Progress& progress) {
+  std::vector<Written> written;
+  uint64_t bytes = 0;
+  for (const pb::ShardManifest& shard : reply.shards()) {
+    std::string path =
+        absl::StrFormat("%s/rank-%05d.safetensors", a.out, shard.rank());
+    Written w{std::filesystem::path(path).filename().string()};
+    Status s = WriteShard(io, session.servers.get(), shard, path, &progress,
+                          &w.crc32c);
+    if (!s.ok()) {
+      progress.Finish();
+      return Fail("restore",
+                  WithContext(s, absl::StrCat("rank ", shard.rank())));
+    }
+    std::error_code ec;
+    w.bytes = std::filesystem::file_size(path, ec);
+    written.push_back(w);
+    for (const auto& t : shard.tensors()) bytes += t.byte_size();
+    progress.Say(stdout, absl::StrCat("wrote ", path));
+  }
+  progress.Finish();
+  if (Status s =
+          WriteRestoreManifest(a.out, a.job, reply.step(), false, {}, written);
+      !s.ok()) {
+    return Fail("restore", s);
+  }
+  printf("restored job '%s' step %lld: %d ranks, %llu bytes\n", a.job.c_str(),
+         static_cast<long long>(reply.step().step()), reply.shards_size(),
+         static_cast<unsigned long long>(bytes));
+  return 0;
+}
+
+}  // namespace
+
 int RunRestore(const RestoreArgs& a) {
   if (!a.only.empty() && !a.consolidate) {
     return Fail("restore", absl::InvalidArgumentError(
@@ -399,82 +485,12 @@ int RunRestore(const RestoreArgs& a) {
   if (!session.ok()) return Fail("restore", session.status());
   auto reply = CompleteStep(*session, a.job, a.step);
   if (!reply.ok()) return Fail("restore", reply.status());
-  std::error_code ec;
-  if (std::filesystem::exists(a.out, ec) &&
-      !std::filesystem::is_directory(a.out, ec)) {
-    return Fail("restore",
-                absl::FailedPreconditionError(absl::StrCat(
-                    "--out ", a.out, " exists and is not a directory")));
-  }
-  if (!a.force) {
-    if (Status s = CheckEmpty(a.out); !s.ok()) return Fail("restore", s);
-  }
-  std::filesystem::create_directories(a.out, ec);
-  if (ec) {
-    return Fail("restore", Errno("cannot create --out " + a.out, ec.value()));
-  }
-  std::vector<Written> written;
+  if (Status s = PrepareOut(a); !s.ok()) return Fail("restore", s);
   InstallRestoreInterrupts(a.out, a.consolidate ? 1 : reply->shards_size());
   ChunkIo io(session->executor.get(), a.job, "raw", {}, 16);
-  uint64_t bytes = 0;
-  uint64_t stored = 0;  // raw bytes of every chunk of the step
-  for (const pb::ShardManifest& shard : reply->shards()) {
-    for (const pb::TensorEntry& t : shard.tensors()) {
-      for (const pb::ChunkRef& c : t.chunks()) stored += c.raw_length();
-    }
-  }
-  Progress progress("restore", stored);
-  if (a.consolidate) {
-    std::string path = a.out + "/model.safetensors";
-    Written w{"model.safetensors"};
-    Status s = WriteConsolidated(io, session->servers.get(), a.job, *reply,
-                                 a.only, path, &bytes, &progress, &w.crc32c);
-    progress.Finish();
-    w.bytes = std::filesystem::file_size(path, ec);
-    written.push_back(w);
-    if (s.ok()) {
-      s = WriteRestoreManifest(a.out, a.job, reply->step(), true, a.only,
-                               written);
-    }
-    if (!s.ok()) {
-      return Fail("restore",
-                  WithContext(s, absl::StrCat("consolidate of step ",
-                                              reply->step().step())));
-    }
-    progress.Say(stdout, absl::StrCat("wrote ", path));
-    printf("restored job '%s' step %lld: %d ranks consolidated, %llu bytes\n",
-           a.job.c_str(), static_cast<long long>(reply->step().step()),
-           reply->shards_size(), static_cast<unsigned long long>(bytes));
-    return 0;
-  }
-  for (const pb::ShardManifest& shard : reply->shards()) {
-    std::string path =
-        absl::StrFormat("%s/rank-%05d.safetensors", a.out, shard.rank());
-    Written w{std::filesystem::path(path).filename().string()};
-    Status s = WriteShard(io, session->servers.get(), shard, path, &progress,
-                          &w.crc32c);
-    if (s.ok()) {
-      w.bytes = std::filesystem::file_size(path, ec);
-      written.push_back(w);
-    }
-    if (!s.ok()) {
-      progress.Finish();
-      return Fail("restore",
-                  WithContext(s, absl::StrCat("rank ", shard.rank())));
-    }
-    for (const auto& t : shard.tensors()) bytes += t.byte_size();
-    progress.Say(stdout, absl::StrCat("wrote ", path));
-  }
-  progress.Finish();
-  if (Status s =
-          WriteRestoreManifest(a.out, a.job, reply->step(), false, {}, written);
-      !s.ok()) {
-    return Fail("restore", s);
-  }
-  printf("restored job '%s' step %lld: %d ranks, %llu bytes\n", a.job.c_str(),
-         static_cast<long long>(reply->step().step()), reply->shards_size(),
-         static_cast<unsigned long long>(bytes));
-  return 0;
+  Progress progress("restore", StoredBytes(*reply));
+  return a.consolidate ? RestoreConsolidated(a, *session, io, *reply, progress)
+                       : RestoreShards(a, *session, io, *reply, progress);
 }
 
 }  // namespace stagger::client
