@@ -202,6 +202,44 @@ Result<ChunkMeta> Rebaser::Write(const std::string& job, format::Codec codec,
   return m;
 }
 
+namespace {
+
+// Y's decoded bytes (`*yraw`) whole, in the codec B's whole version used
+// (zstd where that was byte-grouped but Y's delta was not grouped): into
+// `*ywhole` encoded, or moved there raw.
+Result<format::Codec> EncodeWhole(format::Codec whole_codec, int w,
+                                  const format::EncodeOptions& eo,
+                                  std::string* yraw, std::string* ywhole) {
+  if (whole_codec == format::Codec::kByteGroupZstd && w == 1) {
+    whole_codec = format::Codec::kZstd;
+  }
+  if (whole_codec == format::Codec::kRaw) {
+    *ywhole = std::move(*yraw);
+    return format::Codec::kRaw;
+  }
+  return format::Encode(whole_codec, *yraw, ywhole, eo);
+}
+
+// B (`braw`) as a delta of Y (`ybytes`, chunk `y`), in the codec of Y's
+// delta against B (`delta`, of `codec`): an XOR delta is its own reverse
+// (the same payload naming Y as the base); a numeric one is encoded anew.
+Result<format::Codec> ReverseDelta(format::Codec codec, std::string_view delta,
+                                   const std::string& braw,
+                                   const std::string& ybytes,
+                                   const format::ChunkId& y,
+                                   const format::EncodeOptions& eo,
+                                   std::string* brev) {
+  if (codec != format::Codec::kXorByteGroupZstd) {
+    return format::EncodeDeltaWith(codec, braw, ybytes, y, brev, eo);
+  }
+  brev->assign(delta.data(), delta.size());
+  const std::string yid = y.ToBytes();
+  std::memcpy(&(*brev)[1], yid.data(), yid.size());
+  return codec;
+}
+
+}  // namespace
+
 Status Rebaser::RebaseOne(const std::string& job, const format::ChunkId& y) {
   STAGGER_ASSIGN_OR_RETURN(ChunkMeta ym, meta_->GetChunk(job, y));
   if (!format::IsDelta(ym.codec) || !ym.base) return absl::OkStatus();
@@ -228,31 +266,16 @@ Status Rebaser::RebaseOne(const std::string& job, const format::ChunkId& y) {
 
   // 1. Y whole, in the codec its base's whole version used.
   std::string ywhole;
-  format::Codec yc = format::Codec::kRaw;
-  if (whole_codec == format::Codec::kByteGroupZstd && w == 1) {
-    whole_codec = format::Codec::kZstd;
-  }
-  if (whole_codec != format::Codec::kRaw) {
-    STAGGER_ASSIGN_OR_RETURN(yc,
-                             format::Encode(whole_codec, yraw, &ywhole, eo));
-  } else {
-    ywhole = std::move(yraw);
-  }
-
+  STAGGER_ASSIGN_OR_RETURN(format::Codec yc,
+                           EncodeWhole(whole_codec, w, eo, &yraw, &ywhole));
   // 2. B as a delta of Y, unless B is to stay as it is.
   std::string brev;
   format::Codec bc = ym.codec;
   bool reverse = !bm.base.has_value();
   if (reverse) {
-    if (bc == format::Codec::kXorByteGroupZstd) {
-      brev.assign(delta.data(), delta.size());
-      const std::string yid = y.ToBytes();
-      std::memcpy(&brev[1], yid.data(), yid.size());
-    } else {
-      const std::string& ybytes = yc == format::Codec::kRaw ? ywhole : yraw;
-      STAGGER_ASSIGN_OR_RETURN(
-          bc, format::EncodeDeltaWith(bc, braw, ybytes, y, &brev, eo));
-    }
+    const std::string& ybytes = yc == format::Codec::kRaw ? ywhole : yraw;
+    STAGGER_ASSIGN_OR_RETURN(
+        bc, ReverseDelta(ym.codec, delta, braw, ybytes, y, eo, &brev));
     reverse = format::IsDelta(bc) && brev.size() < bm.stored_length;
   }
   const uint32_t hops = bm.behind_hops + 1;
