@@ -176,69 +176,61 @@ Result<SegmentStore::Impl::Segment*> SegmentStore::Impl::SegmentFor(
   return js->current.get();
 }
 
-void SegmentStore::Impl::Commit(std::vector<Pending>& batch) {
-  std::vector<Placement> placements;
-  std::vector<Segment*> touched;
-  std::vector<std::unique_ptr<Segment>> retired;
-  std::set<std::string> dirs_to_sync;
-  Status error;
+Status SegmentStore::Impl::Place(std::vector<Pending>& batch, Batch* b) {
   for (Pending& p : batch) {
     if (!p.rejected.ok()) continue;
-    auto seg = SegmentFor(p.job, p.record_size, &retired, &dirs_to_sync);
-    if (!seg.ok()) {
-      error = seg.status();
-      break;
+    STAGGER_ASSIGN_OR_RETURN(
+        Segment * s,
+        SegmentFor(p.job, p.record_size, &b->retired, &b->dirs_to_sync));
+    if (std::find(b->touched.begin(), b->touched.end(), s) ==
+        b->touched.end()) {
+      b->touched.push_back(s);
     }
-    Segment* s = *seg;
-    if (std::find(touched.begin(), touched.end(), s) == touched.end()) {
-      touched.push_back(s);
-    }
-    placements.push_back(Placement{&p, s, s->size});
+    b->placements.push_back(Placement{&p, s, s->size});
     s->size += p.record_size;
   }
-  if (error.ok()) {
-    for (Segment* s : touched) Reserve(s);
-    const auto start = std::chrono::steady_clock::now();
-    error = WriteSegments(touched, placements);
-    write_seconds_.Observe(SecondsSince(start));
-  }
-  for (size_t i = 0; error.ok() && i < touched.size(); ++i) {
-    const auto start = std::chrono::steady_clock::now();
-    error = touched[i]->file->Sync();
+  return absl::OkStatus();
+}
+
+Status SegmentStore::Impl::WriteAndSync(const Batch& b) {
+  for (Segment* s : b.touched) Reserve(s);
+  auto start = std::chrono::steady_clock::now();
+  Status written = WriteSegments(b.touched, b.placements);
+  write_seconds_.Observe(SecondsSince(start));
+  STAGGER_RETURN_IF_ERROR(written);
+  for (Segment* s : b.touched) {
+    start = std::chrono::steady_clock::now();
+    Status synced = s->file->Sync();
     sync_seconds_.Observe(SecondsSince(start));
+    STAGGER_RETURN_IF_ERROR(synced);
   }
-  ++batches_;
-  if (!error.ok()) {
-    ++failed_batches_;
-  } else {
-    for (const Placement& pl : placements) {
-      ++records_written_;
-      bytes_written_ += pl.item->record_size;
-    }
-  }
-  for (auto it = dirs_to_sync.begin(); error.ok() && it != dirs_to_sync.end();
-       ++it) {
-    error = fs_->SyncDir(*it);
-  }
+  return absl::OkStatus();
+}
+
+void SegmentStore::Impl::Settle(const Status& error, Batch& b) {
   if (error.ok()) {
-    for (Segment* s : touched) s->durable = s->size;
-    for (auto& s : retired) Trim(s.get());
-    if (dirs_to_sync.count(options_.dir) != 0) {
-      for (const Placement& pl : placements) {
+    for (Segment* s : b.touched) s->durable = s->size;
+    for (auto& s : b.retired) Trim(s.get());
+    if (b.dirs_to_sync.count(options_.dir) != 0) {
+      for (const Placement& pl : b.placements) {
         jobs_[pl.item->job].dir_durable = true;
       }
     }
-  } else {
-    // Nothing of this batch is acknowledged; its segments are never written
-    // again, so no acknowledged record can follow a torn one.
-    for (Segment* s : touched) Abandon(s);
-    for (auto& [job, state] : jobs_) {
-      if (state.current != nullptr &&
-          state.current->size != state.current->durable) {
-        state.current.reset();
-      }
+    return;
+  }
+  // Nothing of this batch is acknowledged; its segments are never written
+  // again, so no acknowledged record can follow a torn one.
+  for (Segment* s : b.touched) Abandon(s);
+  for (auto& [job, state] : jobs_) {
+    if (state.current != nullptr &&
+        state.current->size != state.current->durable) {
+      state.current.reset();
     }
   }
+}
+
+void SegmentStore::Impl::Answer(std::vector<Pending>& batch, const Batch& b,
+                                const Status& error) {
   size_t next = 0;
   for (Pending& p : batch) {
     if (!p.done) continue;
@@ -250,10 +242,31 @@ void SegmentStore::Impl::Commit(std::vector<Pending>& batch) {
       p.done(error);
       continue;
     }
-    while (placements[next].item != &p) ++next;
-    const Placement& pl = placements[next];
+    while (b.placements[next].item != &p) ++next;
+    const Placement& pl = b.placements[next];
     p.done(ChunkLocation{pl.segment->id, pl.offset, p.record_size});
   }
+}
+
+void SegmentStore::Impl::Commit(std::vector<Pending>& batch) {
+  Batch b;
+  Status error = Place(batch, &b);
+  if (error.ok()) error = WriteAndSync(b);
+  ++batches_;
+  if (!error.ok()) {
+    ++failed_batches_;
+  } else {
+    for (const Placement& pl : b.placements) {
+      ++records_written_;
+      bytes_written_ += pl.item->record_size;
+    }
+  }
+  for (auto it = b.dirs_to_sync.begin();
+       error.ok() && it != b.dirs_to_sync.end(); ++it) {
+    error = fs_->SyncDir(*it);
+  }
+  Settle(error, b);
+  Answer(batch, b, error);
   // Only now: the callbacks above have indexed this batch's records.
   Reseal();
 }

@@ -124,6 +124,23 @@ class SegmentStore::Impl {
   void RollJobs(const std::set<std::string>& jobs);
   void WriterLoop();
   void Commit(std::vector<Pending>& batch);
+  // What one batch touches on its way to disk (Commit's steps).
+  struct Batch {
+    std::vector<Placement> placements;
+    std::vector<Segment*> touched;
+    std::vector<std::unique_ptr<Segment>> retired;
+    std::set<std::string> dirs_to_sync;
+  };
+  // Gives every record not rejected its place in a segment.
+  Status Place(std::vector<Pending>& batch, Batch* b);
+  // Writes the batch's segments and fdatasyncs them, timed.
+  Status WriteAndSync(const Batch& b);
+  // After the batch: its segments durable up to what it wrote, or (on
+  // `error`) abandoned, so no acknowledged record follows a torn one.
+  void Settle(const Status& error, Batch& b);
+  // Answers every record of the batch: its location, or why not.
+  static void Answer(std::vector<Pending>& batch, const Batch& b,
+                     const Status& error);
   Result<JobState*> GetJob(const std::string& job);
   Result<Segment*> SegmentFor(const std::string& job, uint64_t record_size,
                               std::vector<std::unique_ptr<Segment>>* retired,
