@@ -175,32 +175,10 @@ class UringFile final : public storage_internal::FdFile {
     } uncount{fs_, &inflight};
     Status first_error;
     while (true) {
-      while (first_error.ok() && !waiting.empty() && inflight < depth) {
-        io_uring_sqe* sqe = io_uring_get_sqe(&ring->ring);
-        if (sqe == nullptr) break;
-        size_t i = waiting.front();
+      while (
+          first_error.ok() && !waiting.empty() && inflight < depth &&
+          Prepare(ring, write, ops[waiting.front()], waiting.front(), prio)) {
         waiting.pop_front();
-        Op& op = ops[i];
-        char* p = op.data + op.done;
-        size_t n = op.len - op.done;
-        uint64_t off = op.offset + op.done;
-        int idx = ring->FixedIndex(p, n);
-        if (write) {
-          if (idx >= 0) {
-            io_uring_prep_write_fixed(sqe, fd(), p, n, off, idx);
-          } else {
-            io_uring_prep_write(sqe, fd(), p, n, off);
-          }
-        } else {
-          if (idx >= 0) {
-            io_uring_prep_read_fixed(sqe, fd(), p, n, off, idx);
-          } else {
-            io_uring_prep_read(sqe, fd(), p, n, off);
-          }
-        }
-        sqe->ioprio = prio;
-        sqe->user_data = i;
-        fs_->CountRequest(idx >= 0, false);
         ++inflight;
         fs_->AddInFlight(1);
       }
@@ -223,28 +201,63 @@ class UringFile final : public storage_internal::FdFile {
       }
       io_uring_cqe* cqe;
       while (io_uring_peek_cqe(&ring->ring, &cqe) == 0) {
-        size_t i = static_cast<size_t>(cqe->user_data);
-        int res = cqe->res;
+        const size_t i = static_cast<size_t>(cqe->user_data);
+        const int res = cqe->res;
         io_uring_cqe_seen(&ring->ring, cqe);
         --inflight;
         fs_->AddInFlight(-1);
-        Op& op = ops[i];
-        if (res == -EINTR || res == -EAGAIN) {
-          waiting.push_back(i);
-        } else if (res < 0) {
-          if (first_error.ok()) first_error = IoError(what, path(), -res);
-        } else if (res == 0) {
-          // Reads: end of file. Writes: no progress, which would loop.
-          if (write && first_error.ok()) {
-            first_error = IoError("write (no progress)", path(), EIO);
-          }
-        } else {
-          op.done += static_cast<size_t>(res);
-          if (op.done < op.len) waiting.push_back(i);
-        }
+        Reap(write, res, ops[i], i, &waiting, &first_error);
       }
     }
     return first_error;
+  }
+
+  // Queues the rest of `op` (ops[i]) on a free submission entry; false
+  // when none is free.
+  bool Prepare(Ring* ring, bool write, const Op& op, size_t i, uint16_t prio) {
+    io_uring_sqe* sqe = io_uring_get_sqe(&ring->ring);
+    if (sqe == nullptr) return false;
+    char* p = op.data + op.done;
+    size_t n = op.len - op.done;
+    uint64_t off = op.offset + op.done;
+    int idx = ring->FixedIndex(p, n);
+    if (write) {
+      if (idx >= 0) {
+        io_uring_prep_write_fixed(sqe, fd(), p, n, off, idx);
+      } else {
+        io_uring_prep_write(sqe, fd(), p, n, off);
+      }
+    } else {
+      if (idx >= 0) {
+        io_uring_prep_read_fixed(sqe, fd(), p, n, off, idx);
+      } else {
+        io_uring_prep_read(sqe, fd(), p, n, off);
+      }
+    }
+    sqe->ioprio = prio;
+    sqe->user_data = i;
+    fs_->CountRequest(idx >= 0, false);
+    return true;
+  }
+
+  // Books a completion of `res` for `op` (ops[i]): done, queued again for
+  // the rest (short or interrupted), or the first error.
+  void Reap(bool write, int res, Op& op, size_t i, std::deque<size_t>* waiting,
+            Status* first_error) {
+    const char* what = write ? "write" : "read";
+    if (res == -EINTR || res == -EAGAIN) {
+      waiting->push_back(i);
+    } else if (res < 0) {
+      if (first_error->ok()) *first_error = IoError(what, path(), -res);
+    } else if (res == 0) {
+      // Reads: end of file. Writes: no progress, which would loop.
+      if (write && first_error->ok()) {
+        *first_error = IoError("write (no progress)", path(), EIO);
+      }
+    } else {
+      op.done += static_cast<size_t>(res);
+      if (op.done < op.len) waiting->push_back(i);
+    }
   }
 
   UringFileSystem* fs_;
