@@ -701,7 +701,7 @@ Result<std::unique_ptr<Checkpointer>> NewCheckpointer(
                          /*tolerate_down=*/options.replicas > 1, token));
   set->set_wait(absl::Seconds(options.server_wait_s));
   STAGGER_ASSIGN_OR_RETURN(std::unique_ptr<Shaping> shaping,
-                           Shaping::Make(options));
+                           Shaping::Make(options, options.clock));
   std::unique_ptr<StagingPool> pool;
   if (options.staging_bytes != 0) {
     STAGGER_ASSIGN_OR_RETURN(

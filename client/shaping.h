@@ -43,8 +43,8 @@ struct ShapingStats {
 class Shaping {
  public:
   // INVALID_ARGUMENT naming the option when one is out of range;
-  // the node bucket's file errors as they come. `clock` (not owned) for
-  // tests; nullptr: the real clock.
+  // the node bucket's file errors as they come. `clock` (not owned;
+  // CheckpointerOptions::clock) for tests; nullptr: the real clock.
   static Result<std::unique_ptr<Shaping>> Make(const CheckpointerOptions& o,
                                                qos::Clock* clock = nullptr);
   // The option checks of Make alone (no files opened), so that bad options

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/synchronization/notification.h"
+#include "qos/clock.h"
 #include "stagger/checkpointer.h"
 #include "tests/testutil/pattern.h"
 #include "tests/testutil/process.h"
@@ -49,9 +50,13 @@ class QosSaveTest : public ::testing::Test {
   std::vector<char> data_ = std::vector<char>(kBytes);
 };
 
+// On a simulated clock (CheckpointerOptions::clock): the pacer's waits move
+// it instead of taking real time.
 TEST_F(QosSaveTest, DeadlineSpreadsTheSave) {
+  qos::SimulatedClock clock;
   CheckpointerOptions o;
   o.qos_deadline_s = 1.0;
+  o.clock = &clock;
   auto ck = Open(o);
   ASSERT_NE(ck, nullptr);
   auto h = ck->Save(1);
@@ -59,8 +64,10 @@ TEST_F(QosSaveTest, DeadlineSpreadsTheSave) {
   ASSERT_TRUE(h->Wait().ok());
   SaveStats s = h->stats();
   // 16 chunks over the first 0.9 s (the last 10% is kept for the commit):
-  // the last one may not start before 15/16 x 0.9 s = 0.84375 s.
-  EXPECT_GE(s.durable_s, 0.84);
+  // the last one may not start before 15/16 x 0.9 s = 0.84375 s, and is
+  // not held past 0.9 s.
+  EXPECT_GE(clock.NowNs(), 843750000);
+  EXPECT_LE(clock.NowNs(), 900000000);
   EXPECT_GT(s.paced_rate_Bps, 0);
   EXPECT_EQ(s.bytes_shipped, kBytes);
   ExpectLoadsBack(*ck, 1);
@@ -98,20 +105,23 @@ TEST_F(QosSaveTest, ADeadlineThatCannotBeMetStillCompletesLate) {
   ExpectLoadsBack(*ck, 1);
 }
 
+// The collective ends 300 ms in, on a simulated clock: the sender's waits
+// at the closed gate move the clock there, and nothing leaves before.
 TEST_F(QosSaveTest, ACollectiveHoldsTheSaveBack) {
+  qos::SimulatedClock clock;
   CheckpointerOptions o;
   o.qos_yield = "pause";
+  o.clock = &clock;
   auto ck = Open(o);
   ASSERT_NE(ck, nullptr);
   ck->CollectiveBegin();
+  clock.ScheduleAt(300000000, [&ck] { ck->CollectiveEnd(); });
   auto h = ck->Save(1);
   ASSERT_TRUE(h.ok());
-  std::this_thread::sleep_for(std::chrono::milliseconds(300));
-  // Snapshotted, but nothing may go on the wire during the collective.
-  EXPECT_FALSE(h->Done());
-  ck->CollectiveEnd();
   ASSERT_TRUE(h->Wait().ok());
-  EXPECT_GE(h->stats().yield_s, 0.25);
+  EXPECT_GE(clock.NowNs(), 300000000);
+  // Held for the whole collective (the first wait began at 0).
+  EXPECT_GE(h->stats().yield_s, 0.3 - 1e-9);
   ExpectLoadsBack(*ck, 1);
 }
 

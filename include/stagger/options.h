@@ -8,6 +8,10 @@
 
 namespace stagger {
 
+namespace qos {
+class Clock;  // qos/clock.h
+}  // namespace qos
+
 struct CheckpointerOptions {
   // Where checkpoints live: "host:port[,host:port...]" (gRPC addresses of
   // stagger-server daemons), or "embedded:DIR" to run a server inside this
@@ -135,6 +139,12 @@ struct CheckpointerOptions {
   // The file holding the node cap's state; every process of the node using
   // the same file shares the cap. Empty: /dev/shm/stagger-node-default.
   std::string node_rate_limit_file;
+  // The time QoS runs on (pacing, rate caps, the collective gate, and the
+  // yield it reports); not owned, and it must outlive the Checkpointer.
+  // nullptr: the steady clock. A seam for tests, as RocksDB's Env is: a
+  // qos::SimulatedClock (qos/clock.h) makes a deadline or a collective
+  // take no real time.
+  qos::Clock* clock = nullptr;
 };
 
 // Options of one Save() call.
