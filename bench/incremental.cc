@@ -185,6 +185,14 @@ int Main(int argc, char** argv) {
   const std::string codec = flags.Get("codec");
   std::string compare = flags.Get("compare");
   if (compare == codec) compare.clear();
+  for (const auto& [flag, value] :
+       {std::pair<const char*, std::string>{"--codec", codec},
+        {"--compare", compare}}) {
+    if (value.empty()) continue;
+    if (auto parsed = ParseCodecChoice(value); !parsed.ok()) {
+      return Fail("incremental", WithContext(parsed.status(), flag));
+    }
+  }
   auto dir = TempDir::Make(flags.Get("data"), "stagger-bench-incremental");
   if (!dir.ok()) return Fail("incremental", dir.status());
 
@@ -226,7 +234,7 @@ int Main(int argc, char** argv) {
     o.servers = (*meter)->grpc_address();
     o.job = JobName(r.cls, r.codec);
     o.chunk_size = *chunk_size;
-    o.codec = r.codec;
+    o.codec = *ParseCodecChoice(r.codec);  // checked with the flags
     // The question is bytes: every chunk encoded, whatever the link speed
     // (--adaptive to let "auto" send raw where encoding is the bottleneck).
     o.adaptive_codec = adaptive;

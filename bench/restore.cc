@@ -86,7 +86,9 @@ Result<std::unique_ptr<Checkpointer>> OpenRank(const std::string& servers,
   o.job = kJob;
   o.rank = rank;
   o.world_size = world;
-  o.codec = codec;
+  auto parsed = ParseCodecChoice(codec);
+  if (!parsed.ok()) return WithContext(parsed.status(), "--codec");
+  o.codec = *parsed;
   auto ck = Checkpointer::Open(o);
   if (!ck.ok()) {
     return WithContext(ck.status(),

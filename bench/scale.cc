@@ -59,7 +59,8 @@ int ChildMain(int argc, char** argv) {
   }
   o.rank = static_cast<uint32_t>(rank);
   o.world_size = static_cast<uint32_t>(world);
-  o.codec = "raw";  // the servers and the fabric are measured, not zstd
+  o.codec =
+      CodecChoice::kRaw;  // the servers and the fabric are measured, not zstd
   o.staging_bytes = (bytes + o.chunk_size - 1) / o.chunk_size * o.chunk_size;
   auto ck = Checkpointer::Open(o);
   if (!ck.ok()) {

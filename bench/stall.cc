@@ -160,7 +160,7 @@ int Main(int argc, char** argv) {
                {"pipeline-threads",
                 {"0", "CheckpointerOptions.pipeline_threads (0: auto)"}},
                {"snapshot-overlap",
-                {CheckpointerOptions().snapshot_overlap,
+                {std::string(NameOf(CheckpointerOptions().snapshot_overlap)),
                  "CheckpointerOptions.snapshot_overlap (auto, on, off)"}},
                {"seed", {"1", "SyntheticState seed"}}});
   Status s = flags.Parse(argc, argv);
@@ -175,10 +175,10 @@ int Main(int argc, char** argv) {
   if (!size.ok()) return Fail("stall", size.status());
   if (!iterations.ok()) return Fail("stall", iterations.status());
   if (!seed.ok()) return Fail("stall", seed.status());
-  s = WithContext(
-      client::ValidateSnapshotOverlap(flags.Get("snapshot-overlap")),
-      "--snapshot-overlap");
-  if (!s.ok()) return Fail("stall", s);
+  auto overlap = ParseSnapshotOverlap(flags.Get("snapshot-overlap"));
+  if (!overlap.ok()) {
+    return Fail("stall", WithContext(overlap.status(), "--snapshot-overlap"));
+  }
   auto dir = TempDir::Make(flags.Get("data"), "stagger-bench-stall");
   if (!dir.ok()) return Fail("stall", dir.status());
 
@@ -195,7 +195,7 @@ int Main(int argc, char** argv) {
   o.servers = "embedded:" + (*dir)->path() + "/data";
   o.job = "bench-stall";
   o.pipeline_threads = atoi(flags.Get("pipeline-threads").c_str());
-  o.snapshot_overlap = flags.Get("snapshot-overlap");
+  o.snapshot_overlap = *overlap;
   // The whole state fits: each tensor's last chunk may be partial.
   o.staging_bytes = total + (state.tensors().size() + 1) * o.chunk_size;
   auto ck = Checkpointer::Open(o);

@@ -103,7 +103,7 @@ Status SaveOnce(CheckpointerOptions o, const ServerProcess& server,
                 client::SyntheticState& state, CodecRun* run) {
   o.servers = server.grpc_address();
   o.job = "bench-throughput-" + codec + "-" + std::to_string(iteration);
-  o.codec = codec;
+  o.codec = *ParseCodecChoice(codec);  // checked with the flags
   // The staging pool is allocated (and its pages touched) once, at Open, as
   // a training job that saves every few minutes would; the timed save is
   // the steady state, not the first allocation. A slab per chunk: every
@@ -163,7 +163,7 @@ int Main(int argc, char** argv) {
                 {std::to_string(CheckpointerOptions().max_inflight_chunks),
                  "CheckpointerOptions.max_inflight_chunks"}},
                {"snapshot-overlap",
-                {CheckpointerOptions().snapshot_overlap,
+                {std::string(NameOf(CheckpointerOptions().snapshot_overlap)),
                  "CheckpointerOptions.snapshot_overlap (auto, on, off)"}},
                {"codecs",
                 {"raw,zstd,auto",
@@ -189,18 +189,18 @@ int Main(int argc, char** argv) {
     return Fail("throughput", max_inflight_flag.status());
   }
   tuning.max_inflight_chunks = static_cast<size_t>(*max_inflight_flag);
-  tuning.snapshot_overlap = flags.Get("snapshot-overlap");
-  s = WithContext(client::ValidateSnapshotOverlap(tuning.snapshot_overlap),
-                  "--snapshot-overlap");
-  if (!s.ok()) return Fail("throughput", s);
+  auto overlap = ParseSnapshotOverlap(flags.Get("snapshot-overlap"));
+  if (!overlap.ok()) {
+    return Fail("throughput",
+                WithContext(overlap.status(), "--snapshot-overlap"));
+  }
+  tuning.snapshot_overlap = *overlap;
   std::string server_bin = flags.Get("server");
   if (server_bin.empty()) server_bin = BinDir() + "/stagger-server";
   std::vector<CodecRun> runs;
   for (absl::string_view c : absl::StrSplit(flags.Get("codecs"), ',')) {
-    if (c != "raw" && c != "zstd" && c != "auto" && c != "bytegroup+zstd") {
-      return Fail("throughput", absl::InvalidArgumentError(absl::StrCat(
-                                    "--codecs: unknown codec '", c,
-                                    "' (raw, zstd, bytegroup+zstd or auto)")));
+    if (auto parsed = ParseCodecChoice(std::string(c)); !parsed.ok()) {
+      return Fail("throughput", WithContext(parsed.status(), "--codecs"));
     }
     runs.push_back({std::string(c), {}, {}});
   }

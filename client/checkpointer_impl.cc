@@ -109,8 +109,8 @@ class CheckpointerImpl : public Checkpointer {
 
   // snapshot_overlap for a save whose chunks come from `chunks`' sources.
   bool ShipWhileSnapshotting(const std::vector<SaveChunk>& chunks) const {
-    if (options_.snapshot_overlap != "auto") {
-      return options_.snapshot_overlap == "on";
+    if (options_.snapshot_overlap != SnapshotOverlap::kAuto) {
+      return options_.snapshot_overlap == SnapshotOverlap::kOn;
     }
     for (const SaveChunk& c : chunks) {
       if (c.source == host_source_.get()) {
@@ -297,7 +297,8 @@ class CheckpointerImpl : public Checkpointer {
     po.replicas = options_.replicas;
     po.chunk_size = options_.chunk_size;
     po.created_unix_ms = NowMs();
-    po.deltas_on = options_.delta_chain_max > 0 && options_.codec != "raw";
+    po.deltas_on =
+        options_.delta_chain_max > 0 && options_.codec != CodecChoice::kRaw;
     po.delta_chain_max = options_.delta_chain_max;
     // The previous version of each chunk, kept as its delta base, and the
     // new one being captured meanwhile: half the budget each.
@@ -594,14 +595,6 @@ class CheckpointerImpl : public Checkpointer {
 
 }  // namespace
 
-Status ValidateSnapshotOverlap(const std::string& value) {
-  if (value == "auto" || value == "on" || value == "off") {
-    return absl::OkStatus();
-  }
-  return absl::InvalidArgumentError(
-      absl::StrCat("snapshot_overlap '", value, "' unknown (auto, on, off)"));
-}
-
 Status ValidateOptions(const CheckpointerOptions& o) {
   STAGGER_RETURN_IF_ERROR(format::ValidateName("job", o.job));
   STAGGER_RETURN_IF_ERROR(Shaping::Validate(o));
@@ -622,10 +615,9 @@ Status ValidateOptions(const CheckpointerOptions& o) {
         absl::StrCat("chunk_size ", o.chunk_size,
                      " must be a multiple of 4096 in [4096, 64 MiB]"));
   }
-  if (o.codec != "auto" && o.codec != "zstd" && o.codec != "raw" &&
-      o.codec != "bytegroup+zstd") {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "codec '", o.codec, "' unknown (auto, zstd, bytegroup+zstd, raw)"));
+  if (NameOf(o.codec) == "?") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("codec value ", static_cast<int>(o.codec), " unknown"));
   }
   if (o.zstd_level < 1 || o.zstd_level > 19) {
     return absl::InvalidArgumentError(
@@ -647,7 +639,11 @@ Status ValidateOptions(const CheckpointerOptions& o) {
   if (o.pipeline_threads < 0 || o.pipeline_threads > 64) {
     return absl::InvalidArgumentError("pipeline_threads must be in [0, 64]");
   }
-  STAGGER_RETURN_IF_ERROR(ValidateSnapshotOverlap(o.snapshot_overlap));
+  if (NameOf(o.snapshot_overlap) == "?") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("snapshot_overlap value ",
+                     static_cast<int>(o.snapshot_overlap), " unknown"));
+  }
   if (!(o.rpc_timeout_s > 0)) {
     return absl::InvalidArgumentError("rpc_timeout_s must be positive");
   }

@@ -40,10 +40,6 @@ Result<std::unique_ptr<Checkpointer>> NewCheckpointer(
 // Checks the fields of `options` other than `servers`.
 Status ValidateOptions(const CheckpointerOptions& options);
 
-// Checks a CheckpointerOptions::snapshot_overlap value (auto, on or off);
-// INVALID_ARGUMENT naming the value otherwise. Part of ValidateOptions.
-Status ValidateSnapshotOverlap(const std::string& value);
-
 // The process-wide UCX transport, created on first use and kept while
 // anyone holds it.
 Result<std::shared_ptr<transport::Transport>> SharedUcxTransport();

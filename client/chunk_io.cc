@@ -40,15 +40,15 @@ Status Scatter(std::string_view chunk, const std::vector<format::CopyRun>& runs,
 
 }  // namespace
 
-ChunkIo::ChunkIo(qos::Executor* executor, std::string job, std::string codec,
+ChunkIo::ChunkIo(qos::Executor* executor, std::string job, CodecChoice codec,
                  format::EncodeOptions encode, size_t max_inflight,
                  CodecPolicy* policy, Shaping* shaping)
     : executor_(executor),
       job_(std::move(job)),
-      codec_(std::move(codec)),
+      codec_(codec),
       encode_(encode),
       max_inflight_(max_inflight),
-      policy_(codec_ == "auto" ? policy : nullptr),
+      policy_(codec_ == CodecChoice::kAuto ? policy : nullptr),
       shaping_(shaping),
       sender_(max_inflight, policy_, shaping) {}
 

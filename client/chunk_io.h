@@ -93,16 +93,15 @@ struct FetchItem {
 class ChunkIo {
  public:
   // None owned.
-  // `codec` is "auto", "zstd", "bytegroup+zstd" or "raw" (validated by
-  // the caller). With "auto" and a `policy`, each chunk is encoded or sent
+  // With CodecChoice::kAuto and a `policy`, each chunk is encoded or sent
   // raw as the policy says (CodecPolicy::Decide, told whether the save is
   // paced and whether training marks collectives, from `shaping`), and the
-  // policy is fed encode and wire timings. With "auto", an encoding that
+  // policy is fed encode and wire timings. With kAuto, an encoding that
   // saves less than CodecPolicy::kMinGain goes raw.
   // With `shaping`, puts go on the wire as its QoS allows (sender.h).
   // `executor` decodes fetched chunks (and fetches a delta's bases, which
   // blocks its thread): DefaultFetchThreads() threads suit it.
-  ChunkIo(qos::Executor* executor, std::string job, std::string codec,
+  ChunkIo(qos::Executor* executor, std::string job, CodecChoice codec,
           format::EncodeOptions encode, size_t max_inflight,
           CodecPolicy* policy = nullptr, Shaping* shaping = nullptr);
   // Twice the cores, 4 to 16: decoding is CPU work, a delta's base fetch
@@ -193,7 +192,7 @@ class ChunkIo {
   // The codec for a chunk of a tensor with this float element width (0:
   // not floating point).
   format::Codec CodecFor(int element_size) const;
-  std::string codec_;
+  CodecChoice codec_;
   format::EncodeOptions encode_;
   size_t max_inflight_;
   CodecPolicy* policy_;

@@ -21,9 +21,9 @@ int64_t NowNs() { return qos::RealClock::Get()->NowNs(); }
 
 format::Codec ChunkIo::CodecFor(int element_size) const {
   bool floats = element_size == 2 || element_size == 4 || element_size == 8;
-  if (codec_ == "raw") return format::Codec::kRaw;
-  if (codec_ == "zstd") return format::Codec::kZstd;
-  // "auto" and "bytegroup+zstd": grouping only means something for floats.
+  if (codec_ == CodecChoice::kRaw) return format::Codec::kRaw;
+  if (codec_ == CodecChoice::kZstd) return format::Codec::kZstd;
+  // kAuto and kByteGroupZstd: grouping only means something for floats.
   return floats ? format::Codec::kByteGroupZstd : format::Codec::kZstd;
 }
 
@@ -101,8 +101,9 @@ Status ChunkIo::EncodeInto(const PutRequest& r, format::Codec want,
     auto owned = std::make_shared<std::string>();
     format::EncodeOptions eo = encode_;
     // Plain "zstd" keeps its bytes ungrouped in deltas too.
-    eo.element_size =
-        (r.element_size > 0 && codec_ != "zstd") ? r.element_size : 1;
+    eo.element_size = (r.element_size > 0 && codec_ != CodecChoice::kZstd)
+                          ? r.element_size
+                          : 1;
     // The numeric delta only where every home server can store it.
     for (size_t i = 0; i < st->home; ++i) {
       if (st->ranked[i]->codec_count.load() <=
@@ -137,7 +138,7 @@ Status ChunkIo::EncodeInto(const PutRequest& r, format::Codec want,
     policy_->OnEncoded(r.len, st->payload.size(),
                        (NowNs() - encode_start_ns) * 1e-9);
   }
-  if (st->owned != nullptr && codec_ == "auto" &&
+  if (st->owned != nullptr && codec_ == CodecChoice::kAuto &&
       st->payload.size() > (1 - CodecPolicy::kMinGain) * r.len) {
     // Too little saved to be worth a decode at every load: raw.
     st->owned.reset();

@@ -48,12 +48,9 @@ Status Shaping::Validate(const CheckpointerOptions& o) {
     return absl::InvalidArgumentError(
         absl::StrCat("qos_stagger must be in [0, 1], got ", o.qos_stagger));
   }
-  if (o.qos_yield != "off" && o.qos_yield != "pause" &&
-      o.qos_yield != "learn") {
-    return absl::InvalidArgumentError(
-        absl::StrCat("qos_yield must be \"off\", \"pause\" or \"learn\", got "
-                     "\"",
-                     o.qos_yield, "\""));
+  if (NameOf(o.qos_yield) == "?") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "qos_yield value ", static_cast<int>(o.qos_yield), " unknown"));
   }
   return absl::OkStatus();
 }
@@ -75,13 +72,13 @@ Result<std::unique_ptr<Shaping>> Shaping::Make(const CheckpointerOptions& o,
   s->slot_start_ = static_cast<double>(slot.start_offset_ns) / kSecond;
   s->slot_end_ = static_cast<double>(slot.deadline_offset_ns) / kSecond;
 
-  if (o.qos_yield != "off") {
+  if (o.qos_yield != QosYield::kOff) {
     // Time held back for collectives is made up in the next idle windows
     // (up to this much of the schedule), so yielding does not by itself
     // push a save past its deadline.
     s->pacer_.set_max_credit_ns(kSecond / 2);
     qos::CollectiveGateOptions go;
-    go.learn = o.qos_yield == "learn";
+    go.learn = o.qos_yield == QosYield::kLearn;
     // Close a little before each predicted collective: timing jitter of the
     // iteration and latency between handing bytes to the transport and
     // their leaving the NIC.

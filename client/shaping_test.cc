@@ -25,7 +25,7 @@ CheckpointerOptions Base() {
 std::unique_ptr<Shaping> WithYield(const std::string& mode,
                                    qos::SimulatedClock* clock) {
   CheckpointerOptions o = Base();
-  o.qos_yield = mode;
+  o.qos_yield = *ParseQosYield(mode);
   auto s = Shaping::Make(o, clock);
   EXPECT_TRUE(s.ok()) << s.status();
   return s.ok() ? std::move(*s) : nullptr;
@@ -40,7 +40,8 @@ TEST(ShapingTest, RejectsBadOptionsNamingThem) {
       {[](CheckpointerOptions& o) { o.qos_max_Bps = 1.0 / 0.0; },
        "qos_max_Bps"},
       {[](CheckpointerOptions& o) { o.qos_stagger = 1.5; }, "qos_stagger"},
-      {[](CheckpointerOptions& o) { o.qos_yield = "sometimes"; }, "qos_yield"},
+      {[](CheckpointerOptions& o) { o.qos_yield = static_cast<QosYield>(9); },
+       "qos_yield"},
       {[](CheckpointerOptions& o) { o.rate_limit_Bps = -5; }, "rate_limit_Bps"},
   };
   for (const Case& c : cases) {

@@ -84,8 +84,9 @@ TEST_F(AsyncSaveTest, LazyModeCapturesBeforeBeforeUpdateReturns) {
 TEST_F(AsyncSaveTest, StateFourTimesThePoolSavesWithinThePool) {
   CheckpointerOptions o;
   o.chunk_size = 256 << 10;
-  o.staging_bytes = 1 << 20;   // 4 slabs
-  o.snapshot_overlap = "off";  // the dry pool alone starts the drain
+  o.staging_bytes = 1 << 20;  // 4 slabs
+  o.snapshot_overlap =
+      SnapshotOverlap::kOff;  // the dry pool alone starts the drain
   auto ck = Open(o);
   std::vector<char> t(4 << 20);  // 4x the pool
   FillPattern(t, 3);
@@ -114,7 +115,7 @@ TEST_F(AsyncSaveTest, EncodersStayWithinTheShipWindow) {
   CheckpointerOptions o;
   o.chunk_size = 256 << 10;
   o.max_inflight_chunks = 2;
-  o.codec = "zstd";
+  o.codec = CodecChoice::kZstd;
   auto ck = Open(o);
   std::vector<char> t(16 << 20);  // 64 chunks
   FillPattern(t, 7);
@@ -137,7 +138,7 @@ SaveStats SaveThenOverwrite(AsyncSaveTest* test, const std::string& overlap,
                             int64_t step) {
   CheckpointerOptions o;
   o.chunk_size = 1 << 20;
-  o.snapshot_overlap = overlap;
+  o.snapshot_overlap = *ParseSnapshotOverlap(overlap);
   auto ck = test->Open(o);
   if (ck == nullptr) return {};
   std::vector<char> t(32 << 20);
@@ -453,12 +454,15 @@ TEST_F(AsyncSaveTest, BadOptionsAreRejected) {
   EXPECT_EQ(Checkpointer::Open(o).status().code(),
             absl::StatusCode::kInvalidArgument);
   o.max_outstanding_saves = 1;
-  o.snapshot_overlap = "sometimes";
-  Status bad = Checkpointer::Open(o).status();
+  Status bad = ParseSnapshotOverlap("sometimes").status();
   EXPECT_EQ(bad.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(bad.message().find("snapshot_overlap 'sometimes'"),
             std::string::npos)
       << bad;
+  o.snapshot_overlap = static_cast<SnapshotOverlap>(5);
+  bad = Checkpointer::Open(o).status();
+  EXPECT_EQ(bad.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(bad.message().find("snapshot_overlap"), std::string::npos) << bad;
 }
 
 }  // namespace

@@ -38,7 +38,7 @@ TEST(CrashPointsTest, NoCompleteStepEverLosesAByte) {
     CheckpointerOptions o;
     o.job = "crash";
     o.chunk_size = 64 << 10;  // 8 chunks: several write requests per save
-    o.codec = "raw";
+    o.codec = CodecChoice::kRaw;
     o.rpc_timeout_s = 10;
     int64_t acknowledged = 0;
     {

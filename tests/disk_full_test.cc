@@ -31,7 +31,7 @@ TEST(DiskFullTest, FullDiskFailsTheSaveAndLosesNothingAcknowledged) {
   CheckpointerOptions o;
   o.servers = (*srv)->grpc_address();
   o.job = "full";
-  o.codec = "raw";
+  o.codec = CodecChoice::kRaw;
   o.chunk_size = 1 << 20;
   auto ck = Checkpointer::Open(o);
   ASSERT_TRUE(ck.ok()) << ck.status();

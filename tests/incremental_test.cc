@@ -27,7 +27,7 @@ class IncrementalTest : public ::testing::Test {
     o.servers = "embedded:" + dir_.path();
     o.job = "incr";
     o.chunk_size = kChunk;
-    o.codec = codec;
+    o.codec = *ParseCodecChoice(codec);
     // These tests check what the encoders produce: every chunk encoded.
     o.adaptive_codec = false;
     auto ck = Checkpointer::Open(o);
@@ -92,7 +92,7 @@ TEST_F(IncrementalTest, FloatsAreByteGroupedAndSmallerThanPlainZstd) {
     o.servers = "embedded:" + dir.path();
     o.job = "bg";
     o.chunk_size = kChunk;
-    o.codec = codec;
+    o.codec = *ParseCodecChoice(codec);
     o.adaptive_codec = false;
     auto ck = Checkpointer::Open(o);
     ASSERT_TRUE(ck.ok());

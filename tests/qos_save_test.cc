@@ -25,7 +25,7 @@ class QosSaveTest : public ::testing::Test {
     o.servers = "embedded:" + dir_.path();
     o.job = "qos";
     o.chunk_size = 1 << 20;
-    o.codec = "raw";
+    o.codec = CodecChoice::kRaw;
     o.qos_floor_Bps = 0;
     auto ck = Checkpointer::Open(o);
     EXPECT_TRUE(ck.ok()) << ck.status();
@@ -110,7 +110,7 @@ TEST_F(QosSaveTest, ADeadlineThatCannotBeMetStillCompletesLate) {
 TEST_F(QosSaveTest, ACollectiveHoldsTheSaveBack) {
   qos::SimulatedClock clock;
   CheckpointerOptions o;
-  o.qos_yield = "pause";
+  o.qos_yield = QosYield::kPause;
   o.clock = &clock;
   auto ck = Open(o);
   ASSERT_NE(ck, nullptr);
@@ -127,7 +127,7 @@ TEST_F(QosSaveTest, ACollectiveHoldsTheSaveBack) {
 
 TEST_F(QosSaveTest, ScopedCollectiveAndOffMode) {
   CheckpointerOptions o;
-  o.qos_yield = "off";
+  o.qos_yield = QosYield::kOff;
   auto ck = Open(o);
   ASSERT_NE(ck, nullptr);
   CollectiveScope c(ck.get());
@@ -145,7 +145,7 @@ TEST_F(QosSaveTest, ScopedCollectiveAndOffMode) {
 // it back, so both return long before the quiet time.
 TEST_F(QosSaveTest, ASaveWaitedForStopsYieldingToPredictedCollectives) {
   CheckpointerOptions o;
-  o.qos_yield = "learn";
+  o.qos_yield = QosYield::kLearn;
   auto ck = Open(o);
   ASSERT_NE(ck, nullptr);
   using Clock = std::chrono::steady_clock;
@@ -183,7 +183,14 @@ TEST_F(QosSaveTest, BadQosOptionsAreRejectedAtOpen) {
   CheckpointerOptions o;
   o.servers = "embedded:" + dir_.path();
   o.job = "qos";
-  o.qos_yield = "always";
+  // A name the binding or the CLI passes on, and a value out of range.
+  auto parsed = ParseQosYield("always");
+  EXPECT_EQ(parsed.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(parsed.status().message(),
+            "qos_yield 'always' unknown (off, pause, learn)");
+  EXPECT_EQ(*ParseQosYield("pause"), QosYield::kPause);
+  EXPECT_EQ(NameOf(QosYield::kLearn), "learn");
+  o.qos_yield = static_cast<QosYield>(7);
   auto ck = Checkpointer::Open(o);
   ASSERT_FALSE(ck.ok());
   EXPECT_EQ(ck.status().code(), absl::StatusCode::kInvalidArgument);
@@ -213,7 +220,7 @@ TEST(QosAdmissionTest, SixteenClientsWithSmallCreditsAllFinishFairly) {
     o.servers = (*server)->grpc();
     o.job = "fair" + std::to_string(i);
     o.chunk_size = 256 << 10;
-    o.codec = "raw";
+    o.codec = CodecChoice::kRaw;
     auto ck = Checkpointer::Open(o);
     ASSERT_TRUE(ck.ok()) << ck.status();
     testutil::FillPattern(data[i], 100 + i);

@@ -260,7 +260,7 @@ TEST_F(ReplicationTest, EveryByteFlipIsFoundAndRepaired) {
   o.servers = List();
   o.job = "flip";
   o.replicas = 2;
-  o.codec = "raw";
+  o.codec = CodecChoice::kRaw;
   o.chunk_size = 64 << 10;  // 101 chunks, 202 copies
   {
     auto ck = Checkpointer::Open(o);

@@ -42,7 +42,7 @@ TEST(ServerMetricsTest, ScrapedCountersMatchTheSave) {
   CheckpointerOptions o;
   o.servers = (*server)->grpc();
   o.job = "scraped";
-  o.codec = "raw";
+  o.codec = CodecChoice::kRaw;
   o.chunk_size = 1 << 20;
   o.rate_limit_Bps = 8 << 20;  // about two seconds: time to look inside
   auto ck = Checkpointer::Open(o);

@@ -266,10 +266,17 @@ bool MeasureStagger(const Flags& f, const std::string& mode,
   o.servers = "embedded:" + dir;
   o.job = "gpu-" + mode;
   o.chunk_size = f.chunk_mib * kMiB;
-  o.codec = f.codec;
+  auto codec = stagger::ParseCodecChoice(f.codec);
+  auto overlap = stagger::ParseSnapshotOverlap(f.snapshot_overlap);
+  if (!codec.ok() || !overlap.ok()) {
+    row->error =
+        std::string((codec.ok() ? overlap.status() : codec.status()).message());
+    return false;
+  }
+  o.codec = *codec;
   o.staging_bytes = uint64_t(f.staging_gib * kGiB);
   o.device_snapshot = mode == "device";
-  o.snapshot_overlap = f.snapshot_overlap;
+  o.snapshot_overlap = *overlap;
   auto ck = stagger::Checkpointer::Open(o);
   if (!ck.ok()) {
     row->error = "Checkpointer::Open: " + std::string(ck.status().ToString());

@@ -487,7 +487,7 @@ int RunRestore(const RestoreArgs& a) {
   if (!reply.ok()) return Fail("restore", reply.status());
   if (Status s = PrepareOut(a); !s.ok()) return Fail("restore", s);
   InstallRestoreInterrupts(a.out, a.consolidate ? 1 : reply->shards_size());
-  ChunkIo io(session->executor.get(), a.job, "raw", {}, 16);
+  ChunkIo io(session->executor.get(), a.job, CodecChoice::kRaw, {}, 16);
   Progress progress("restore", StoredBytes(*reply));
   return a.consolidate ? RestoreConsolidated(a, *session, io, *reply, progress)
                        : RestoreShards(a, *session, io, *reply, progress);

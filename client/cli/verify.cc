@@ -225,7 +225,7 @@ int RunVerify(const VerifyArgs& a) {
   if (!session.ok()) return Fail("verify", session.status());
   auto reply = CompleteStep(*session, a.job, a.step);
   if (!reply.ok()) return Fail("verify", reply.status());
-  ChunkIo io(session->executor.get(), a.job, "raw", {}, 16);
+  ChunkIo io(session->executor.get(), a.job, CodecChoice::kRaw, {}, 16);
   uint64_t bytes = 0;
   std::vector<ChunkCopies> chunks =
       ListChunks(*reply, *session->servers, &bytes);

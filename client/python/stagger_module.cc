@@ -213,7 +213,7 @@ std::unique_ptr<Checkpointer> OpenCheckpointer(
   o.rank = rank;
   o.world_size = world_size;
   o.chunk_size = chunk_size;
-  o.codec = codec;
+  o.codec = Check(ParseCodecChoice(codec));
   o.staging_bytes = staging_bytes;
   o.max_outstanding_saves = max_outstanding_saves;
   o.fail_when_busy = fail_when_busy;
@@ -223,7 +223,7 @@ std::unique_ptr<Checkpointer> OpenCheckpointer(
   o.qos_max_Bps = qos_max_Bps;
   o.qos_stagger = qos_stagger;
   o.ranks_per_node = ranks_per_node;
-  o.qos_yield = qos_yield;
+  o.qos_yield = Check(ParseQosYield(qos_yield));
   o.qos_yield_floor_Bps = qos_yield_floor_Bps;
   o.rate_limit_Bps = rate_limit_Bps;
   o.node_rate_limit_Bps = node_rate_limit_Bps;
@@ -232,7 +232,7 @@ std::unique_ptr<Checkpointer> OpenCheckpointer(
   o.tls_ca_file = tls_ca_file;
   o.replicas = replicas;
   o.token = token;
-  o.snapshot_overlap = snapshot_overlap;
+  o.snapshot_overlap = Check(ParseSnapshotOverlap(snapshot_overlap));
   o.server_wait_s = server_wait_s;
   Result<std::unique_ptr<Checkpointer>> ck;
   {

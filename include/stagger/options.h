@@ -5,12 +5,33 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <string_view>
+
+#include "stagger/status.h"
 
 namespace stagger {
 
 namespace qos {
 class Clock;  // qos/clock.h
 }  // namespace qos
+
+// CheckpointerOptions::codec.
+enum class CodecChoice { kAuto, kZstd, kByteGroupZstd, kRaw };
+// CheckpointerOptions::snapshot_overlap.
+enum class SnapshotOverlap { kAuto, kOn, kOff };
+// CheckpointerOptions::qos_yield.
+enum class QosYield { kOff, kPause, kLearn };
+
+// The names the Python binding, the CLI and the benchmarks take: "auto",
+// "zstd", "bytegroup+zstd", "raw"; "auto", "on", "off"; "off", "pause",
+// "learn". INVALID_ARGUMENT naming the option, the value and the names
+// otherwise.
+Result<CodecChoice> ParseCodecChoice(std::string_view name);
+Result<SnapshotOverlap> ParseSnapshotOverlap(std::string_view name);
+Result<QosYield> ParseQosYield(std::string_view name);
+std::string_view NameOf(CodecChoice c);
+std::string_view NameOf(SnapshotOverlap s);
+std::string_view NameOf(QosYield y);
 
 struct CheckpointerOptions {
   // Where checkpoints live: "host:port[,host:port...]" (gRPC addresses of
@@ -37,12 +58,12 @@ struct CheckpointerOptions {
   double server_wait_s = 5;
 
   uint64_t chunk_size = 4ull << 20;  // bytes per chunk, 4 KiB .. 64 MiB
-  // "auto": per chunk, byte-grouped zstd for floating-point tensors (the
+  // kAuto: per chunk, byte-grouped zstd for floating-point tensors (the
   // bytes of each float grouped by position, so exponent bytes sit
   // together), zstd otherwise, raw when compression does not pay.
-  // "zstd", "bytegroup+zstd" or "raw" force one.
-  std::string codec = "auto";
-  // With "auto": when encoding, not the link or the storage, limits how
+  // kZstd, kByteGroupZstd or kRaw force one.
+  CodecChoice codec = CodecChoice::kAuto;
+  // With kAuto: when encoding, not the link or the storage, limits how
   // fast a save becomes durable, send some chunks raw (the share that
   // makes the save fastest, measured as it runs), so encoding never makes
   // a save slower than sending raw. false: encode every chunk.
@@ -91,15 +112,15 @@ struct CheckpointerOptions {
   // Threads encoding and shipping chunks; 0 picks from the core count.
   int pipeline_threads = 0;
   // Whether chunks start shipping while the snapshot is still being taken:
-  //   "off"   captured chunks wait until the whole snapshot is taken (or the
-  //           pool runs dry), so encoding and sending never compete with
-  //           the copies Save() waits for;
-  //   "on"    each chunk ships as soon as it is captured: durable sooner,
-  //           while the copies share the cores and memory with the rest;
-  //   "auto"  "on" when the copies leave cores to spare: the state is all
-  //           on CUDA devices (their copy engines move it), or the host has
-  //           at least twice as many cores as host copy threads (default).
-  std::string snapshot_overlap = "auto";
+  //   kOff   captured chunks wait until the whole snapshot is taken (or the
+  //          pool runs dry), so encoding and sending never compete with
+  //          the copies Save() waits for;
+  //   kOn    each chunk ships as soon as it is captured: durable sooner,
+  //          while the copies share the cores and memory with the rest;
+  //   kAuto  kOn when the copies leave cores to spare: the state is all
+  //          on CUDA devices (their copy engines move it), or the host has
+  //          at least twice as many cores as host copy threads (default).
+  SnapshotOverlap snapshot_overlap = SnapshotOverlap::kAuto;
   // CUDA: copy device-to-device into spare device memory first, then drain
   // to host, so the stall is the HBM copy. Used only when enough free device
   // memory is available; otherwise the snapshot goes straight to host.
@@ -125,12 +146,12 @@ struct CheckpointerOptions {
   // LOCAL_WORLD_SIZE environment variable (as torchrun sets it), else 1.
   uint32_t ranks_per_node = 0;
   // Yield to the training job's collectives (CollectiveBegin/End):
-  //   "off"    ignore the marks;
-  //   "pause"  stop sending while a marked collective runs;
-  //   "learn"  also learn the iteration's busy phases from the marks and
-  //            stop before a predicted collective starts (default).
+  //   kOff    ignore the marks;
+  //   kPause  stop sending while a marked collective runs;
+  //   kLearn  also learn the iteration's busy phases from the marks and
+  //           stop before a predicted collective starts (default).
   // While yielding the sender stops, or drops to qos_yield_floor_Bps.
-  std::string qos_yield = "learn";
+  QosYield qos_yield = QosYield::kLearn;
   double qos_yield_floor_Bps = 0;
   // Hard caps set by the operator: this client, and all clients on this
   // host together (shared through /dev/shm). 0: none.
