@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <functional>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
@@ -324,69 +325,111 @@ grpc::Status ControlService::LiveChunks(
   return grpc::Status::OK;
 }
 
-grpc::Status ControlService::Sweep(grpc::ServerContext* ctx,
-                                   grpc::ServerReader<pb::SweepRequest>* reader,
-                                   pb::SweepReply* reply) {
-  pb::SweepRequest msg;
-  std::string job;
-  int64_t grace_ms = 0;
-  bool wait = false, last = false;
-  uint64_t messages = 0, received = 0;
-  ChunkIdSet live;
-  auto bad = [&](const std::string& what) {
-    return ToGrpc(absl::InvalidArgumentError(
-        absl::StrCat("sweep message ", messages, ": ", what)));
-  };
-  while (reader->Read(&msg)) {
-    ++messages;
-    if (last) return bad("follows the last message");
-    if (messages == 1) {
-      Status valid = format::ValidateName("job", msg.job());
-      if (valid.ok()) valid = Authorize(ctx, msg.job());
-      if (!valid.ok()) return ToGrpc(valid);
-      if (msg.grace_ms() < 0) return bad("grace_ms must be >= 0");
-      job = msg.job();
-      grace_ms = msg.grace_ms();
-      wait = msg.wait_for_compaction();
+namespace {
+
+// The live set of a sweep as its stream of messages builds it, each
+// message checked as it comes (job, grace and waiting in the first only,
+// ids bounded per message and in all, the total in the last).
+class SweepStream {
+ public:
+  explicit SweepStream(std::function<Status(const std::string&)> authorize)
+      : authorize_(std::move(authorize)) {}
+
+  // INVALID_ARGUMENT naming the message and what is wrong with it, or the
+  // first message's job refused.
+  Status Take(const pb::SweepRequest& msg) {
+    ++messages_;
+    if (last_) return Bad("follows the last message");
+    if (messages_ == 1) {
+      STAGGER_RETURN_IF_ERROR(format::ValidateName("job", msg.job()));
+      STAGGER_RETURN_IF_ERROR(authorize_(msg.job()));
+      if (msg.grace_ms() < 0) return Bad("grace_ms must be >= 0");
+      job_ = msg.job();
+      grace_ms_ = msg.grace_ms();
+      wait_ = msg.wait_for_compaction();
     } else if (!msg.job().empty() || msg.grace_ms() != 0 ||
                msg.wait_for_compaction()) {
-      return bad("job, grace_ms and wait_for_compaction go in the first only");
+      return Bad("job, grace_ms and wait_for_compaction go in the first only");
     }
+    STAGGER_RETURN_IF_ERROR(TakeIds(msg));
+    if (msg.last()) {
+      last_ = true;
+      if (msg.total_ids() != received_) {
+        return Bad(absl::StrCat("says ", msg.total_ids(), " ids in all; ",
+                                received_, " arrived"));
+      }
+    } else if (msg.total_ids() != 0) {
+      return Bad("total_ids goes in the last message only");
+    }
+    return absl::OkStatus();
+  }
+
+  // After the stream: INVALID_ARGUMENT for no message, ABORTED when the
+  // last one never came (nothing is deleted then).
+  Status Complete() const {
+    if (messages_ == 0) return absl::InvalidArgumentError("sweep: no message");
+    if (!last_) {
+      return absl::AbortedError(
+          absl::StrCat("sweep of job '", job_, "' ended after ", received_,
+                       " ids without its last message; nothing deleted"));
+    }
+    return absl::OkStatus();
+  }
+
+  const std::string& job() const { return job_; }
+  int64_t grace_ms() const { return grace_ms_; }
+  bool wait() const { return wait_; }
+  ChunkIdSet TakeLive() { return std::move(live_); }
+
+ private:
+  Status Bad(const std::string& what) const {
+    return absl::InvalidArgumentError(
+        absl::StrCat("sweep message ", messages_, ": ", what));
+  }
+  Status TakeIds(const pb::SweepRequest& msg) {
     if (msg.live_ids_size() > kMaxSweepIdsPerMessage) {
-      return bad(absl::StrCat(msg.live_ids_size(), " ids; at most ",
+      return Bad(absl::StrCat(msg.live_ids_size(), " ids; at most ",
                               kMaxSweepIdsPerMessage, " per message"));
     }
-    if (received + msg.live_ids_size() > kMaxSweepIds) {
-      return bad(absl::StrCat("more than ", kMaxSweepIds, " ids in all"));
+    if (received_ + msg.live_ids_size() > kMaxSweepIds) {
+      return Bad(absl::StrCat("more than ", kMaxSweepIds, " ids in all"));
     }
     for (int i = 0; i < msg.live_ids_size(); ++i) {
       auto id = format::ChunkId::FromBytes(msg.live_ids(i));
       if (!id.ok()) {
-        return bad(absl::StrCat("id ", i, " is ", msg.live_ids(i).size(),
+        return Bad(absl::StrCat("id ", i, " is ", msg.live_ids(i).size(),
                                 " bytes, not 16"));
       }
-      live.insert(*id);
+      live_.insert(*id);
     }
-    received += msg.live_ids_size();
-    if (msg.last()) {
-      last = true;
-      if (msg.total_ids() != received) {
-        return bad(absl::StrCat("says ", msg.total_ids(), " ids in all; ",
-                                received, " arrived"));
-      }
-    } else if (msg.total_ids() != 0) {
-      return bad("total_ids goes in the last message only");
-    }
+    received_ += msg.live_ids_size();
+    return absl::OkStatus();
   }
-  if (messages == 0) {
-    return ToGrpc(absl::InvalidArgumentError("sweep: no message"));
+
+  std::function<Status(const std::string&)> authorize_;
+  std::string job_;
+  int64_t grace_ms_ = 0;
+  bool wait_ = false;
+  bool last_ = false;
+  uint64_t messages_ = 0;
+  uint64_t received_ = 0;
+  ChunkIdSet live_;
+};
+
+}  // namespace
+
+grpc::Status ControlService::Sweep(grpc::ServerContext* ctx,
+                                   grpc::ServerReader<pb::SweepRequest>* reader,
+                                   pb::SweepReply* reply) {
+  SweepStream stream(
+      [this, ctx](const std::string& job) { return Authorize(ctx, job); });
+  pb::SweepRequest msg;
+  while (reader->Read(&msg)) {
+    if (Status s = stream.Take(msg); !s.ok()) return ToGrpc(s);
   }
-  if (!last) {
-    return ToGrpc(absl::AbortedError(
-        absl::StrCat("sweep of job '", job, "' ended after ", received,
-                     " ids without its last message; nothing deleted")));
-  }
-  auto r = meta_->Sweep(job, std::move(live), grace_ms);
+  if (Status s = stream.Complete(); !s.ok()) return ToGrpc(s);
+  const std::string job = stream.job();
+  auto r = meta_->Sweep(job, stream.TakeLive(), stream.grace_ms());
   if (!r.ok()) {
     return ToGrpc(
         WithContext(r.status(), absl::StrCat("sweep of job '", job, "'")));
@@ -394,7 +437,7 @@ grpc::Status ControlService::Sweep(grpc::ServerContext* ctx,
   reply->set_chunks_deleted(r->chunks_deleted);
   reply->set_bytes_freed(r->bytes_freed);
   SetGraceKept(r->grace_kept, reply->mutable_grace_kept());
-  Compact(ctx, job, wait ? reply->mutable_compaction() : nullptr);
+  Compact(ctx, job, stream.wait() ? reply->mutable_compaction() : nullptr);
   return grpc::Status::OK;
 }
 
