@@ -54,24 +54,65 @@ Status ServerSet::Dial(ServerConn* conn, double timeout_s,
   return absl::OkStatus();
 }
 
+namespace {
+
+// The control plane's credentials: TLS trusting the CA in `tls_ca_file`,
+// or plaintext without one.
+Result<std::shared_ptr<grpc::ChannelCredentials>> Credentials(
+    const std::string& tls_ca_file) {
+  if (tls_ca_file.empty()) return grpc::InsecureChannelCredentials();
+  std::ifstream f(tls_ca_file);
+  std::stringstream pem;
+  pem << f.rdbuf();
+  if (!f || pem.str().empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "TLS CA file '", tls_ca_file, "' cannot be read or is empty"));
+  }
+  grpc::SslCredentialsOptions o;
+  o.pem_root_certs = pem.str();
+  return grpc::SslCredentials(o);
+}
+
+std::unique_ptr<pb::Stagger::Stub> Stub(
+    const std::string& addr,
+    const std::shared_ptr<grpc::ChannelCredentials>& creds) {
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(256 << 20);
+  args.SetMaxSendMessageSize(256 << 20);
+  // A restarted server is found again within a few seconds, not after
+  // gRPC's default backoff of up to two minutes.
+  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 250);
+  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 250);
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 2000);
+  return pb::Stagger::NewStub(grpc::CreateCustomChannel(addr, creds, args));
+}
+
+}  // namespace
+
+Status ServerSet::DialFailed(const std::string& addr, Status s,
+                             const std::string& tls_ca_file) const {
+  if (absl::IsDeadlineExceeded(s)) {
+    s = absl::UnavailableError(
+        absl::StrCat("server ", addr, " does not answer"));
+  }
+  if (!tls_ca_file.empty() && absl::IsUnavailable(s)) {
+    s = WithContext(s, absl::StrCat("(TLS with CA ", tls_ca_file,
+                                    ": does the server's certificate "
+                                    "chain to it and name this host?)"));
+  }
+  if (up() < size()) {
+    s = WithContext(
+        s, absl::StrCat("(", size() - up(),
+                        " other server(s) down too: ", DownList(), ")"));
+  }
+  return s;
+}
+
 Result<std::shared_ptr<ServerSet>> ServerSet::Connect(
     const std::string& servers, transport::Transport* transport,
     double timeout_s, const std::string& tls_ca_file, bool tolerate_down,
     const std::string& token) {
-  std::shared_ptr<grpc::ChannelCredentials> creds =
-      grpc::InsecureChannelCredentials();
-  if (!tls_ca_file.empty()) {
-    std::ifstream f(tls_ca_file);
-    std::stringstream pem;
-    pem << f.rdbuf();
-    if (!f || pem.str().empty()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "TLS CA file '", tls_ca_file, "' cannot be read or is empty"));
-    }
-    grpc::SslCredentialsOptions o;
-    o.pem_root_certs = pem.str();
-    creds = grpc::SslCredentials(o);
-  }
+  STAGGER_ASSIGN_OR_RETURN(auto creds, Credentials(tls_ca_file));
   STAGGER_ASSIGN_OR_RETURN(std::vector<std::string> addrs, ParseList(servers));
   auto set = std::shared_ptr<ServerSet>(new ServerSet());
   set->timeout_s_ = timeout_s;
@@ -79,43 +120,16 @@ Result<std::shared_ptr<ServerSet>> ServerSet::Connect(
   for (const std::string& addr : addrs) {
     auto conn = std::make_unique<ServerConn>();
     conn->address = addr;
-    grpc::ChannelArguments args;
-    args.SetMaxReceiveMessageSize(256 << 20);
-    args.SetMaxSendMessageSize(256 << 20);
-    // A restarted server is found again within a few seconds, not after
-    // gRPC's default backoff of up to two minutes.
-    args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 250);
-    args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 250);
-    args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 2000);
-    auto channel = grpc::CreateCustomChannel(addr, creds, args);
-    conn->stub = pb::Stagger::NewStub(channel);
+    conn->stub = Stub(addr, creds);
     conn->token = token;
     Status s = set->Dial(conn.get(), std::min(timeout_s, 30.0),
                          /*wait_for_ready=*/false);
-    if (!s.ok() && IsServerGone(s) && tolerate_down) {
-      // Placement ranks it still (the others' order must not change); it is
-      // skipped as down until a probe finds it.
-      MarkDown(conn.get(), s);
-      set->servers_.push_back(std::move(conn));
-      continue;
+    if (!s.ok() && !(IsServerGone(s) && tolerate_down)) {
+      return set->DialFailed(addr, s, tls_ca_file);
     }
-    if (!s.ok()) {
-      if (absl::IsDeadlineExceeded(s)) {
-        s = absl::UnavailableError(
-            absl::StrCat("server ", addr, " does not answer"));
-      }
-      if (!tls_ca_file.empty() && absl::IsUnavailable(s)) {
-        s = WithContext(s, absl::StrCat("(TLS with CA ", tls_ca_file,
-                                        ": does the server's certificate "
-                                        "chain to it and name this host?)"));
-      }
-      if (set->up() < set->size()) {
-        s = WithContext(s, absl::StrCat("(", set->size() - set->up(),
-                                        " other server(s) down too: ",
-                                        set->DownList(), ")"));
-      }
-      return s;
-    }
+    // A server down is ranked still (the others' order must not change);
+    // it is skipped as down until a probe finds it.
+    if (!s.ok()) MarkDown(conn.get(), s);
     set->servers_.push_back(std::move(conn));
   }
   if (set->up() == 0) {

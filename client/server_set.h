@@ -138,6 +138,10 @@ class ServerSet {
   // connection (not yet marked up). With `wait_for_ready`, Hello waits
   // (within `timeout_s`) for a channel that is reconnecting.
   Status Dial(ServerConn* s, double timeout_s, bool wait_for_ready);
+  // Connect's error for a server that failed its first dial: a deadline
+  // named as no answer, a TLS hint, and the other servers down.
+  Status DialFailed(const std::string& addr, Status s,
+                    const std::string& tls_ca_file) const;
   // One probe of a down server: on success it is up again.
   Status Revive(ServerConn* s);
   void ProbeLoop();
