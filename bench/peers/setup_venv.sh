@@ -1,7 +1,7 @@
 #!/bin/sh
-# Makes the virtual environment bench/peers/dcp.py runs in: torch 2.x and
-# numpy from PyPI, outside the repository (about 5 GB, once; never part of
-# `make test`). Prints the environment's python on its last line.
+# Makes the virtual environment bench/peers/dcp.py and `make test-torch2`
+# run in: torch 2.x, numpy and pytest from PyPI, outside the repository
+# (about 5 GB, once). Prints the environment's python on its last line.
 #
 #   bench/peers/setup_venv.sh [DIR]     (default: $STAGGER_PEERS_VENV, or
 #                                        ~/.cache/stagger/peers-venv)
@@ -11,7 +11,7 @@
 set -eu
 dir=${1:-${STAGGER_PEERS_VENV:-$HOME/.cache/stagger/peers-venv}}
 py=$dir/bin/python
-if [ -x "$py" ] && "$py" -c 'import torch, numpy, sys
+if [ -x "$py" ] && "$py" -c 'import torch, numpy, pytest, sys
 sys.exit(0 if int(torch.__version__.split(".")[0]) >= 2 else 1)' 2>/dev/null; then
   echo "$py"
   exit 0
@@ -19,7 +19,7 @@ fi
 # The same interpreter the stagger module is built for.
 /usr/bin/python3 -m venv "$dir"
 if ! "$dir/bin/pip" install --quiet --disable-pip-version-check \
-    "torch>=2" numpy; then
+    "torch>=2" numpy pytest; then
   echo "setup_venv.sh: could not install torch from PyPI; the DCP peer is" \
     "skipped" >&2
   exit 0

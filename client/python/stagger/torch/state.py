@@ -18,7 +18,7 @@ from typing import List, NamedTuple
 import numpy as np
 import torch
 
-from . import meta
+from . import dtensor, meta
 from .sharding import Shard, replicated as _replicated_shard
 from .tensors import (as_array, dtype_from_name, dtype_name, stagger_dtype,
                       stored_view)
@@ -99,6 +99,13 @@ class _SavePlan:
         key = meta.path_str(path)
         info = {"dtype": dtype_name(t.dtype), "shape": list(t.shape),
                 "device": str(t.device)}
+        if dtensor.is_dtensor(t):
+            if key in self.shards:
+                raise ValueError(f"'{key}' is a DTensor: its layout comes "
+                                 "from the tensor, not from shards=")
+            t, shard = dtensor.shard_of(t, key)
+            info["shape"] = list(t.shape)  # this rank's part, as a Shard's
+            return self._store(t, key, path, info, shard)
         if t.numel() > 0:
             memory = (str(t.device), t.data_ptr(), t.dtype, tuple(t.shape),
                       t.stride())
@@ -109,6 +116,13 @@ class _SavePlan:
             self.used_shards.add(key)
         elif _is_replicated(key, self.replicated) and t.dim() > 0:
             shard = _replicated_shard(t.shape)
+        return self._store(t, key, path, info, shard)
+
+    def _store(self, t, key, path, info, shard):
+        """Registers ``t`` (this rank's part, ``shard`` of the global
+        tensor or None) under a new name; its encoding."""
+        memory = ((str(t.device), t.data_ptr(), t.dtype, tuple(t.shape),
+                   t.stride()) if t.numel() > 0 else None)
         view = _fit_to_shard(stored_view(t), shard, key)
         name = self.namer.name(path)
         if shard is not None:
@@ -117,7 +131,8 @@ class _SavePlan:
                         shard_shape=list(view.shape[:t.dim()]))
         if view.numel() == 0:  # nothing to store; a load allocates it
             return {"T": dict(info, name=name)}
-        self.by_memory[memory] = name
+        if memory is not None:
+            self.by_memory[memory] = name
         self.regs.add(name, view.contiguous(), shard)
         return {"T": dict(info, name=name)}
 
@@ -383,6 +398,8 @@ class _LoadPlan:
 
     def tensor(self, info, dest, path):
         key = meta.path_str(path)
+        if dtensor.is_dtensor(dest):
+            return self._into_dtensor(info, dest, key, path)
         shard = self.shards.get(key)
         if shard is not None:
             self.used_shards.add(key)
@@ -395,6 +412,11 @@ class _LoadPlan:
             if "global_shape" in info:
                 shard = Shard(info["global_shape"], info["offset"],
                               info["shard_shape"])
+                if (isinstance(dest, torch.Tensor)
+                        and list(dest.shape) == list(info["global_shape"])):
+                    # A whole tensor for a saved slice (a consolidated
+                    # model from FSDP or tensor-parallel ranks): all of it.
+                    shard = _replicated_shard(dest.shape)
         loaded_into = None  # the destination a cast copy goes to
         if isinstance(dest, torch.Tensor):
             if self._mismatch(key, info, dest, shard):
@@ -423,6 +445,31 @@ class _LoadPlan:
         if view.numel() > 0:
             self.regs.add(info["name"], view, shard)
         return loaded_into if loaded_into is not None else target
+
+    def _into_dtensor(self, info, dest, key, path):
+        """Fills the local tensor of DTensor ``dest`` with its slice of the
+        saved global tensor, whatever layout saved it."""
+        saved_global = info.get("global_shape", info["shape"])
+        if (list(dest.shape) != list(saved_global)
+                or dest.dtype != dtype_from_name(info["dtype"])):
+            self.mismatched.append(key)
+            self.details.append(
+                f"'{key}': saved {_describe(info['dtype'], saved_global)}, "
+                f"state dict DTensor "
+                f"{_describe(dtype_name(dest.dtype), dest.shape)}")
+            self.skipped[info["name"]] = info
+            return dest
+        local, shard = dtensor.target_shard(dest)
+        self.targets[info["name"]] = local
+        view = stored_view(local)
+        if not local.is_contiguous() or view.data_ptr() != local.data_ptr():
+            scratch = torch.empty(local.shape, dtype=local.dtype,
+                                  device=local.device)
+            view = stored_view(scratch)
+            self.copy_back.append((local, scratch))
+        if view.numel() > 0:
+            self.regs.add(info["name"], view, shard)
+        return dest
 
     def alias(self, info, dest, path):
         name = info["name"]
