@@ -1,0 +1,111 @@
+"""One rank of the FSDP2 test (test_dtensor.py runs WORLD of these).
+
+    fsdp_worker.py MODE RANK WORLD INIT_FILE SERVERS JOB STEP DIR
+
+A small MLP under FSDP2 (``fully_shard`` on a CPU mesh, gloo) with AdamW:
+
+  save  trains 2 steps, saves get_model_state_dict and
+        get_optimizer_state_dict as STEP with stagger.torch, and (rank 0)
+        writes the full parameters and moments to DIR/expected.pt;
+  load  builds the model fresh on WORLD ranks, loads STEP into its state
+        dicts, applies them with set_model_state_dict and
+        set_optimizer_state_dict, and writes DIR/result-RANK.json:
+        whether every full parameter and moment equals the saved ones,
+        bit for bit, and whether one more training step gives the same
+        loss as the saving run's next step (DIR/expected.pt).
+"""
+import json
+import os
+import sys
+
+import torch
+import torch.distributed as dist
+from torch.distributed.checkpoint.state_dict import (
+    get_model_state_dict, get_optimizer_state_dict, set_model_state_dict,
+    set_optimizer_state_dict)
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.fsdp import fully_shard
+
+import stagger.torch as st
+
+
+def build(mesh):
+    torch.manual_seed(0)
+    m = torch.nn.Sequential(torch.nn.Linear(16, 33), torch.nn.ReLU(),
+                            torch.nn.Linear(33, 5))
+    for layer in m:
+        if isinstance(layer, torch.nn.Linear):
+            fully_shard(layer, mesh=mesh)
+    fully_shard(m, mesh=mesh)
+    return m, torch.optim.AdamW(m.parameters(), lr=1e-2)
+
+
+def batch(i):
+    g = torch.Generator().manual_seed(100 + i)
+    return torch.randn(8, 16, generator=g)
+
+
+def train(m, opt, i):
+    opt.zero_grad()
+    loss = m(batch(i)).square().mean()
+    loss.backward()
+    opt.step()
+    return loss.item()
+
+
+def full(sd):
+    """{path: full tensor} of a model or optimizer state dict."""
+    out = {}
+
+    def walk(v, path):
+        if isinstance(v, dict):
+            for k, x in v.items():
+                walk(x, f"{path}.{k}" if path else str(k))
+        elif isinstance(v, torch.Tensor):
+            out[path] = (v.full_tensor() if hasattr(v, "full_tensor")
+                         else v).detach().clone()
+    walk(sd, "")
+    return out
+
+
+def main():
+    mode, rank, world, init_file, servers, job, step, work = sys.argv[1:9]
+    rank, world, step = int(rank), int(world), int(step)
+    dist.init_process_group("gloo", init_method=f"file://{init_file}",
+                            rank=rank, world_size=world)
+    mesh = init_device_mesh("cpu", (world,))
+    m, opt = build(mesh)
+    ck = st.checkpointer(servers, job=job, rank=rank, world_size=world)
+    expected = os.path.join(work, "expected.pt")
+    if mode == "save":
+        for i in range(2):
+            train(m, opt, i)
+        sd = {"model": get_model_state_dict(m),
+              "optim": get_optimizer_state_dict(m, opt)}
+        st.save_state_dict(ck, sd, step).wait()
+        want = {"model": full(sd["model"]), "optim": full(sd["optim"])}
+        want["next_loss"] = train(m, opt, 2)
+        if rank == 0:
+            torch.save(want, expected)
+    else:
+        sd = {"model": get_model_state_dict(m),
+              "optim": get_optimizer_state_dict(m, opt)}
+        st.load_state_dict(ck, sd, step=step)
+        set_model_state_dict(m, sd["model"])
+        set_optimizer_state_dict(m, opt, sd["optim"])
+        want = torch.load(expected)
+        got = {"model": full(get_model_state_dict(m)),
+               "optim": full(get_optimizer_state_dict(m, opt))}
+        differ = [f"{part}.{k}" for part in ("model", "optim")
+                  for k, v in want[part].items()
+                  if k not in got[part] or not torch.equal(got[part][k], v)]
+        loss = train(m, opt, 2)
+        with open(os.path.join(work, f"result-{rank}.json"), "w") as f:
+            json.dump({"differ": differ, "loss": loss,
+                       "want_loss": want["next_loss"]}, f)
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
