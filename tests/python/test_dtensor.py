@@ -90,3 +90,76 @@ def test_fsdp2_saved_on_2_ranks_resumes_on_another_number(server, tmp_path,
         r = json.loads((tmp_path / f"result-{rank}.json").read_text())
         assert r["differ"] == [], r
         assert r["loss"] == r["want_loss"], r
+
+
+def _bits_equal(a, b):
+    return (a.dtype == b.dtype and a.shape == b.shape
+            and torch.equal(a.view(-1).view(torch.uint8),
+                            b.view(-1).view(torch.uint8)))
+
+
+def test_a_dcp_checkpoint_imports_bit_exact(server, tmp_path):
+    import stagger.torch as st
+    import torch.distributed.checkpoint as dcp
+    g = torch.Generator().manual_seed(3)
+    sd = {"model": {"w": torch.randn(5, 7, generator=g),
+                    "h": torch.randn(9, generator=g).half(),
+                    "i": torch.arange(6, dtype=torch.int64)},
+          "optim": {"state": {0: {"exp_avg": torch.randn(5, 7, generator=g),
+                                  "step": torch.tensor(12.0)}},
+                    "param_groups": [{"lr": 3e-4, "params": [0]}]},
+          "epoch": 4}
+    dcp.save(sd, checkpoint_id=str(tmp_path / "dcp"), no_dist=True)
+    ck = st.checkpointer(server, job="imported", rank=0, world_size=1)
+    st.import_dcp(ck, tmp_path / "dcp", 5).wait()
+    dest = {"model": {k: torch.zeros_like(v) for k, v in sd["model"].items()},
+            "optim": {"state": {}, "param_groups": []}, "epoch": 0}
+    result = st.load_state_dict(ck, dest, step=5)
+    assert result.step == 5
+    for k, v in sd["model"].items():
+        assert _bits_equal(dest["model"][k], v), k
+    # DCP keeps dict keys as strings (its metadata: 'optim.state.0...'),
+    # and so what it stored comes back keyed "0".
+    got = dest["optim"]["state"]["0"]
+    assert _bits_equal(got["exp_avg"], sd["optim"]["state"][0]["exp_avg"])
+    assert _bits_equal(got["step"], sd["optim"]["state"][0]["step"])
+    assert dest["optim"]["param_groups"] == sd["optim"]["param_groups"]
+    assert dest["epoch"] == 4
+
+
+def test_a_step_saved_by_dtensor_ranks_exports_to_dcp(server, tmp_path):
+    """Saved sharded on 2 ranks; exported whole; dcp.load reads it."""
+    import stagger.torch as st
+    import torch.distributed.checkpoint as dcp
+    sys.path.insert(0, os.path.dirname(__file__))
+    from dtensor_worker import global_tensors
+    run_ranks("save", 2, server, "dt-export", 1, tmp_path)
+    ck = st.checkpointer(server, job="dt-export", rank=0, world_size=1)
+    assert st.export_dcp(ck, "latest", tmp_path / "out") == 1
+    full = global_tensors()
+    dest = {"model": {k: torch.zeros_like(v) for k, v in full.items()}}
+    dcp.load(dest, checkpoint_id=str(tmp_path / "out"), no_dist=True)
+    for k, v in full.items():
+        assert _bits_equal(dest["model"][k], v), k
+    # The same from the command line, and back in as another job.
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    cli = [sys.executable, "-m", "stagger.torch.dcp"]
+    out = subprocess.run(cli + ["export", "--dir", str(tmp_path / "cli"),
+                                "--servers", server, "--job", "dt-export"],
+                         env=env, capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert "exported job 'dt-export' step 1" in out.stdout
+    out = subprocess.run(cli + ["import", "--dir", str(tmp_path / "cli"),
+                                "--servers", server, "--job", "back",
+                                "--step", "9"],
+                         env=env, capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    back = st.checkpointer(server, job="back", rank=0, world_size=1)
+    dest = {"model": {k: torch.zeros_like(v) for k, v in full.items()}}
+    assert st.load_state_dict(back, dest).step == 9
+    for k, v in full.items():
+        assert _bits_equal(dest["model"][k], v), k
+    out = subprocess.run(cli + ["import", "--dir", str(tmp_path / "cli"),
+                                "--servers", server, "--job", "x"],
+                         env=env, capture_output=True, text=True)
+    assert out.returncode == 2 and "import needs --step" in out.stderr

@@ -20,6 +20,7 @@ DCP: a load calls their ``load_state_dict``. ``async_save`` returns a
 Sharded tensors carry a ``Shard`` (global shape, offset; ``row_shard``,
 ``column_shard``, ``flat_shard``), so a step loads on any world size.
 """
+from .dcp import export_dcp, import_dcp
 from .env import DistEnv, checkpointer, dist_env
 from .hooks import Hooks, install_hooks
 from .sharding import (Shard, chunk_shard, column_shard, flat_shard,
@@ -30,7 +31,8 @@ from .state import (LoadResult, StateDictMismatch, async_save,
 
 __all__ = [
     "DistEnv", "Hooks", "LoadResult", "Shard", "StateDictMismatch",
-    "async_save", "checkpointer", "chunk_shard", "column_shard", "dist_env", "flat_shard",
+    "async_save", "checkpointer", "chunk_shard", "column_shard", "dist_env",
+    "export_dcp", "flat_shard", "import_dcp",
     "install_hooks", "load_state_dict", "local_slice", "prepare_state_dict",
     "read_metadata",
     "replicated", "row_shard", "save_state_dict",
