@@ -459,6 +459,16 @@ def test_example_is_killed_and_resumes_with_the_same_losses(server,
         finally:
             os.killpg(proc.pid, signal.SIGKILL)  # a crash: nothing cleans up
             proc.wait()
+    # A commit the killed ranks sent just before the kill may still land
+    # at the server: read the steps once they have stopped changing.
+    settled = (watcher.steps(), watcher.steps(include_partial=True))
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        time.sleep(0.3)
+        now = (watcher.steps(), watcher.steps(include_partial=True))
+        if now == settled:
+            break
+        settled = now
     seen = watcher.steps()[-1]
     # A step some ranks committed before the crash: the resumed run must
     # save under other numbers (the server keeps rank 0's shard).
