@@ -4,9 +4,12 @@
 
 A small MLP under FSDP2 (``fully_shard`` on a CPU mesh, gloo) with AdamW:
 
-  save  trains 2 steps, saves get_model_state_dict and
-        get_optimizer_state_dict as STEP with stagger.torch, and (rank 0)
-        writes the full parameters and moments to DIR/expected.pt;
+  save  with stagger's hooks installed (install_hooks: the forward and
+        backward marked as collectives, the optimizer step fenced), trains
+        2 steps, saves get_model_state_dict and get_optimizer_state_dict
+        as STEP lazily, takes one more step while the copies run, and
+        (rank 0) writes the full parameters and moments as saved, the
+        next loss and the hooks' counts to DIR/expected.pt;
   load  builds the model fresh on WORLD ranks, loads STEP into its state
         dicts, applies them with set_model_state_dict and
         set_optimizer_state_dict, and writes DIR/result-RANK.json:
@@ -78,13 +81,20 @@ def main():
     ck = st.checkpointer(servers, job=job, rank=rank, world_size=world)
     expected = os.path.join(work, "expected.pt")
     if mode == "save":
+        hooks = st.install_hooks(ck, model=m, optimizer=opt)
         for i in range(2):
             train(m, opt, i)
+        marked = hooks.collectives
         sd = {"model": get_model_state_dict(m),
               "optim": get_optimizer_state_dict(m, opt)}
-        st.save_state_dict(ck, sd, step).wait()
+        # Lazy: the copies run while the next step's forward and backward
+        # do; the hooks' fence (before optimizer.step) waits for them.
+        h = st.save_state_dict(ck, sd, step, lazy=True)
         want = {"model": full(sd["model"]), "optim": full(sd["optim"])}
         want["next_loss"] = train(m, opt, 2)
+        h.wait()
+        want["marked"] = marked
+        want["steps_hooked"] = hooks.steps
         if rank == 0:
             torch.save(want, expected)
     else:
@@ -102,7 +112,9 @@ def main():
         loss = train(m, opt, 2)
         with open(os.path.join(work, f"result-{rank}.json"), "w") as f:
             json.dump({"differ": differ, "loss": loss,
-                       "want_loss": want["next_loss"]}, f)
+                       "want_loss": want["next_loss"],
+                       "marked": want["marked"],
+                       "steps_hooked": want["steps_hooked"]}, f)
     dist.barrier()
     dist.destroy_process_group()
 

@@ -78,9 +78,11 @@ def run_fsdp(mode, world, server, job, tmp_path):
 @pytest.mark.parametrize("load_world", [1, 3])
 def test_fsdp2_saved_on_2_ranks_resumes_on_another_number(server, tmp_path,
                                                           load_world):
-    """FSDP2 model and AdamW state saved on 2 ranks, loaded on 1 and 3:
-    every full parameter and moment bit-exact, and the next step's loss
-    the same as the saving run's."""
+    """FSDP2 model and AdamW state saved lazily on 2 ranks (stagger's hooks
+    on the FSDP2 module and the optimizer), loaded on 1 and 3: every full
+    parameter and moment bit-exact, as they were at the save though the
+    next step ran during its copies, and the next step's loss the same as
+    the saving run's."""
     if not hasattr(pytest.importorskip("torch.distributed.fsdp"),
                    "fully_shard"):
         pytest.skip(f"torch {torch.__version__} has no FSDP2 fully_shard")
@@ -90,6 +92,9 @@ def test_fsdp2_saved_on_2_ranks_resumes_on_another_number(server, tmp_path,
         r = json.loads((tmp_path / f"result-{rank}.json").read_text())
         assert r["differ"] == [], r
         assert r["loss"] == r["want_loss"], r
+        # Two steps before the save: a forward and a backward marked each.
+        assert r["marked"] == 4, r
+        assert r["steps_hooked"] == 3, r
 
 
 def _bits_equal(a, b):

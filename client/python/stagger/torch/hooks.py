@@ -6,7 +6,9 @@ training loop so the loop needs no stagger calls besides saving:
 * a DDP communication hook brackets every gradient all-reduce with
   ``ck.collective_begin()`` / ``ck.collective_end()`` (the end when the
   all-reduce's future completes), so checkpoint traffic yields to it, and
-  runs torch's default all-reduce;
+  runs torch's default all-reduce; for an FSDP2 module (no comm hook
+  there) its forward and its backward are each marked as one collective,
+  since its all-gathers and reduce-scatters run through them;
 * before ``optimizer.step()``, ``ck.before_update()``: a lazy save's
   snapshot completes before the step changes the tensors;
 * after ``optimizer.step()``, ``ck.iteration_begin()``: the end of a step
@@ -62,7 +64,8 @@ class Hooks:
             self.ck.iteration_begin()
 
     def remove(self):
-        """Removes the optimizer hooks. DDP cannot unregister a comm hook."""
+        """Removes the optimizer and module hooks. DDP cannot unregister a
+        comm hook."""
         while self._removers:
             self._removers.pop()()
 
@@ -99,23 +102,59 @@ def _hook_optimizer(hooks, optimizer):
     hooks._removers.append(restore)
 
 
+def _is_fsdp2(model):
+    try:
+        from torch.distributed.fsdp import FSDPModule
+    except ImportError:
+        return False
+    return isinstance(model, FSDPModule)
+
+
+def _hook_fsdp2(hooks, model):
+    """FSDP2 has no communication hook: its all-gathers and reduce-scatters
+    run through the forward and the backward, so those are marked as one
+    collective each (checkpoint traffic goes between a backward's end and
+    the next forward, and at qos_yield_floor_Bps within them)."""
+    ck = hooks.ck
+
+    def begin(*_):
+        ck.collective_begin()
+        hooks.collectives += 1
+
+    def end(*_):
+        ck.collective_end()
+
+    hooks._removers += [
+        model.register_forward_pre_hook(begin).remove,
+        model.register_forward_hook(end).remove,
+        model.register_full_backward_pre_hook(begin).remove,
+        model.register_full_backward_hook(end).remove,
+    ]
+
+
 def install_hooks(ck, model=None, optimizer=None, *, process_group=None,
                   iteration_marks=True):
-    """Connects ``ck`` to a DDP model and its optimizer; returns ``Hooks``.
+    """Connects ``ck`` to a DDP or FSDP2 model and its optimizer; returns
+    ``Hooks``.
 
-    ``model``: a ``DistributedDataParallel`` (None: no comm hook); its
-    gradient all-reduces run on ``process_group`` (None: the default
-    group) and are marked as collectives. ``optimizer``: gets the
-    before-step fence (``ck.before_update()``) and, with
+    ``model``: a ``DistributedDataParallel``, whose gradient all-reduces
+    (on ``process_group``, None: the default group) are marked as
+    collectives; or an FSDP2 module (``fully_shard``), whose forward and
+    backward are each marked as one collective (its all-gathers and
+    reduce-scatters run through them); None: no marks. ``optimizer``:
+    gets the before-step fence (``ck.before_update()``) and, with
     ``iteration_marks``, the iteration mark after each step. Raises
-    TypeError for a model without ``register_comm_hook``; DDP raises if a
-    comm hook is already registered.
+    TypeError for another model; DDP raises if a comm hook is already
+    registered.
     """
     hooks = Hooks(ck, process_group, iteration_marks)
-    if model is not None:
+    if model is not None and _is_fsdp2(model):
+        _hook_fsdp2(hooks, model)
+    elif model is not None:
         if not hasattr(model, "register_comm_hook"):
-            raise TypeError("model must be a DistributedDataParallel, got "
-                            f"a {type(model).__name__}")
+            raise TypeError("model must be a DistributedDataParallel or an "
+                            "FSDP2 module (fully_shard), got a "
+                            f"{type(model).__name__}")
         from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
         hooks._allreduce = default_hooks.allreduce_hook
         model.register_comm_hook(hooks, _comm_hook)
