@@ -103,9 +103,11 @@ def _hook_optimizer(hooks, optimizer):
 
 
 def _is_fsdp2(model):
+    if hasattr(model, "register_comm_hook"):  # DDP
+        return False
     try:
         from torch.distributed.fsdp import FSDPModule
-    except ImportError:
+    except Exception:  # none, or (Debian's torch 1.13 on Python 3.11) broken
         return False
     return isinstance(model, FSDPModule)
 
