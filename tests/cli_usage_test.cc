@@ -4,6 +4,7 @@
 // that does not exist.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <string>
 
 #include "tests/testutil/process.h"
@@ -42,6 +43,24 @@ TEST(CliUsageTest, UsageErrorsExit2AndSayWhatWasWrong) {
   EXPECT_NE(r.out.find("2 a usage error"), std::string::npos) << r.out;
   r = RunProcess({testutil::BinDir() + "/stagger-server", "--bogus"});
   EXPECT_EQ(r.exit_code, 2) << r.out;
+}
+
+// import-dcp and export-dcp hand over to python3 -m stagger.torch.dcp
+// (torch >= 2.2, tested with it in tests/python/test_dtensor.py): here
+// what they say before that and when no python can run it.
+TEST(CliUsageTest, DcpCommandsSayWhatTheyNeed) {
+  RunResult r = RunProcess({Cli(), "import-dcp", "--job", "j", "--dir", "d"});
+  EXPECT_EQ(r.exit_code, 2) << r.out;
+  EXPECT_NE(r.out.find("--step is required"), std::string::npos) << r.out;
+  r = RunProcess({Cli(), "export-dcp", "--dir", "d"});
+  EXPECT_EQ(r.exit_code, 2) << r.out;
+  EXPECT_NE(r.out.find("--job is required"), std::string::npos) << r.out;
+  setenv("STAGGER_PYTHON", "/nonexistent/python", 1);
+  r = RunProcess({Cli(), "export-dcp", "--job", "j", "--dir", "d"});
+  unsetenv("STAGGER_PYTHON");
+  EXPECT_EQ(r.exit_code, 1) << r.out;
+  EXPECT_NE(r.out.find("cannot run /nonexistent/python"), std::string::npos)
+      << r.out;
 }
 
 TEST(CliUsageTest, VersionNamesTheFormatAndTheLibraries) {

@@ -80,6 +80,17 @@ struct DemoArgs {
 };
 int RunDemo(const DemoArgs& a);
 
+// `stagger import-dcp` / `export-dcp`: PyTorch DCP checkpoints in and out,
+// through DCP's own code: runs `python3 -m stagger.torch.dcp` (the Python
+// package beside this binary; $STAGGER_PYTHON picks the interpreter, which
+// needs torch >= 2.2). Returns only on failure to start it.
+struct DcpArgs {
+  std::string server, token;
+  bool import = true;          // else export
+  std::string dir, job, step;  // step empty: export the latest
+};
+int RunDcp(const DcpArgs& a);
+
 }  // namespace stagger::client
 
 #endif  // STAGGER_CLIENT_CLI_COMMANDS_H_

@@ -252,6 +252,29 @@ int main(int argc, char** argv) {
                        "job name (default: demo-<unix time>, a new job each "
                        "run)");
 
+  DcpArgs import_dcp, export_dcp;
+  export_dcp.import = false;
+  auto* import_cmd = app.add_subcommand(
+      "import-dcp",
+      "store a PyTorch DCP checkpoint as a step (needs torch "
+      ">= 2.2: $STAGGER_PYTHON)");
+  import_cmd->add_option("--dir", import_dcp.dir, "the DCP checkpoint")
+      ->required();
+  import_cmd->add_option("--job", import_dcp.job, "job name")->required();
+  import_cmd->add_option("--step", import_dcp.step, "the step to store as")
+      ->required()
+      ->check(CLI::NonNegativeNumber);
+  auto* export_cmd = app.add_subcommand(
+      "export-dcp",
+      "write a step as a PyTorch DCP checkpoint (needs torch "
+      ">= 2.2: $STAGGER_PYTHON)");
+  export_cmd->add_option("--dir", export_dcp.dir, "where to write it")
+      ->required();
+  export_cmd->add_option("--job", export_dcp.job, "job name")->required();
+  export_cmd
+      ->add_option("--step", export_dcp.step, "the step (default: the latest)")
+      ->check(CLI::NonNegativeNumber);
+
   std::string tls_ca;
   app.add_option("--tls-ca", tls_ca,
                  "PEM CA of the servers' certificates: gRPC over TLS");
@@ -293,6 +316,12 @@ int main(int argc, char** argv) {
   if (*gc_cmd) return RunGc(gc);
   if (*rm_cmd) return RunRm(rm);
   if (*jobs_cmd) return RunJobs(jobs);
+  for (DcpArgs* d : {&import_dcp, &export_dcp}) {
+    d->server = server;
+    d->token = token;
+  }
+  if (*import_cmd) return RunDcp(import_dcp);
+  if (*export_cmd) return RunDcp(export_dcp);
   if (*demo_cmd) {
     // demo runs an embedded server unless given servers, by either flag.
     if (demo.servers.empty() && server_opt->count() > 0) demo.servers = server;

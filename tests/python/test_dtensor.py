@@ -146,19 +146,24 @@ def test_a_step_saved_by_dtensor_ranks_exports_to_dcp(server, tmp_path):
     dcp.load(dest, checkpoint_id=str(tmp_path / "out"), no_dist=True)
     for k, v in full.items():
         assert _bits_equal(dest["model"][k], v), k
-    # The same from the command line, and back in as another job.
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
-    cli = [sys.executable, "-m", "stagger.torch.dcp"]
-    out = subprocess.run(cli + ["export", "--dir", str(tmp_path / "cli"),
-                                "--servers", server, "--job", "dt-export"],
+    # The same from the command line (`stagger export-dcp`, which runs
+    # this python's stagger.torch.dcp), and back in as another job.
+    from conftest import bin_dir
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path),
+               STAGGER_PYTHON=sys.executable)
+    stagger_cli = [os.path.join(bin_dir(), "stagger"), "--server", server]
+    out = subprocess.run(stagger_cli + ["export-dcp", "--dir",
+                                        str(tmp_path / "cli"), "--job",
+                                        "dt-export"],
                          env=env, capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
     assert "exported job 'dt-export' step 1" in out.stdout
-    out = subprocess.run(cli + ["import", "--dir", str(tmp_path / "cli"),
-                                "--servers", server, "--job", "back",
-                                "--step", "9"],
+    out = subprocess.run(stagger_cli + ["import-dcp", "--dir",
+                                        str(tmp_path / "cli"), "--job",
+                                        "back", "--step", "9"],
                          env=env, capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
+    cli = [sys.executable, "-m", "stagger.torch.dcp"]
     back = st.checkpointer(server, job="back", rank=0, world_size=1)
     dest = {"model": {k: torch.zeros_like(v) for k, v in full.items()}}
     assert st.load_state_dict(back, dest).step == 9

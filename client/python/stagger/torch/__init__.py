@@ -20,7 +20,6 @@ DCP: a load calls their ``load_state_dict``. ``async_save`` returns a
 Sharded tensors carry a ``Shard`` (global shape, offset; ``row_shard``,
 ``column_shard``, ``flat_shard``), so a step loads on any world size.
 """
-from .dcp import export_dcp, import_dcp
 from .env import DistEnv, checkpointer, dist_env
 from .hooks import Hooks, install_hooks
 from .sharding import (Shard, chunk_shard, column_shard, flat_shard,
@@ -37,3 +36,18 @@ __all__ = [
     "read_metadata",
     "replicated", "row_shard", "save_state_dict",
 ]
+
+
+def import_dcp(ck, dcp_dir, step):
+    """``stagger.torch.dcp.import_dcp``: a DCP checkpoint saved as ``step``.
+    (Imported when called, so that ``python3 -m stagger.torch.dcp`` runs
+    the module once.)"""
+    from .dcp import import_dcp as run
+    return run(ck, dcp_dir, step)
+
+
+def export_dcp(ck, step, dcp_dir):
+    """``stagger.torch.dcp.export_dcp``: ``step`` written as a DCP
+    checkpoint."""
+    from .dcp import export_dcp as run
+    return run(ck, step, dcp_dir)

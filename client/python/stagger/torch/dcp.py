@@ -99,17 +99,24 @@ def main(argv=None):
                         "the step to write (default: the latest)")
     p.add_argument("--token", default="")
     a = p.parse_args(argv)
+    if a.command == "import" and a.step is None:
+        p.error("import needs --step")
+    import stagger
     from .env import checkpointer
-    ck = checkpointer(a.servers, a.job, rank=0, world_size=1, token=a.token)
-    if a.command == "import":
-        if a.step is None:
-            p.error("import needs --step")
-        import_dcp(ck, a.dir, int(a.step)).wait()
-        print(f"imported {a.dir} as job '{a.job}' step {a.step}")
-    else:
-        step = export_dcp(ck, "latest" if a.step is None else int(a.step),
-                          a.dir)
-        print(f"exported job '{a.job}' step {step} to {a.dir}")
+    try:
+        ck = checkpointer(a.servers, a.job, rank=0, world_size=1,
+                          token=a.token)
+        if a.command == "import":
+            import_dcp(ck, a.dir, int(a.step)).wait()
+            print(f"imported {a.dir} as job '{a.job}' step {a.step}")
+        else:
+            step = export_dcp(ck,
+                              "latest" if a.step is None else int(a.step),
+                              a.dir)
+            print(f"exported job '{a.job}' step {step} to {a.dir}")
+    except (RuntimeError, OSError, ValueError, stagger.Error) as e:
+        print(f"stagger {a.command}-dcp: {e}", file=sys.stderr)
+        return 1
     return 0
 
 
