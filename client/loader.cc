@@ -84,27 +84,30 @@ void AddFetches(const SavedEntry& saved, format::ChunkPlan chunks, char* dest,
   }
 }
 
+std::string Describe(const std::string& dtype,
+                     const std::vector<int64_t>& shape,
+                     const std::vector<int64_t>& global_shape) {
+  return global_shape.empty()
+             ? absl::StrCat(dtype, ShapeStr(shape))
+             : absl::StrCat(dtype, ShapeStr(shape), " of global shape ",
+                            ShapeStr(global_shape));
+}
+
+// INVALID_ARGUMENT: saved entry `s` does not describe target `t`.
+Status Mismatch(const LoadTarget& t, const SavedEntry& s) {
+  const pb::TensorEntry& e = *s.entry;
+  return absl::InvalidArgumentError(absl::StrCat(
+      "tensor '", t.name, "' was saved by rank ", s.shard->rank(), " as ",
+      Describe(e.dtype(), Vec(e.shape()), Vec(e.global_shape())),
+      " but is registered as ", Describe(t.dtype, t.shape, t.global_shape)));
+}
+
 Status PlanTensor(const LoadTarget& t, const std::vector<SavedEntry>& saved,
                   ServerSet& servers, LoadPlan* plan) {
   STAGGER_ASSIGN_OR_RETURN(uint64_t element_size, format::DtypeSize(t.dtype));
   const std::vector<int64_t> global = GlobalOf(t.shape, t.global_shape);
   const Box wanted = SliceOf(t.shape, t.global_offset);
   const bool per_rank = t.global_shape.empty();
-  auto describe = [](const std::string& dtype,
-                     const std::vector<int64_t>& shape,
-                     const std::vector<int64_t>& global_shape) {
-    return global_shape.empty()
-               ? absl::StrCat(dtype, ShapeStr(shape))
-               : absl::StrCat(dtype, ShapeStr(shape), " of global shape ",
-                              ShapeStr(global_shape));
-  };
-  auto mismatch = [&](const SavedEntry& s) {
-    const pb::TensorEntry& e = *s.entry;
-    return absl::InvalidArgumentError(absl::StrCat(
-        "tensor '", t.name, "' was saved by rank ", s.shard->rank(), " as ",
-        describe(e.dtype(), Vec(e.shape()), Vec(e.global_shape())),
-        " but is registered as ", describe(t.dtype, t.shape, t.global_shape)));
-  };
   // Entries that describe the same global tensor; other ranks' per-rank
   // tensors of another shape are not this rank's to load.
   std::vector<const SavedEntry*> usable;
@@ -117,7 +120,7 @@ Status PlanTensor(const LoadTarget& t, const std::vector<SavedEntry>& saved,
     } else if (per_rank && e.global_shape_size() == 0) {
       if (passed_over == nullptr) passed_over = &s;
     } else {
-      return mismatch(s);
+      return Mismatch(t, s);
     }
   }
   std::vector<Box> uncovered;
@@ -146,7 +149,7 @@ Status PlanTensor(const LoadTarget& t, const std::vector<SavedEntry>& saved,
     AddFetches(*s, std::move(chunks), t.dest, servers, plan);
   }
   if (uncovered.empty()) return absl::OkStatus();
-  if (passed_over != nullptr) return mismatch(*passed_over);
+  if (passed_over != nullptr) return Mismatch(t, *passed_over);
   if (usable.empty()) {
     return absl::NotFoundError(
         absl::StrCat("tensor '", t.name, "' is not in the step"));
