@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "client/cli/commands.h"
 #include "client/cli/session.h"
 #include "util/build_info.h"
@@ -254,26 +255,24 @@ int main(int argc, char** argv) {
 
   DcpArgs import_dcp, export_dcp;
   export_dcp.import = false;
-  auto* import_cmd = app.add_subcommand(
-      "import-dcp",
-      "store a PyTorch DCP checkpoint as a step (needs torch "
-      ">= 2.2: $STAGGER_PYTHON)");
-  import_cmd->add_option("--dir", import_dcp.dir, "the DCP checkpoint")
-      ->required();
-  import_cmd->add_option("--job", import_dcp.job, "job name")->required();
-  import_cmd->add_option("--step", import_dcp.step, "the step to store as")
-      ->required()
-      ->check(CLI::NonNegativeNumber);
-  auto* export_cmd = app.add_subcommand(
-      "export-dcp",
-      "write a step as a PyTorch DCP checkpoint (needs torch "
-      ">= 2.2: $STAGGER_PYTHON)");
-  export_cmd->add_option("--dir", export_dcp.dir, "where to write it")
-      ->required();
-  export_cmd->add_option("--job", export_dcp.job, "job name")->required();
-  export_cmd
-      ->add_option("--step", export_dcp.step, "the step (default: the latest)")
-      ->check(CLI::NonNegativeNumber);
+  // The two DCP commands: the same options, --step required to import.
+  auto add_dcp = [&app](DcpArgs* d, const char* name, const char* what,
+                        const char* dir_help, const char* step_help) {
+    auto* cmd = app.add_subcommand(
+        name, absl::StrCat(what, " (needs torch >= 2.2: $STAGGER_PYTHON)"));
+    cmd->add_option("--dir", d->dir, dir_help)->required();
+    cmd->add_option("--job", d->job, "job name")->required();
+    auto* step = cmd->add_option("--step", d->step, step_help)
+                     ->check(CLI::NonNegativeNumber);
+    if (d->import) step->required();
+    return cmd;
+  };
+  auto* import_cmd = add_dcp(&import_dcp, "import-dcp",
+                             "store a PyTorch DCP checkpoint as a step",
+                             "the DCP checkpoint", "the step to store as");
+  auto* export_cmd = add_dcp(
+      &export_dcp, "export-dcp", "write a step as a PyTorch DCP checkpoint",
+      "where to write it", "the step (default: the latest)");
 
   std::string tls_ca;
   app.add_option("--tls-ca", tls_ca,
