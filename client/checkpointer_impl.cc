@@ -352,6 +352,7 @@ class CheckpointerImpl : public Checkpointer {
     absl::MutexLock lock(&metrics_mu_);
     ClientMetrics m = metrics_;
     m.servers_down = servers_->size() - servers_->up();
+    m.callers_waiting = shaping_->callers_waiting();
     const qos::CollectiveGateStats g = shaping_->GateStats();
     m.gate_learned = g.learned;
     m.gate_period_s = static_cast<double>(g.period_ns) * 1e-9;

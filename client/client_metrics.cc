@@ -21,6 +21,10 @@ std::string RenderClientMetrics(const ClientMetrics& m, const std::string& job,
   w.Gauge("stagger_client_last_stall_seconds",
           "Blocked time of the last Save() (with its BeforeUpdate()).",
           m.last_stall_s, l);
+  w.Gauge("stagger_client_callers_waiting",
+          "Calls blocked now in Save, WaitForRoom or WaitAll for saves in "
+          "flight.",
+          m.callers_waiting, l);
   w.Counter("stagger_client_snapshot_seconds_total",
             "Save() call to every tensor captured, summed over finished saves.",
             m.snapshot_s, l);

@@ -69,6 +69,9 @@ class Shaping {
   // bytes back. A save merely past its deadline keeps to the predicted
   // windows: nobody waits for it yet.
   void CallerWaits(bool waiting);
+  int callers_waiting() const {
+    return callers_waiting_.load(std::memory_order_relaxed);
+  }
   // The link's throughput, so chunks are fitted into idle windows.
   void SetLinkRateHint(double Bps);
   // Whether `bytes` put on the wire now would drain before the collective

@@ -1,6 +1,7 @@
 #include "qos/clock.h"
 
 #include <chrono>
+#include <iterator>
 #include <thread>
 
 namespace stagger::qos {
@@ -79,6 +80,39 @@ int64_t SimulatedClock::sleep_calls() const {
 int64_t SimulatedClock::slept_ns() const {
   absl::MutexLock lock(&mu_);
   return slept_ns_;
+}
+
+ManualClock::ManualClock(int64_t start_ns) : now_ns_(start_ns) {}
+
+int64_t ManualClock::NowNs() const {
+  absl::MutexLock lock(&mu_);
+  return now_ns_;
+}
+
+void ManualClock::SleepUntilNs(int64_t t_ns) {
+  absl::MutexLock lock(&mu_);
+  if (now_ns_ >= t_ns) return;
+  const auto it = wakeups_.insert(t_ns);
+  auto due = [this, t_ns]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
+    return now_ns_ >= t_ns;
+  };
+  mu_.Await(absl::Condition(&due));
+  wakeups_.erase(it);
+}
+
+void ManualClock::Advance(int64_t delta_ns) {
+  absl::MutexLock lock(&mu_);
+  if (delta_ns > 0) now_ns_ += delta_ns;
+}
+
+bool ManualClock::AwaitSleepers(int n, absl::Duration timeout) const {
+  absl::MutexLock lock(&mu_);
+  // Sleepers already due but not yet awake do not count: they are about
+  // to run.
+  auto enough = [this, n]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
+    return std::distance(wakeups_.upper_bound(now_ns_), wakeups_.end()) >= n;
+  };
+  return mu_.AwaitWithTimeout(absl::Condition(&enough), timeout);
 }
 
 }  // namespace stagger::qos

@@ -7,7 +7,8 @@
 // SimulatedClock is a manual clock with a small event queue: tests schedule
 // callbacks (an iteration's collective marks, say) at simulated times, and
 // advancing the clock, including a component's own SleepUntilNs, runs them
-// in time order.
+// in time order. ManualClock is a manual clock whose SleepUntilNs blocks until
+// a test moves the time, for tests that drive waiting threads step by step.
 //
 // Thread-safety: all clocks are thread-safe. Invariant: NowNs() never
 // decreases.
@@ -16,11 +17,13 @@
 
 #include <cstdint>
 #include <map>
+#include <set>
 #include <utility>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/functional/any_invocable.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 
 namespace stagger::qos {
 
@@ -89,6 +92,35 @@ class SimulatedClock final : public Clock {
       ABSL_GUARDED_BY(mu_);
   int64_t sleep_calls_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t slept_ns_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+// A manual clock whose sleeps block: SleepUntilNs(t) returns once a test has
+// moved the time to t or beyond. For tests of threads that wait on time (a
+// sender held at the collective gate) where what matters is what happens
+// while they wait: the time moves only when the test says, one step at a
+// time, and AwaitSleepers tells it when the threads are waiting.
+class ManualClock final : public Clock {
+ public:
+  explicit ManualClock(int64_t start_ns = 0);
+  ManualClock(const ManualClock&) = delete;
+  ManualClock& operator=(const ManualClock&) = delete;
+
+  int64_t NowNs() const override;
+  // Blocks until NowNs() >= t_ns.
+  void SleepUntilNs(int64_t t_ns) override;
+
+  // Moves the time forward by delta_ns (>= 0) and wakes the sleepers due.
+  void Advance(int64_t delta_ns);
+  // Waits, in real time up to `timeout`, until at least n threads are
+  // blocked in SleepUntilNs for a time still ahead; returns whether they
+  // are.
+  bool AwaitSleepers(int n, absl::Duration timeout) const;
+
+ private:
+  mutable absl::Mutex mu_;
+  int64_t now_ns_ ABSL_GUARDED_BY(mu_);
+  // The times the blocked sleepers wait for.
+  std::multiset<int64_t> wakeups_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace stagger::qos

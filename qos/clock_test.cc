@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <thread>
 #include <vector>
 
@@ -63,6 +64,27 @@ TEST(SimulatedClockTest, ConcurrentAdvancesAddUp) {
   }
   for (std::thread& t : threads) t.join();
   EXPECT_EQ(clock.NowNs(), 4000);
+}
+
+TEST(ManualClockTest, SleepersWaitUntilTheTimeIsMovedToThem) {
+  ManualClock clock(100);
+  std::atomic<int64_t> woke_at{-1};
+  std::thread sleeper([&] {
+    clock.SleepUntilNs(150);
+    woke_at = clock.NowNs();
+  });
+  ASSERT_TRUE(clock.AwaitSleepers(1, absl::Seconds(10)));
+  clock.Advance(30);
+  // Still short of 150: the sleeper is still blocked.
+  ASSERT_TRUE(clock.AwaitSleepers(1, absl::Seconds(10)));
+  EXPECT_EQ(woke_at.load(), -1);
+  clock.Advance(30);
+  sleeper.join();
+  EXPECT_EQ(woke_at.load(), 160);
+  EXPECT_FALSE(clock.AwaitSleepers(1, absl::Milliseconds(10)));
+  // A time already passed does not block.
+  clock.SleepUntilNs(10);
+  EXPECT_EQ(clock.NowNs(), 160);
 }
 
 TEST(RealClockTest, IsMonotonicAndDoesNotSleepForPastTimes) {

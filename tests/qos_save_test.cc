@@ -137,45 +137,65 @@ TEST_F(QosSaveTest, ScopedCollectiveAndOffMode) {
   EXPECT_EQ(h->stats().yield_s, 0);
 }
 
+// Moves a ManualClock in 1 ms steps, each once a thread sleeps on it, until
+// done() or `limit_ns` has passed; returns the time moved.
+template <typename Done>
+int64_t StepClockUntil(qos::ManualClock& clock, Done done, int64_t limit_ns) {
+  const int64_t from = clock.NowNs();
+  while (!done() && clock.NowNs() - from < limit_ns) {
+    // No sleeper: the sender is working (or finishing); look again.
+    if (clock.AwaitSleepers(1, absl::Milliseconds(20))) clock.Advance(1000000);
+  }
+  return clock.NowNs() - from;
+}
+
 // The gate learns iterations of 400 ms (a collective in the first 300 ms),
 // then the marks stop: the predicted collective is overdue, so the gate
 // holds a save until its quiet time (4 periods after the last mark).
 // Nobody waits for that save yet. Once the next Save() waits for it,
 // training is taken to be stopped and only an open collective could hold
-// it back, so both return long before the quiet time.
+// it back, so save 1 finishes at once. Time is a ManualClock: it moves
+// only in the test's steps, so "held" and "at once" are exact.
 TEST_F(QosSaveTest, ASaveWaitedForStopsYieldingToPredictedCollectives) {
+  constexpr int64_t kMs = 1000000;
+  qos::ManualClock clock(kMs);
   CheckpointerOptions o;
   o.qos_yield = QosYield::kLearn;
+  o.clock = &clock;
   auto ck = Open(o);
   ASSERT_NE(ck, nullptr);
-  using Clock = std::chrono::steady_clock;
   for (int i = 0; i < 6; ++i) {
     ck->IterationBegin();
     ck->CollectiveBegin();
-    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    clock.Advance(300 * kMs);
     ck->CollectiveEnd();
-    if (i < 5) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    if (i < 5) clock.Advance(100 * kMs);
   }
-  const auto last_mark = Clock::now();
   ASSERT_TRUE(ck->Metrics().gate_learned);
   // Past the next predicted start (100 ms on), with no mark: overdue.
-  std::this_thread::sleep_for(std::chrono::milliseconds(150));
+  clock.Advance(150 * kMs);
   auto h1 = ck->Save(1);
   ASSERT_TRUE(h1.ok()) << h1.status();
-  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  const auto h1_done = [&h1] { return h1->Done(); };
+  EXPECT_EQ(StepClockUntil(clock, h1_done, 200 * kMs), 200 * kMs);
   ASSERT_FALSE(h1->Done()) << "the overdue collective should hold the save";
-  const auto call = Clock::now();
-  auto h2 = ck->Save(2);  // waits for save 1 (max_outstanding_saves 1)
-  const double waited =
-      std::chrono::duration<double>(Clock::now() - call).count();
-  ASSERT_TRUE(h2.ok()) << h2.status();
+  std::optional<absl::StatusOr<SaveHandle>> h2;
+  std::thread second([&] { h2 = ck->Save(2); });  // waits for save 1
+  for (int i = 0; i < 1000 && ck->Metrics().callers_waiting == 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  ASSERT_EQ(ck->Metrics().callers_waiting, 1);
+  // The quiet time would open the gate 1.25 s from here; the waiting
+  // caller releases save 1 within a few of the sender's 1 ms sleeps.
+  const int64_t waited = StepClockUntil(clock, h1_done, 1500 * kMs);
+  EXPECT_LE(waited, 10 * kMs);
   ASSERT_TRUE(h1->Wait().ok());
-  ASSERT_TRUE(h2->Wait().ok());
-  // The quiet time would have opened the gate 1.6 s after the last mark,
-  // 1.25 s after this call.
-  const double quiet_left =
-      1.6 - std::chrono::duration<double>(call - last_mark).count();
-  EXPECT_LT(waited, quiet_left - 0.4) << "quiet time left " << quiet_left;
+  second.join();
+  ASSERT_TRUE(h2->ok()) << h2->status();
+  // Save 2 has nobody waiting for it: the quiet time lets it go.
+  const auto h2_done = [&h2] { return (*h2)->Done(); };
+  StepClockUntil(clock, h2_done, 3000 * kMs);
+  ASSERT_TRUE((*h2)->Wait().ok());
   ExpectLoadsBack(*ck, 1);
 }
 

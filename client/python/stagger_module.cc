@@ -175,6 +175,7 @@ py::dict MetricsDict(const ClientMetrics& m) {
   d["saves_failed"] = m.saves_failed;
   d["stall_s"] = m.stall_s;
   d["last_stall_s"] = m.last_stall_s;
+  d["callers_waiting"] = m.callers_waiting;
   d["snapshot_s"] = m.snapshot_s;
   d["durable_s"] = m.durable_s;
   d["last_durable_s"] = m.last_durable_s;

@@ -88,6 +88,10 @@ struct ClientMetrics {
   uint64_t saves = 0;  // saves finished (committed or failed)
   uint64_t saves_failed = 0;
   double stall_s = 0;       // training time blocked in Save/BeforeUpdate
+  // Calls blocked now in Save, WaitForRoom or WaitAll for saves in flight
+  // (the training loop is waiting for checkpoint traffic; meanwhile the
+  // sender yields only to collectives actually open).
+  int callers_waiting = 0;
   double last_stall_s = 0;  // of the last Save() (with its BeforeUpdate)
   double snapshot_s = 0;    // sums over finished saves
   double durable_s = 0;

@@ -496,6 +496,9 @@ def test_client_metrics_count_saves_and_loads(server):
     assert m["gate_models_learned"] == 0 and m["gate_models_dropped"] == 0
     assert f"stagger_client_gate_learned{labels} 0\n" in page
     assert f"stagger_client_gate_models_dropped_total{labels} 0\n" in page
+    # Nobody is blocked in save() or wait_all() now.
+    assert m["callers_waiting"] == 0
+    assert f"stagger_client_callers_waiting{labels} 0\n" in page
     plain = stagger.Checkpointer(servers=server, job="unserved")
     assert plain.metrics_address() == ""
     with pytest.raises(stagger.Error) as e:
