@@ -177,42 +177,18 @@ class CheckpointerImpl : public Checkpointer {
 
   Result<SaveHandle> Save(int64_t step, const SaveOptions& so) override {
     auto start = std::chrono::steady_clock::now();
-    if (step < 0) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("step must be >= 0, got ", step));
-    }
-    if (!std::isfinite(so.deadline_s)) {
-      return absl::InvalidArgumentError("SaveOptions.deadline_s is not finite");
-    }
+    STAGGER_RETURN_IF_ERROR(CheckSaveArguments(step, so));
     STAGGER_RETURN_IF_ERROR(AwaitServers(step, so));
     // Before anything is copied: a step this rank committed is final.
     STAGGER_RETURN_IF_ERROR(step_guard_.Check(step));
     STAGGER_RETURN_IF_ERROR(TakeSaveSlot(step));
     SaveSlot slot(this);  // given back on every return before the submit
     SavePlan plan = Plan(step);
-    const uint64_t state_bytes = plan.state_bytes;
-    std::vector<SaveChunk>& chunks = plan.chunks;
-    // Order the copies after the caller's queued work (CUDA: an event on
-    // the caller's stream), on the caller's thread, before Save returns.
-    Status fenced = host_source_->Fence(so.cuda_stream);
-    for (auto& [device, src] : cuda_sources_) {
-      if (fenced.ok()) fenced = src->Fence(so.cuda_stream);
-    }
-    if (!fenced.ok()) return fenced;
-    bool in_use;
-    {
-      absl::MutexLock lock(&save_mu_);
-      in_use = outstanding_ > 1;  // another save holds staging slabs
-    }
-    if (Status s = staging_.Size(
-            StagingNeeded(plan.tensor_bytes, options_.chunk_size), in_use);
-        !s.ok()) {
-      return s;
-    }
-    shaping_->StartSave(state_bytes, so.deadline_s >= 0
-                                         ? so.deadline_s
-                                         : options_.qos_deadline_s);
-    const bool overlap = ShipWhileSnapshotting(chunks);
+    STAGGER_RETURN_IF_ERROR(ReadyToCopy(plan, so));
+    shaping_->StartSave(plan.state_bytes, so.deadline_s >= 0
+                                              ? so.deadline_s
+                                              : options_.qos_deadline_s);
+    const bool overlap = ShipWhileSnapshotting(plan.chunks);
     auto job = std::make_shared<SaveJob>(
         SaveJobDeps{servers_.get(), &io_, staging_.pool(), &executor_,
                     shaping_.get(), options_.replicas, overlap,
@@ -223,20 +199,9 @@ class CheckpointerImpl : public Checkpointer {
                       if (s.ok()) step_guard_.Committed(step);
                       CountFinished(s, st);
                     }},
-        std::move(*plan.manifest), std::move(chunks), start);
-    {
-      absl::MutexLock lock(&save_mu_);
-      last_job_ = job;
-    }
+        std::move(*plan.manifest), std::move(plan.chunks), start);
     slot.HandOver();  // the driver gives it back when the save ends
-    driver_.Submit([this, job] {
-      job->Run();
-      absl::MutexLock lock(&save_mu_);
-      if (job->status().ok()) {
-        RememberOutcomes(job->manifest(), job->outcomes(), &previous_);
-      }
-      --outstanding_;
-    });
+    Launch(job);
     if (!so.lazy) job->WaitSnapshot().IgnoreError();  // the handle reports it
     const double stall = Seconds(start);
     job->CallerReturned(stall);
@@ -246,6 +211,51 @@ class CheckpointerImpl : public Checkpointer {
       metrics_.last_stall_s = stall;
     }
     return SaveHandle(job->handle_state());
+  }
+
+  static Status CheckSaveArguments(int64_t step, const SaveOptions& so) {
+    if (step < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("step must be >= 0, got ", step));
+    }
+    if (!std::isfinite(so.deadline_s)) {
+      return absl::InvalidArgumentError("SaveOptions.deadline_s is not finite");
+    }
+    return absl::OkStatus();
+  }
+
+  // Orders the copies after the caller's queued work (CUDA: an event on the
+  // caller's stream), on the caller's thread, and sizes the staging pool
+  // for the plan.
+  Status ReadyToCopy(const SavePlan& plan, const SaveOptions& so) {
+    STAGGER_RETURN_IF_ERROR(host_source_->Fence(so.cuda_stream));
+    for (auto& [device, src] : cuda_sources_) {
+      STAGGER_RETURN_IF_ERROR(src->Fence(so.cuda_stream));
+    }
+    bool in_use;
+    {
+      absl::MutexLock lock(&save_mu_);
+      in_use = outstanding_ > 1;  // another save holds staging slabs
+    }
+    return staging_.Size(StagingNeeded(plan.tensor_bytes, options_.chunk_size),
+                         in_use);
+  }
+
+  // Runs the save on the driver thread; its slot is given back when it
+  // ends, and a committed save becomes the next one's history.
+  void Launch(const std::shared_ptr<SaveJob>& job) {
+    {
+      absl::MutexLock lock(&save_mu_);
+      last_job_ = job;
+    }
+    driver_.Submit([this, job] {
+      job->Run();
+      absl::MutexLock lock(&save_mu_);
+      if (job->status().ok()) {
+        RememberOutcomes(job->manifest(), job->outcomes(), &previous_);
+      }
+      --outstanding_;
+    });
   }
 
   // A server that restarted since the last save is found now, not by a

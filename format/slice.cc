@@ -84,6 +84,35 @@ std::vector<Box> Subtract(const Box& a, const Box& b) {
   return out;
 }
 
+namespace {
+
+// Adds the copy of `len` bytes at `src` in the saved slice to `dst` in the
+// wanted one, split at chunk boundaries; a run that continues the chunk's
+// last one on both sides extends it. *cur caches the chunk last added to.
+void AddRun(uint64_t src, uint64_t dst, uint64_t len, uint64_t chunk_size,
+            ChunkPlan* plan, ChunkPlan::iterator* cur) {
+  while (len > 0) {
+    const uint64_t chunk = src / chunk_size;
+    const uint64_t in = src - chunk * chunk_size;
+    const uint64_t take = std::min(len, chunk_size - in);
+    if (*cur == plan->end() || (*cur)->first != chunk) {
+      *cur = plan->try_emplace(chunk).first;
+    }
+    std::vector<CopyRun>& runs = (*cur)->second;
+    if (!runs.empty() && runs.back().src + runs.back().length == in &&
+        runs.back().dst + runs.back().length == dst) {
+      runs.back().length += take;
+    } else {
+      runs.push_back({in, dst, take});
+    }
+    src += take;
+    dst += take;
+    len -= take;
+  }
+}
+
+}  // namespace
+
 void AddRegionCopy(const Box& saved, const Box& wanted, const Box& region,
                    uint64_t element_size, uint64_t chunk_size,
                    ChunkPlan* plan) {
@@ -128,26 +157,6 @@ void AddRegionCopy(const Box& saved, const Box& wanted, const Box& region,
             wanted_stride[i];
   }
   ChunkPlan::iterator cur = plan->end();
-  auto emit = [&](uint64_t src, uint64_t dst, uint64_t len) {
-    while (len > 0) {
-      const uint64_t chunk = src / chunk_size;
-      const uint64_t in = src - chunk * chunk_size;
-      const uint64_t take = std::min(len, chunk_size - in);
-      if (cur == plan->end() || cur->first != chunk) {
-        cur = plan->try_emplace(chunk).first;
-      }
-      std::vector<CopyRun>& runs = cur->second;
-      if (!runs.empty() && runs.back().src + runs.back().length == in &&
-          runs.back().dst + runs.back().length == dst) {
-        runs.back().length += take;
-      } else {
-        runs.push_back({in, dst, take});
-      }
-      src += take;
-      dst += take;
-      len -= take;
-    }
-  };
   std::vector<int64_t> index(outer, 0);  // position in dimensions [0, outer)
   while (true) {
     uint64_t src = src0, dst = dst0;
@@ -155,7 +164,8 @@ void AddRegionCopy(const Box& saved, const Box& wanted, const Box& region,
       src += static_cast<uint64_t>(index[i]) * saved_stride[i];
       dst += static_cast<uint64_t>(index[i]) * wanted_stride[i];
     }
-    emit(src * element_size, dst * element_size, run * element_size);
+    AddRun(src * element_size, dst * element_size, run * element_size,
+           chunk_size, plan, &cur);
     bool done = true;
     for (size_t i = outer; i-- > 0;) {
       if (++index[i] < region.shape[i]) {

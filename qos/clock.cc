@@ -93,9 +93,8 @@ void ManualClock::SleepUntilNs(int64_t t_ns) {
   absl::MutexLock lock(&mu_);
   if (now_ns_ >= t_ns) return;
   const auto it = wakeups_.insert(t_ns);
-  auto due = [this, t_ns]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
-    return now_ns_ >= t_ns;
-  };
+  auto due = [this, t_ns]()
+                 ABSL_SHARED_LOCKS_REQUIRED(mu_) { return now_ns_ >= t_ns; };
   mu_.Await(absl::Condition(&due));
   wakeups_.erase(it);
 }

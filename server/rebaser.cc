@@ -238,27 +238,48 @@ Result<format::Codec> ReverseDelta(format::Codec codec, std::string_view delta,
   return codec;
 }
 
+// A delta chunk Y and its base B, both decoded, Y checked against its id.
+struct DecodedPair {
+  ChunkMeta bm;       // B's metadata
+  StoredRecord yrec;  // Y as stored: its delta is yrec.payload
+  std::string braw, yraw;
+  format::Codec whole_codec = format::Codec::kRaw;  // B's whole version
+};
+
+Result<DecodedPair> DecodePair(MetaStore* meta, SegmentStore* segments,
+                               const std::string& job, const format::ChunkId& y,
+                               const ChunkMeta& ym) {
+  DecodedPair p;
+  STAGGER_ASSIGN_OR_RETURN(p.yrec, ReadChunk(meta, segments, job, y, ym));
+  const format::ChunkId b = *ym.base;
+  STAGGER_ASSIGN_OR_RETURN(p.bm, meta->GetChunk(job, b));
+  const size_t n = ym.raw_length;
+  p.braw.assign(n, '\0');
+  p.yraw.assign(n, '\0');
+  STAGGER_RETURN_IF_ERROR(DecodeStoredChunk(meta, segments, job, b, p.bm,
+                                            p.braw.data(), &p.whole_codec));
+  STAGGER_RETURN_IF_ERROR(format::DecodeDelta(ym.codec, p.yrec.payload.view(),
+                                              p.braw, p.yraw.data(), n));
+  if (format::ChunkId::Of(p.yraw.data(), n) != y) {
+    return absl::DataLossError(absl::StrCat(
+        "delta chunk ", y.ToHex(), " decodes to other bytes than its id"));
+  }
+  return p;
+}
+
 }  // namespace
 
 Status Rebaser::RebaseOne(const std::string& job, const format::ChunkId& y) {
   STAGGER_ASSIGN_OR_RETURN(ChunkMeta ym, meta_->GetChunk(job, y));
   if (!format::IsDelta(ym.codec) || !ym.base) return absl::OkStatus();
-  STAGGER_ASSIGN_OR_RETURN(StoredRecord yrec,
-                           ReadChunk(meta_, segments_, job, y, ym));
-  const std::string_view delta = yrec.payload.view();
+  STAGGER_ASSIGN_OR_RETURN(DecodedPair p,
+                           DecodePair(meta_, segments_, job, y, ym));
+  const std::string_view delta = p.yrec.payload.view();
   const format::ChunkId b = *ym.base;
-  STAGGER_ASSIGN_OR_RETURN(ChunkMeta bm, meta_->GetChunk(job, b));
+  const ChunkMeta& bm = p.bm;
   const size_t n = ym.raw_length;
-  std::string braw(n, '\0'), yraw(n, '\0');
-  format::Codec whole_codec = format::Codec::kRaw;
-  STAGGER_RETURN_IF_ERROR(DecodeStoredChunk(meta_, segments_, job, b, bm,
-                                            braw.data(), &whole_codec));
-  STAGGER_RETURN_IF_ERROR(
-      format::DecodeDelta(ym.codec, delta, braw, yraw.data(), n));
-  if (format::ChunkId::Of(yraw.data(), n) != y) {
-    return absl::DataLossError(absl::StrCat(
-        "delta chunk ", y.ToHex(), " decodes to other bytes than its id"));
-  }
+  std::string& yraw = p.yraw;
+  const format::Codec whole_codec = p.whole_codec;
   const int w = static_cast<uint8_t>(delta[0]);
   format::EncodeOptions eo;
   eo.zstd_level = options_.zstd_level;
@@ -275,7 +296,7 @@ Status Rebaser::RebaseOne(const std::string& job, const format::ChunkId& y) {
   if (reverse) {
     const std::string& ybytes = yc == format::Codec::kRaw ? ywhole : yraw;
     STAGGER_ASSIGN_OR_RETURN(
-        bc, ReverseDelta(ym.codec, delta, braw, ybytes, y, eo, &brev));
+        bc, ReverseDelta(ym.codec, delta, p.braw, ybytes, y, eo, &brev));
     reverse = format::IsDelta(bc) && brev.size() < bm.stored_length;
   }
   const uint32_t hops = bm.behind_hops + 1;

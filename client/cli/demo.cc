@@ -83,18 +83,11 @@ void LoadRank(const DemoArgs& a, RankResult* out) {
   }
 }
 
-// Saves, loads, restores and verifies against `servers`; returns the exit
-// code. Everything it creates is gone when it returns.
-int DemoAgainst(const DemoArgs& a, const std::string& servers,
-                const std::string& dir, const std::string& job) {
-  int rc = 0;
-  auto resolved = ResolveServers(servers);
-  if (!resolved.ok()) return Fail("demo", resolved.status());
-  printf("stagger demo: job %s, %u ranks x %llu MiB, %d steps, servers %s\n",
-         job.c_str(), a.ranks, static_cast<unsigned long long>(a.mib_per_rank),
-         a.steps,
-         dir.empty() ? servers.c_str() : ("embedded (" + dir + ")").c_str());
-  auto start = std::chrono::steady_clock::now();
+// Runs every rank's saves, then (if all saved) every rank's load, each rank
+// on a thread of its own.
+std::vector<RankResult> SaveAndLoad(const DemoArgs& a,
+                                    const std::string& servers,
+                                    const std::string& job) {
   std::vector<RankResult> results(a.ranks);
   std::vector<std::thread> threads;
   for (uint32_t r = 0; r < a.ranks; ++r) {
@@ -109,15 +102,13 @@ int DemoAgainst(const DemoArgs& a, const std::string& servers,
     threads.emplace_back(LoadRank, std::cref(a), &results[r]);
   }
   for (auto& t : threads) t.join();
-  double total_s =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
-          .count();
-  for (uint32_t r = 0; r < a.ranks; ++r) {
-    if (!results[r].status.ok()) {
-      return Fail("demo",
-                  WithContext(results[r].status, absl::StrCat("rank ", r)));
-    }
-  }
+  return results;
+}
+
+// Prints each step's bytes and durable time over all ranks, and whether
+// every rank loaded its bytes back; returns whether they all did.
+bool PrintSteps(const DemoArgs& a, const std::vector<RankResult>& results,
+                double total_s) {
   printf("\n%-6s %12s %14s %8s %12s\n", "STEP", "RAW_MiB", "SHIPPED_MiB",
          "RATIO", "DURABLE_S");
   for (int s = 0; s < a.steps; ++s) {
@@ -136,23 +127,52 @@ int DemoAgainst(const DemoArgs& a, const std::string& servers,
   printf("\nload of step %d on %u ranks: %s\n", a.steps, a.ranks,
          all_match ? "bit-exact" : "MISMATCH");
   printf("save+load wall time: %.2f s\n\n", total_s);
-  if (!all_match) rc = 1;
+  return all_match;
+}
 
-  std::string grpc = resolved->addresses;
-  std::string first = grpc.substr(0, grpc.find(','));
+// Restores the latest step into a temporary directory, verifies it on the
+// servers, and removes the directory; returns the exit code.
+int RestoreAndVerify(const std::string& grpc, const std::string& job) {
+  const std::string first = grpc.substr(0, grpc.find(','));
   char out_tmpl[] = "/tmp/stagger-demo-restore-XXXXXX";
   if (mkdtemp(out_tmpl) == nullptr) {
     return Fail("demo",
                 absl::UnavailableError(absl::StrCat(
                     "cannot create a temporary directory: ", strerror(errno))));
   }
-  std::string out_dir = out_tmpl;
+  const std::string out_dir = out_tmpl;
+  int rc = 0;
   RestoreArgs ra{first, job, "latest", out_dir};
   if (RunRestore(ra) != 0) rc = 1;
   VerifyArgs va{first, job, "latest"};
   if (RunVerify(va) != 0) rc = 1;
   std::filesystem::remove_all(out_dir);
   return rc;
+}
+
+// Saves, loads, restores and verifies against `servers`; returns the exit
+// code. Everything it creates is gone when it returns.
+int DemoAgainst(const DemoArgs& a, const std::string& servers,
+                const std::string& dir, const std::string& job) {
+  auto resolved = ResolveServers(servers);
+  if (!resolved.ok()) return Fail("demo", resolved.status());
+  printf("stagger demo: job %s, %u ranks x %llu MiB, %d steps, servers %s\n",
+         job.c_str(), a.ranks, static_cast<unsigned long long>(a.mib_per_rank),
+         a.steps,
+         dir.empty() ? servers.c_str() : ("embedded (" + dir + ")").c_str());
+  auto start = std::chrono::steady_clock::now();
+  std::vector<RankResult> results = SaveAndLoad(a, servers, job);
+  double total_s =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+          .count();
+  for (uint32_t r = 0; r < a.ranks; ++r) {
+    if (!results[r].status.ok()) {
+      return Fail("demo",
+                  WithContext(results[r].status, absl::StrCat("rank ", r)));
+    }
+  }
+  const int rc = PrintSteps(a, results, total_s) ? 0 : 1;
+  return RestoreAndVerify(resolved->addresses, job) != 0 ? 1 : rc;
 }
 
 }  // namespace

@@ -87,7 +87,7 @@ struct SaveStats {
 struct ClientMetrics {
   uint64_t saves = 0;  // saves finished (committed or failed)
   uint64_t saves_failed = 0;
-  double stall_s = 0;       // training time blocked in Save/BeforeUpdate
+  double stall_s = 0;  // training time blocked in Save/BeforeUpdate
   // Calls blocked now in Save, WaitForRoom or WaitAll for saves in flight
   // (the training loop is waiting for checkpoint traffic; meanwhile the
   // sender yields only to collectives actually open).
