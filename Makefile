@@ -78,9 +78,10 @@ test-torch2: build
 	PYTHONPATH=$(BUILD_DIR)/python STAGGER_BIN_DIR=$(CURDIR)/$(BUILD_DIR)/bin \
 	  $$py -m pytest -q -rs tests/python/test_dtensor.py
 
-# In make test: the torch 2.x tests where the venv is there already. Making
-# it takes about 3 minutes and 5.4 GB here, which would take make test past
-# 15 minutes on a clean machine.
+# In make test: the torch 2.x tests where the venv is there already. It is
+# a dependency, made once like the Debian packages (.ci/run makes it before
+# make test): making it takes about 3 minutes and 5.4 GB, which would take a
+# first make test past 15 minutes on two cores.
 test-torch2-if-ready:
 	@py=$${STAGGER_PEERS_VENV:-$$HOME/.cache/stagger/peers-venv}/bin/python; \
 	if [ -x "$$py" ] && "$$py" -c 'import torch, numpy, pytest' 2>/dev/null; then \

@@ -10,6 +10,7 @@ PKGS=(
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev libgtest-dev libgmock-dev libxxhash-dev libcli11-dev
   pybind11-dev python3-dev python3-numpy python3-pytest
+  python3-venv    # the torch 2.x venv (bench/peers/setup_venv.sh)
   python3-torch   # stagger.torch and its tests (CPU build, ~80 MB of .debs)
 )
 

@@ -17,11 +17,17 @@ sys.exit(0 if int(torch.__version__.split(".")[0]) >= 2 else 1)' 2>/dev/null; th
   exit 0
 fi
 # The same interpreter the stagger module is built for.
-/usr/bin/python3 -m venv "$dir"
-if ! "$dir/bin/pip" install --quiet --disable-pip-version-check \
-    "torch>=2" numpy pytest; then
-  echo "setup_venv.sh: could not install torch from PyPI; the DCP peer is" \
+if ! /usr/bin/python3 -m venv "$dir"; then
+  echo "setup_venv.sh: python3 -m venv failed (python3-venv, installed by" \
+    "scripts/install-deps.sh); the torch 2.x tests and the DCP peer are" \
     "skipped" >&2
+  exit 0
+fi
+# No pip cache: the wheels would take as much disk again.
+if ! "$dir/bin/pip" install --quiet --no-cache-dir \
+    --disable-pip-version-check "torch>=2" numpy pytest; then
+  echo "setup_venv.sh: could not install torch from PyPI; the torch 2.x" \
+    "tests and the DCP peer are skipped" >&2
   exit 0
 fi
 echo "$py"
