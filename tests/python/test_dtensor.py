@@ -1,7 +1,8 @@
 """DTensor state dicts (torch >= 2.1): saved on one mesh, loaded on another.
 
-Skipped with Debian's torch 1.13 (no DTensor); `make test-torch2` runs it
-with torch 2.x from PyPI.
+Also FSDP2 and FSDP1 models resumed on another number of ranks, and DCP
+checkpoints in and out. Skipped with Debian's torch 1.13 (no DTensor);
+`make test` runs it with torch 2.x from PyPI where that venv exists.
 """
 import json
 import os
@@ -18,7 +19,8 @@ except ImportError:
         from torch.distributed._tensor import DTensor  # noqa: F401
     except ImportError:
         pytest.skip(f"torch {torch.__version__} has no DTensor "
-                    "(make test-torch2 runs this with torch 2.x)",
+                    "(make test runs this with torch 2.x where its venv "
+                    "exists; make test-torch2 makes it)",
                     allow_module_level=True)
 
 WORKER = os.path.join(os.path.dirname(__file__), "dtensor_worker.py")
@@ -60,14 +62,14 @@ def test_dtensors_load_into_whole_plain_tensors(server, tmp_path):
 FSDP_WORKER = os.path.join(os.path.dirname(__file__), "fsdp_worker.py")
 
 
-def run_fsdp(mode, world, server, job, tmp_path):
+def run_fsdp(mode, world, server, job, tmp_path, flavour="fsdp2"):
     init = tmp_path / f"fsdp-init-{mode}-{world}"
     procs = []
     for rank in range(world):
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
         procs.append(subprocess.Popen(
             [sys.executable, FSDP_WORKER, mode, str(rank), str(world),
-             str(init), server, job, "1", str(tmp_path)],
+             str(init), server, job, "1", str(tmp_path), flavour],
             env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
             text=True))
     logs = [p.communicate(timeout=180)[0] for p in procs]
@@ -75,26 +77,63 @@ def run_fsdp(mode, world, server, job, tmp_path):
         assert p.returncode == 0, log
 
 
+@pytest.mark.parametrize("flavour", ["fsdp2", "fsdp1"])
 @pytest.mark.parametrize("load_world", [1, 3])
-def test_fsdp2_saved_on_2_ranks_resumes_on_another_number(server, tmp_path,
-                                                          load_world):
-    """FSDP2 model and AdamW state saved lazily on 2 ranks (stagger's hooks
-    on the FSDP2 module and the optimizer), loaded on 1 and 3: every full
-    parameter and moment bit-exact, as they were at the save though the
-    next step ran during its copies, and the next step's loss the same as
-    the saving run's."""
-    if not hasattr(pytest.importorskip("torch.distributed.fsdp"),
-                   "fully_shard"):
+def test_fsdp_saved_on_2_ranks_resumes_on_another_number(server, tmp_path,
+                                                         load_world, flavour):
+    """An FSDP model and its AdamW state saved lazily on 2 ranks (stagger's
+    hooks on the FSDP module and the optimizer), loaded on 1 and 3: every
+    full parameter and moment bit-exact, as they were at the save though
+    the next step ran during its copies, and the next step's loss the same
+    as the saving run's. fsdp2: fully_shard, DTensor state dicts; fsdp1:
+    FullyShardedDataParallel, SHARDED_STATE_DICT (ShardedTensors)."""
+    fsdp = pytest.importorskip("torch.distributed.fsdp")
+    if flavour == "fsdp2" and not hasattr(fsdp, "fully_shard"):
         pytest.skip(f"torch {torch.__version__} has no FSDP2 fully_shard")
-    run_fsdp("save", 2, server, f"fsdp-{load_world}", tmp_path)
-    run_fsdp("load", load_world, server, f"fsdp-{load_world}", tmp_path)
+    job = f"{flavour}-{load_world}"
+    run_fsdp("save", 2, server, job, tmp_path, flavour)
+    run_fsdp("load", load_world, server, job, tmp_path, flavour)
     for rank in range(load_world):
         r = json.loads((tmp_path / f"result-{rank}.json").read_text())
+        sharded = {"fsdp2": "DTensor", "fsdp1": "ShardedTensor"}[flavour]
+        assert r["saved_kinds"] == [sharded], r
+        # On one rank FSDP1 gives plain tensors.
+        assert r["kinds"] == [sharded if load_world > 1 or
+                              flavour == "fsdp2" else "Tensor"], r
         assert r["differ"] == [], r
         assert r["loss"] == r["want_loss"], r
         # Two steps before the save: a forward and a backward marked each.
         assert r["marked"] == 4, r
         assert r["steps_hooked"] == 3, r
+
+
+SEVERAL_SHARDS = """
+import sys, torch, torch.distributed as dist
+from torch.distributed._shard.sharded_tensor import (
+    Shard, ShardMetadata, init_from_local_shards)
+import stagger.torch as st
+dist.init_process_group("gloo", init_method="file://" + sys.argv[1],
+                        rank=0, world_size=1)
+shards = [Shard(torch.zeros(2, 4), ShardMetadata([r, 0], [2, 4], "rank:0/cpu"))
+          for r in (0, 2)]
+t = init_from_local_shards(shards, [4, 4])
+ck = st.checkpointer(sys.argv[2], job="several", rank=0, world_size=1)
+try:
+    st.save_state_dict(ck, {"layer": {"w": t}}, 1)
+except ValueError as e:
+    print("refused:", e)
+"""
+
+
+def test_a_sharded_tensor_with_several_local_shards_is_refused(server,
+                                                               tmp_path):
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    out = subprocess.run([sys.executable, "-c", SEVERAL_SHARDS,
+                          str(tmp_path / "init"), server], env=env,
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert ("refused: 'layer.w' is a ShardedTensor with 2 shards on this "
+            "rank; one per rank (FSDP1's layout) is supported") in out.stdout
 
 
 def _bits_equal(a, b):

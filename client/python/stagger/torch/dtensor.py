@@ -15,7 +15,14 @@ tensor itself, so a state dict of DTensors needs no ``shards=``:
 
 Loading into a DTensor fills its local tensor with its own slice, whatever
 layout the step was saved with (another mesh, another sharding dim).
+
+A ``ShardedTensor`` (FSDP1's ``SHARDED_STATE_DICT``) is taken the same way:
+its global shape and this rank's shard come from its metadata. One shard
+per rank (FSDP1's layout; a rank may hold none) is supported; a rank with
+several is refused, naming the entry.
 """
+import torch
+
 from .sharding import Shard
 
 try:  # torch >= 2.4
@@ -31,6 +38,54 @@ except ImportError:  # pragma: no cover - torch 2.1 .. 2.3, or none
             compute_local_shape_and_global_offset)
     except ImportError:
         DTensor = None
+
+try:  # Debian's torch 1.13 on Python 3.11 fails importing it (ValueError)
+    from torch.distributed._shard.sharded_tensor import ShardedTensor
+except Exception:  # pragma: no cover - no torch.distributed, or broken
+    ShardedTensor = None
+
+
+def is_sharded_tensor(value):
+    """Whether ``value`` is a ShardedTensor (FSDP1's sharded state dicts)."""
+    return ShardedTensor is not None and isinstance(value, ShardedTensor)
+
+
+def is_layout_tensor(value):
+    """Whether ``value`` carries its own global layout (DTensor or
+    ShardedTensor): its shards come from the tensor, not from shards=."""
+    return is_dtensor(value) or is_sharded_tensor(value)
+
+
+def layout_shard_of(t, path):
+    """shard_of for a DTensor or a ShardedTensor."""
+    return sharded_shard_of(t, path) if is_sharded_tensor(t) \
+        else shard_of(t, path)
+
+
+def layout_target_shard(t, path):
+    """target_shard for a DTensor or a ShardedTensor."""
+    return sharded_shard_of(t, path) if is_sharded_tensor(t) \
+        else target_shard(t)
+
+
+def sharded_shard_of(t, path):
+    """(local tensor, Shard) for ShardedTensor ``t``: its one local shard,
+    or an empty tensor and an empty Shard on a rank that holds none.
+    ValueError naming ``path`` for several local shards."""
+    global_shape = tuple(t.size())
+    shards = t.local_shards()
+    if len(shards) > 1:
+        raise ValueError(f"'{path}' is a ShardedTensor with {len(shards)} "
+                         "shards on this rank; one per rank (FSDP1's "
+                         "layout) is supported")
+    if not shards:
+        dtype = t.metadata().tensor_properties.dtype
+        empty = torch.empty((0,) * len(global_shape), dtype=dtype)
+        return empty, Shard(global_shape, (0,) * len(global_shape),
+                            (0,) * len(global_shape))
+    md = shards[0].metadata
+    return shards[0].tensor, Shard(global_shape, tuple(md.shard_offsets),
+                                   tuple(md.shard_sizes))
 
 
 def is_dtensor(value):

@@ -6,9 +6,10 @@ training loop so the loop needs no stagger calls besides saving:
 * a DDP communication hook brackets every gradient all-reduce with
   ``ck.collective_begin()`` / ``ck.collective_end()`` (the end when the
   all-reduce's future completes), so checkpoint traffic yields to it, and
-  runs torch's default all-reduce; for an FSDP2 module (no comm hook
-  there) its forward and its backward are each marked as one collective,
-  since its all-gathers and reduce-scatters run through them;
+  runs torch's default all-reduce; for an FSDP module (FSDP2, or FSDP1,
+  whose comm hook would see only the reduce-scatters) its forward and its
+  backward are each marked as one collective, since its all-gathers and
+  reduce-scatters run through them;
 * before ``optimizer.step()``, ``ck.before_update()``: a lazy save's
   snapshot completes before the step changes the tensors;
 * after ``optimizer.step()``, ``ck.iteration_begin()``: the end of a step
@@ -102,21 +103,28 @@ def _hook_optimizer(hooks, optimizer):
     hooks._removers.append(restore)
 
 
-def _is_fsdp2(model):
-    if hasattr(model, "register_comm_hook"):  # DDP
+def _is_fsdp(model):
+    """Whether ``model`` is an FSDP2 module (fully_shard) or an FSDP1
+    FullyShardedDataParallel."""
+    try:
+        from torch.distributed.fsdp import FullyShardedDataParallel
+    except Exception:  # none, or (Debian's torch 1.13 on Python 3.11) broken
         return False
+    if isinstance(model, FullyShardedDataParallel):
+        return True
     try:
         from torch.distributed.fsdp import FSDPModule
-    except Exception:  # none, or (Debian's torch 1.13 on Python 3.11) broken
+    except Exception:  # torch before FSDP2
         return False
     return isinstance(model, FSDPModule)
 
 
-def _hook_fsdp2(hooks, model):
-    """FSDP2 has no communication hook: its all-gathers and reduce-scatters
-    run through the forward and the backward, so those are marked as one
-    collective each (checkpoint traffic goes between a backward's end and
-    the next forward, and at qos_yield_floor_Bps within them)."""
+def _hook_fsdp(hooks, model):
+    """FSDP runs its all-gathers and reduce-scatters through the forward
+    and the backward (FSDP1's comm hook sees only the reduce-scatters,
+    FSDP2 has none), so those are marked as one collective each
+    (checkpoint traffic goes between a backward's end and the next
+    forward, and at qos_yield_floor_Bps within them)."""
     ck = hooks.ck
 
     def begin(*_):
@@ -136,26 +144,28 @@ def _hook_fsdp2(hooks, model):
 
 def install_hooks(ck, model=None, optimizer=None, *, process_group=None,
                   iteration_marks=True):
-    """Connects ``ck`` to a DDP or FSDP2 model and its optimizer; returns
+    """Connects ``ck`` to a DDP or FSDP model and its optimizer; returns
     ``Hooks``.
 
     ``model``: a ``DistributedDataParallel``, whose gradient all-reduces
     (on ``process_group``, None: the default group) are marked as
-    collectives; or an FSDP2 module (``fully_shard``), whose forward and
-    backward are each marked as one collective (its all-gathers and
-    reduce-scatters run through them); None: no marks. ``optimizer``:
+    collectives; or an FSDP2 module (``fully_shard``) or an FSDP1
+    ``FullyShardedDataParallel``, whose forward and backward are each
+    marked as one collective (its all-gathers and reduce-scatters run
+    through them); None: no marks. ``optimizer``:
     gets the before-step fence (``ck.before_update()``) and, with
     ``iteration_marks``, the iteration mark after each step. Raises
     TypeError for another model; DDP raises if a comm hook is already
     registered.
     """
     hooks = Hooks(ck, process_group, iteration_marks)
-    if model is not None and _is_fsdp2(model):
-        _hook_fsdp2(hooks, model)
+    if model is not None and _is_fsdp(model):
+        _hook_fsdp(hooks, model)
     elif model is not None:
         if not hasattr(model, "register_comm_hook"):
-            raise TypeError("model must be a DistributedDataParallel or an "
-                            "FSDP2 module (fully_shard), got a "
+            raise TypeError("model must be a DistributedDataParallel, an "
+                            "FSDP2 module (fully_shard) or an FSDP1 "
+                            "FullyShardedDataParallel, got a "
                             f"{type(model).__name__}")
         from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
         hooks._allreduce = default_hooks.allreduce_hook

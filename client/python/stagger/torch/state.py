@@ -99,11 +99,13 @@ class _SavePlan:
         key = meta.path_str(path)
         info = {"dtype": dtype_name(t.dtype), "shape": list(t.shape),
                 "device": str(t.device)}
-        if dtensor.is_dtensor(t):
+        if dtensor.is_layout_tensor(t):
             if key in self.shards:
-                raise ValueError(f"'{key}' is a DTensor: its layout comes "
-                                 "from the tensor, not from shards=")
-            t, shard = dtensor.shard_of(t, key)
+                raise ValueError(f"'{key}' is a {type(t).__name__}: its "
+                                 "layout comes from the tensor, not from "
+                                 "shards=")
+            t, shard = dtensor.layout_shard_of(t, key)
+            info["device"] = str(t.device)
             info["shape"] = list(t.shape)  # this rank's part, as a Shard's
             return self._store(t, key, path, info, shard)
         if t.numel() > 0:
@@ -398,7 +400,7 @@ class _LoadPlan:
 
     def tensor(self, info, dest, path):
         key = meta.path_str(path)
-        if dtensor.is_dtensor(dest):
+        if dtensor.is_layout_tensor(dest):
             return self._into_dtensor(info, dest, key, path)
         shard = self.shards.get(key)
         if shard is not None:
@@ -447,19 +449,19 @@ class _LoadPlan:
         return loaded_into if loaded_into is not None else target
 
     def _into_dtensor(self, info, dest, key, path):
-        """Fills the local tensor of DTensor ``dest`` with its slice of the
-        saved global tensor, whatever layout saved it."""
+        """Fills the local tensor of DTensor or ShardedTensor ``dest`` with
+        its slice of the saved global tensor, whatever layout saved it."""
         saved_global = info.get("global_shape", info["shape"])
         if (list(dest.shape) != list(saved_global)
                 or dest.dtype != dtype_from_name(info["dtype"])):
             self.mismatched.append(key)
             self.details.append(
                 f"'{key}': saved {_describe(info['dtype'], saved_global)}, "
-                f"state dict DTensor "
+                f"state dict {type(dest).__name__} "
                 f"{_describe(dtype_name(dest.dtype), dest.shape)}")
             self.skipped[info["name"]] = info
             return dest
-        local, shard = dtensor.target_shard(dest)
+        local, shard = dtensor.layout_target_shard(dest, key)
         self.targets[info["name"]] = local
         view = stored_view(local)
         if not local.is_contiguous() or view.data_ptr() != local.data_ptr():
