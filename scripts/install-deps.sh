@@ -9,6 +9,7 @@ PKGS=(
   liburing-dev libzstd-dev librocksdb-dev
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev libgtest-dev libgmock-dev libxxhash-dev libcli11-dev
+  librados-dev ceph-mon ceph-mgr ceph-osd   # the durable tier and its tests
   pybind11-dev python3-dev python3-numpy python3-pytest
   python3-venv    # the torch 2.x venv (bench/peers/setup_venv.sh)
   python3-torch   # stagger.torch and its tests (CPU build, ~80 MB of .debs)

@@ -56,6 +56,11 @@ std::string StepKey(const std::string& job, int64_t step) {
   PutBE64(&k, static_cast<uint64_t>(step));
   return k;
 }
+std::string DrainedKey(const std::string& job, int64_t step) {
+  std::string k = JobPrefix('r', job);
+  PutBE64(&k, static_cast<uint64_t>(step));
+  return k;
+}
 std::string ShardKey(const std::string& job, int64_t step, uint32_t rank) {
   std::string k = JobPrefix('m', job);
   PutBE64(&k, static_cast<uint64_t>(step));
@@ -479,6 +484,7 @@ Result<GcResult> MetaStore::DeleteStepsLocked(
   for (const auto& s : steps) {
     if (doomed.count(s.step()) != 0) {
       batch.Delete(StepKey(job, s.step()));
+      batch.Delete(DrainedKey(job, s.step()));
       for (uint32_t rank : s.committed_ranks()) {
         batch.Delete(ShardKey(job, s.step(), rank));
       }
@@ -696,6 +702,34 @@ Result<uint64_t> MetaStore::RelocateChunks(
   wo.sync = true;
   STAGGER_RETURN_IF_ERROR(FromRocks(db_->Write(wo, &batch), "relocate"));
   return moved;
+}
+
+Status MetaStore::MarkDrained(const std::string& job, int64_t step) {
+  rocksdb::WriteOptions wo;
+  wo.sync = true;
+  return FromRocks(db_->Put(wo, DrainedKey(job, step), ""),
+                   "mark a step drained");
+}
+
+Result<std::set<int64_t>> MetaStore::DrainedSteps(const std::string& job) {
+  const std::string prefix = JobPrefix('r', job);
+  std::unique_ptr<rocksdb::Iterator> it(
+      db_->NewIterator(rocksdb::ReadOptions()));
+  std::set<int64_t> out;
+  for (it->Seek(prefix); it->Valid() && it->key().starts_with(prefix);
+       it->Next()) {
+    const rocksdb::Slice k = it->key();
+    if (k.size() != prefix.size() + 8) {
+      return absl::DataLossError("corrupt drained-step key");
+    }
+    uint64_t step = 0;
+    for (size_t i = prefix.size(); i < k.size(); ++i) {
+      step = step << 8 | static_cast<uint8_t>(k[i]);
+    }
+    out.insert(static_cast<int64_t>(step));
+  }
+  STAGGER_RETURN_IF_ERROR(FromRocks(it->status(), "list drained steps"));
+  return out;
 }
 
 }  // namespace stagger::server

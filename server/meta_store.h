@@ -8,6 +8,7 @@
 //                                       base; +12 with behind_*)
 //   s/<job>\0<step u64 big-endian>   -> pb::StepInfo
 //   m/<job>\0<step BE><rank u32 BE>  -> pb::ShardManifest
+//   r/<job>\0<step BE>               -> "" (the step is in the cold store)
 //
 // Durability: chunk index entries are written without sync (the chunk bytes
 // themselves were fdatasynced first); every commit is one synced WriteBatch,
@@ -202,6 +203,11 @@ class MetaStore {
   // NOT_FOUND when the rank has not committed that step.
   Result<pb::ShardManifest> GetShard(const std::string& job, int64_t step,
                                      uint32_t rank);
+
+  // The durable tier's books (server/tier/drainer.h): steps of `job`
+  // whose every object is in the cold store. Synced.
+  Status MarkDrained(const std::string& job, int64_t step);
+  Result<std::set<int64_t>> DrainedSteps(const std::string& job);
 
  private:
   // The step `m` commits to: the stored one (ABORTED when its world size

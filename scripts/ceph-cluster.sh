@@ -1,0 +1,165 @@
+#!/usr/bin/env bash
+# A one-node Ceph cluster for tests and benchmarks: one monitor, one manager
+# and one OSD on a BlueStore file, on loopback, authentication off, pools of
+# one copy. Everything lives in DIR; nothing outside it is touched.
+#
+#   scripts/ceph-cluster.sh start DIR [POOL] [OSD_GIB]
+#       starts the cluster and creates POOL (default "stagger"); prints
+#       CEPH_CONF=DIR/ceph.conf on its last line. OSD_GIB (default 4) sizes
+#       the BlueStore file: BlueStore aborts the OSD when its device fills,
+#       so size it for the test and keep the full ratios.
+#   scripts/ceph-cluster.sh stop DIR
+#       stops every daemon started in DIR (SIGTERM, then SIGKILL after 10 s).
+#   scripts/ceph-cluster.sh status DIR
+#       exits 0 when the cluster answers.
+#
+# start exits 3 (and stops what it started) when the cluster cannot start,
+# 4 when the Ceph packages are missing (scripts/install-deps.sh installs
+# them): callers skip their RADOS tests then, printing the reason, which
+# start writes to stderr with the tail of the daemon's log.
+set -euo pipefail
+
+cmd=${1:-}
+dir=${2:-}
+if [ -z "$cmd" ] || [ -z "$dir" ]; then
+  echo "usage: $0 start|stop|status DIR [POOL] [OSD_GIB]" >&2
+  exit 2
+fi
+
+conf=$dir/ceph.conf
+
+stop_cluster() {
+  local pids=()
+  for f in "$dir"/run/*.pid; do
+    [ -e "$f" ] || continue
+    pid=$(cat "$f" 2>/dev/null || true)
+    if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; then
+      pids+=("$pid")
+      kill -TERM "$pid" 2>/dev/null || true
+    fi
+  done
+  for _ in $(seq 100); do
+    local alive=0
+    for pid in "${pids[@]}"; do
+      kill -0 "$pid" 2>/dev/null && alive=1
+    done
+    [ $alive -eq 0 ] && return 0
+    sleep 0.1
+  done
+  for pid in "${pids[@]}"; do kill -KILL "$pid" 2>/dev/null || true; done
+}
+
+fail() {
+  echo "ceph-cluster: $1" >&2
+  if [ -n "${2:-}" ] && [ -f "$2" ]; then
+    tail -n 15 "$2" | sed 's/^/  /' >&2
+  fi
+  [ -n "${CEPH_CLUSTER_KEEP:-}" ] || stop_cluster
+  exit 3
+}
+
+# Waits up to $2 seconds (in tenths) for command "$1" to succeed.
+wait_for() {
+  local i
+  for i in $(seq $(($2 * 10))); do
+    if eval "$1" >/dev/null 2>&1; then return 0; fi
+    sleep 0.1
+  done
+  return 1
+}
+
+free_port() {
+  python3 -c 'import socket
+s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+}
+
+start_cluster() {
+  local pool=${3:-stagger} gib=${4:-4}
+  for b in ceph-mon ceph-mgr ceph-osd ceph monmaptool; do
+    if ! command -v "$b" >/dev/null; then
+      echo "ceph-cluster: $b not found (scripts/install-deps.sh installs" \
+        "ceph-mon, ceph-mgr and ceph-osd)" >&2
+      exit 4
+    fi
+  done
+  mkdir -p "$dir"/run "$dir"/log "$dir"/mon.a "$dir"/mgr.x "$dir"/osd.0
+  local fsid port
+  fsid=$(cat /proc/sys/kernel/random/uuid)
+  port=$(free_port)
+  cat >"$conf" <<EOF
+[global]
+fsid = $fsid
+mon host = v2:127.0.0.1:$port
+auth cluster required = none
+auth service required = none
+auth client required = none
+auth allow insecure global id reclaim = false
+osd pool default size = 1
+osd pool default min size = 1
+osd pool default pg autoscale mode = off
+osd crush chooseleaf type = 0
+mon allow pool size one = true
+mon allow pool delete = true
+mon warn on pool no redundancy = false
+mon data avail warn = 2
+mon data avail crit = 1
+run dir = $dir/run
+admin socket = $dir/run/\$name.asok
+log file = $dir/log/\$name.log
+pid file = $dir/run/\$name.pid
+ms bind ipv4 = true
+ms bind ipv6 = false
+public addr = 127.0.0.1
+keyring = /dev/null
+[mon.a]
+mon data = $dir/mon.a
+[mgr.x]
+mgr data = $dir/mgr.x
+[osd.0]
+osd data = $dir/osd.0
+osd objectstore = bluestore
+bluestore block create = true
+bluestore block size = $((gib << 30))
+bluestore fsck on mkfs = false
+osd memory target = 939524096
+EOF
+  monmaptool --create --clobber --fsid "$fsid" \
+    --addv a "[v2:127.0.0.1:$port]" "$dir/monmap" >/dev/null ||
+    fail "monmaptool failed"
+  ceph-mon --mkfs -i a -c "$conf" --monmap "$dir/monmap" \
+    >"$dir/log/mkfs-mon.log" 2>&1 ||
+    fail "ceph-mon --mkfs failed" "$dir/log/mkfs-mon.log"
+  ceph-mon -i a -c "$conf" 2>>"$dir/log/mon.a.stderr" || fail "ceph-mon did not start" "$dir/log/mon.a.log"
+  wait_for "timeout 5 ceph -c '$conf' mon stat" 30 ||
+    fail "the monitor does not answer" "$dir/log/mon.a.log"
+  local osd_uuid
+  osd_uuid=$(cat /proc/sys/kernel/random/uuid)
+  timeout 30 ceph -c "$conf" osd new "$osd_uuid" >/dev/null ||
+    fail "ceph osd new failed" "$dir/log/mon.a.log"
+  ceph-osd -i 0 -c "$conf" --mkfs --osd-uuid "$osd_uuid" \
+    >"$dir/log/mkfs-osd.log" 2>&1 ||
+    fail "ceph-osd --mkfs failed" "$dir/log/mkfs-osd.log"
+  ceph-osd -i 0 -c "$conf" 2>>"$dir/log/osd.0.stderr" || fail "ceph-osd did not start" "$dir/log/osd.0.log"
+  ceph-mgr -i x -c "$conf" 2>>"$dir/log/mgr.x.stderr" || fail "ceph-mgr did not start" "$dir/log/mgr.x.log"
+  wait_for "timeout 5 ceph -c '$conf' osd stat | grep -q '1 up'" 60 ||
+    fail "the OSD did not come up" "$dir/log/osd.0.log"
+  timeout 30 ceph -c "$conf" osd pool create "$pool" 8 8 >/dev/null 2>&1 ||
+    fail "cannot create pool $pool" "$dir/log/mon.a.log"
+  timeout 30 ceph -c "$conf" osd pool set "$pool" size 1 \
+    --yes-i-really-mean-it >/dev/null 2>&1 || true
+  timeout 30 ceph -c "$conf" osd pool application enable "$pool" stagger \
+    >/dev/null 2>&1 || true
+  wait_for "timeout 10 rados -c '$conf' -p '$pool' put cluster-probe '$conf' && timeout 10 rados -c '$conf' -p '$pool' rm cluster-probe" 60 ||
+    fail "pool $pool does not take requests" "$dir/log/osd.0.log"
+  echo "CEPH_CONF=$conf"
+}
+
+case "$cmd" in
+  start) start_cluster "$@" ;;
+  stop) stop_cluster ;;
+  status) timeout 5 ceph -c "$conf" health >/dev/null 2>&1 ;;
+  *)
+    echo "usage: $0 start|stop|status DIR [POOL] [OSD_GIB]" >&2
+    exit 2
+    ;;
+esac

@@ -1,0 +1,343 @@
+#include "server/tier/drainer.h"
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "format/record.h"
+#include "server/chunk_read.h"
+#include "server/rebaser.h"
+#include "server/tier/layout.h"
+#include "util/log.h"
+
+namespace stagger::server::tier {
+namespace {
+
+int64_t SteadyNs() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+int64_t UnixMs() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+// The base a delta record names (payload: width byte, then the base id).
+Result<format::ChunkId> BaseOf(const StoredRecord& rec) {
+  const std::string_view p = rec.payload.view();
+  if (p.size() < 17) {
+    return absl::DataLossError(absl::StrCat(
+        "delta chunk ", rec.header.chunk_id.ToHex(), ": payload too short"));
+  }
+  return format::ChunkId::FromBytes(p.substr(1, 16));
+}
+
+// Runs fn(i) for i in [0, n) on `threads` threads; the first error.
+Status ParallelFor(size_t n, int threads,
+                   const std::function<Status(size_t)>& fn) {
+  std::atomic<size_t> next{0};
+  absl::Mutex mu;
+  Status first;
+  auto work = [&] {
+    for (size_t i; (i = next.fetch_add(1)) < n;) {
+      Status s = fn(i);
+      if (!s.ok()) {
+        absl::MutexLock lock(&mu);
+        if (first.ok()) first = s;
+        next.store(n);  // the others stop after their current chunk
+      }
+    }
+  };
+  std::vector<std::thread> pool;
+  const size_t extra = std::min<size_t>(n, std::max(threads, 1)) - 1;
+  for (size_t t = 0; t < extra; ++t) pool.emplace_back(work);
+  if (n > 0) work();
+  for (std::thread& t : pool) t.join();
+  return first;
+}
+
+}  // namespace
+
+Drainer::Drainer(MetaStore* meta, SegmentStore* segments, ObjectStore* store,
+                 DrainerOptions options)
+    : meta_(meta),
+      segments_(segments),
+      store_(store),
+      options_(std::move(options)) {}
+
+Drainer::~Drainer() { Stop(); }
+
+void Drainer::Start() {
+  absl::MutexLock lock(&mu_);
+  if (thread_.joinable() || stopping_) return;
+  thread_ = std::thread([this] { Loop(); });
+}
+
+void Drainer::Stop() {
+  {
+    absl::MutexLock lock(&mu_);
+    stopping_ = true;
+  }
+  if (thread_.joinable()) thread_.join();
+}
+
+void Drainer::Notify() {
+  absl::MutexLock lock(&mu_);
+  notified_ = true;
+}
+
+void Drainer::Loop() {
+  int64_t backoff_ms = options_.min_backoff_ms;
+  for (;;) {
+    const Status s = DrainOnce();
+    const bool failed =
+        !s.ok() && !absl::IsFailedPrecondition(s) && !absl::IsCancelled(s);
+    int64_t wait_ms = options_.poll_ms;
+    if (failed) {
+      wait_ms = backoff_ms;
+      backoff_ms = std::min(backoff_ms * 2, options_.max_backoff_ms);
+    } else {
+      backoff_ms = options_.min_backoff_ms;
+    }
+    absl::MutexLock lock(&mu_);
+    auto wake = [this, failed]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
+      // A notification does not cut a backoff short: the store is down.
+      return stopping_ || (notified_ && !failed);
+    };
+    mu_.AwaitWithTimeout(absl::Condition(&wake), absl::Milliseconds(wait_ms));
+    if (stopping_) return;
+    notified_ = false;
+  }
+}
+
+Status Drainer::DrainOnce() {
+  Status first;
+  uint64_t behind = 0;
+  int64_t oldest = 0;
+  auto note = [&](const Status& s) {
+    if (first.ok() && !s.ok()) first = s;
+  };
+  Result<std::vector<std::string>> jobs = meta_->ListJobs();
+  note(jobs.status());
+  for (const std::string& job :
+       jobs.ok() ? *jobs : std::vector<std::string>{}) {
+    Result<std::vector<pb::StepInfo>> steps = meta_->ListSteps(job, false);
+    Result<std::set<int64_t>> drained = meta_->DrainedSteps(job);
+    note(steps.status());
+    note(drained.status());
+    if (!steps.ok() || !drained.ok()) continue;
+    for (const pb::StepInfo& info : *steps) {
+      if (drained->count(info.step()) != 0) continue;
+      // Once the store failed, the rest only count as behind.
+      Status s = first.ok() || absl::IsFailedPrecondition(first)
+                     ? DrainStep(job, info)
+                     : absl::CancelledError("not tried in this pass");
+      if (s.ok()) s = meta_->MarkDrained(job, info.step());
+      if (s.ok()) {
+        absl::MutexLock lock(&mu_);
+        ++stats_.steps_drained;
+        continue;
+      }
+      ++behind;
+      if (oldest == 0 || info.completed_unix_ms() < oldest) {
+        oldest = info.completed_unix_ms();
+      }
+      if (!absl::IsCancelled(s)) note(s);
+    }
+  }
+  absl::MutexLock lock(&mu_);
+  stats_.steps_behind = behind;
+  stats_.oldest_behind_unix_ms = oldest;
+  if (!first.ok()) {
+    const bool news = stats_.last_error != first.ToString();
+    stats_.last_error = first.ToString();
+    stats_.last_error_unix_ms = UnixMs();
+    if (!absl::IsFailedPrecondition(first)) ++stats_.failed_passes;
+    if (news) {
+      log::Warning("stagger-server",
+                   absl::StrCat("drain to ", store_->Describe(), ": ", behind,
+                                " step(s) behind: ", first.ToString()));
+    }
+  } else {
+    if (!stats_.last_error.empty()) {
+      log::Info("stagger-server",
+                absl::StrCat("drain to ", store_->Describe(), ": caught up"));
+    }
+    stats_.last_error.clear();
+  }
+  caught_up_ = behind == 0 && first.ok();
+  ++passes_;
+  return first;
+}
+
+Status Drainer::DrainStep(const std::string& job, const pb::StepInfo& info) {
+  std::vector<pb::ShardManifest> shards;
+  std::vector<format::ChunkId> chunks;
+  absl::flat_hash_set<format::ChunkId> seen;
+  for (uint32_t rank : info.committed_ranks()) {
+    STAGGER_ASSIGN_OR_RETURN(pb::ShardManifest m,
+                             meta_->GetShard(job, info.step(), rank));
+    for (const pb::TensorEntry& t : m.tensors()) {
+      for (const pb::ChunkRef& c : t.chunks()) {
+        STAGGER_ASSIGN_OR_RETURN(format::ChunkId id,
+                                 format::ChunkId::FromBytes(c.id()));
+        if (seen.insert(id).second && !Known(job, id)) chunks.push_back(id);
+      }
+    }
+    shards.push_back(std::move(m));
+  }
+  STAGGER_RETURN_IF_ERROR(
+      ParallelFor(chunks.size(), options_.parallel, [&](size_t i) {
+        {
+          absl::MutexLock lock(&mu_);
+          if (stopping_) return absl::CancelledError("drain stopping");
+        }
+        std::vector<format::ChunkId> chain;
+        return DrainChunk(job, chunks[i], &chain);
+      }));
+  for (const pb::ShardManifest& m : shards) {
+    STAGGER_RETURN_IF_ERROR(
+        Put(ManifestObject(job, info.step(), m.rank()), m.SerializeAsString()));
+  }
+  return Put(StepObject(job, info.step()), info.SerializeAsString());
+}
+
+Status Drainer::DrainChunk(const std::string& job, const format::ChunkId& id,
+                           std::vector<format::ChunkId>* chain) {
+  if (Known(job, id)) return absl::OkStatus();
+  const ObjectName object = ChunkObject(job, id);
+  STAGGER_ASSIGN_OR_RETURN(std::optional<uint64_t> size, store_->Size(object));
+  if (size) {
+    SetKnown(job, id);
+    absl::MutexLock lock(&mu_);
+    ++stats_.chunks_present;
+    return absl::OkStatus();
+  }
+  Result<ChunkMeta> meta = meta_->GetChunk(job, id);
+  if (absl::IsNotFound(meta.status())) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "chunk ", id.ToHex(), " of job ", job,
+        " is not on this server and not in ", store_->Describe(), " yet"));
+  }
+  STAGGER_RETURN_IF_ERROR(meta.status());
+  // The record as stored now (a rebase may have rewritten it since the
+  // index entry was read): its base, if any, goes first.
+  STAGGER_ASSIGN_OR_RETURN(StoredRecord rec,
+                           ReadChunk(meta_, segments_, job, id, *meta));
+  bool raw = false;
+  if (format::IsDelta(rec.header.codec)) {
+    STAGGER_ASSIGN_OR_RETURN(format::ChunkId base, BaseOf(rec));
+    if (base == id ||
+        std::find(chain->begin(), chain->end(), base) != chain->end()) {
+      raw = true;  // its base leads back to it: store it decoded
+    } else {
+      chain->push_back(id);
+      Status s = DrainChunk(job, base, chain);
+      chain->pop_back();
+      STAGGER_RETURN_IF_ERROR(s);
+    }
+  }
+  std::string bytes;
+  if (raw) {
+    STAGGER_ASSIGN_OR_RETURN(bytes, RecordBytes(job, id, *meta, true));
+    absl::MutexLock lock(&mu_);
+    ++stats_.raw_fallbacks;
+  } else {
+    bytes.resize(format::kRecordHeaderSize);
+    format::EncodeRecordHeader(rec.header, bytes.data());
+    bytes += rec.payload.view();
+  }
+  STAGGER_RETURN_IF_ERROR(Put(object, bytes));
+  SetKnown(job, id);
+  absl::MutexLock lock(&mu_);
+  ++stats_.chunks_written;
+  return absl::OkStatus();
+}
+
+Result<std::string> Drainer::RecordBytes(const std::string& job,
+                                         const format::ChunkId& id,
+                                         const ChunkMeta& meta, bool raw) {
+  (void)raw;
+  std::string data(meta.raw_length, '\0');
+  format::Codec whole = format::Codec::kRaw;
+  STAGGER_RETURN_IF_ERROR(
+      DecodeStoredChunk(meta_, segments_, job, id, meta, data.data(), &whole));
+  format::RecordHeader h;
+  h.codec = format::Codec::kRaw;
+  h.chunk_id = id;
+  h.raw_length = data.size();
+  std::string record(format::RecordSize(data.size()), '\0');
+  format::EncodeRecord(h, data, record.data());
+  record.resize(format::kRecordHeaderSize + data.size());
+  return record;
+}
+
+Status Drainer::Put(const ObjectName& o, std::string_view bytes) {
+  WaitWhileBusy();
+  if (options_.bytes_per_s > 0) {
+    int64_t at;
+    {
+      absl::MutexLock lock(&mu_);
+      const int64_t now = SteadyNs();
+      at = std::max(now, next_send_ns_);
+      next_send_ns_ =
+          at + static_cast<int64_t>(static_cast<double>(bytes.size()) * 1e9 /
+                                    static_cast<double>(options_.bytes_per_s));
+    }
+    const int64_t wait = at - SteadyNs();
+    if (wait > 0) std::this_thread::sleep_for(std::chrono::nanoseconds(wait));
+  }
+  STAGGER_RETURN_IF_ERROR(store_->Put(o, bytes));
+  absl::MutexLock lock(&mu_);
+  stats_.bytes_written += bytes.size();
+  return absl::OkStatus();
+}
+
+void Drainer::WaitWhileBusy() {
+  if (!options_.busy) return;
+  const int64_t start = SteadyNs();
+  while (options_.busy()) {
+    {
+      absl::MutexLock lock(&mu_);
+      if (stopping_) break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  const int64_t waited = SteadyNs() - start;
+  if (waited > 1000000) {
+    absl::MutexLock lock(&mu_);
+    stats_.busy_wait_s += static_cast<double>(waited) * 1e-9;
+  }
+}
+
+bool Drainer::Known(const std::string& job, const format::ChunkId& id) {
+  absl::MutexLock lock(&mu_);
+  return known_.contains(ChunkKey{job, id});
+}
+
+void Drainer::SetKnown(const std::string& job, const format::ChunkId& id) {
+  absl::MutexLock lock(&mu_);
+  known_.insert(ChunkKey{job, id});
+}
+
+bool Drainer::WaitDrained(absl::Duration timeout) {
+  absl::MutexLock lock(&mu_);
+  const uint64_t target = passes_ + 2;
+  notified_ = true;
+  auto done = [this, target]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
+    return passes_ >= target && caught_up_;
+  };
+  return mu_.AwaitWithTimeout(absl::Condition(&done), timeout);
+}
+
+DrainerStats Drainer::stats() const {
+  absl::MutexLock lock(&mu_);
+  return stats_;
+}
+
+}  // namespace stagger::server::tier

@@ -1,0 +1,150 @@
+// Drainer: copies every complete step of every job from the server's disk
+// to the cold store (DESIGN.md §10, issue: the durable tier), in the
+// background, oldest step first.
+//
+// A step goes in three phases: its chunks (each delta's base before the
+// delta; a chunk already in the store costs one stat, and one known from
+// this run costs nothing), then its ranks' manifests, then its StepInfo
+// object, last, so the store holds a step only when all of it is there.
+// The step is then marked drained in the MetaStore (synced); after a
+// restart the drain resumes with the first step not marked.
+//
+// Low priority: before each chunk the drain waits while `busy()` says the
+// server has client traffic (pulls of new checkpoints, restore reads), and
+// it keeps to `bytes_per_s` when set. Chunks of a step go out over
+// `parallel` threads (one RADOS operation each; the cluster is latency
+// bound per operation).
+//
+// Faults: a store that cannot be reached fails the pass; the drain waits
+// (min_backoff_ms, doubling to max_backoff_ms) and tries again, and its
+// stats say how far behind it is. A chunk the server does not hold (with
+// several servers, another server's) holds its step back until a later
+// pass finds it in the store.
+//
+// Rebased deltas (server/rebaser.h) can make a chunk a delta of a newer one
+// after the older one was drained as a delta of it; the drain never writes
+// such a cycle: a chunk whose base chain leads back to itself is stored
+// decoded, as a raw record.
+//
+// Thread-safety: thread-safe.
+#ifndef STAGGER_SERVER_TIER_DRAINER_H_
+#define STAGGER_SERVER_TIER_DRAINER_H_
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <thread>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "server/meta_store.h"
+#include "server/storage/segment_store.h"
+#include "server/tier/object_store.h"
+
+namespace stagger::server::tier {
+
+struct DrainerOptions {
+  uint64_t bytes_per_s = 0;  // 0: no cap
+  int parallel = 8;          // chunk writes at once
+  int64_t min_backoff_ms = 500;
+  int64_t max_backoff_ms = 30000;
+  // How often the drain looks for new steps without being told.
+  int64_t poll_ms = 2000;
+  // Whether client traffic is in the server now; the drain waits while it
+  // is. nullptr: never.
+  std::function<bool()> busy;
+};
+
+struct DrainerStats {
+  uint64_t steps_drained = 0;   // by this run
+  uint64_t chunks_written = 0;  // objects written
+  uint64_t bytes_written = 0;   // their bytes
+  uint64_t chunks_present = 0;  // found in the store already (a stat)
+  uint64_t raw_fallbacks = 0;   // chunks stored decoded (see above)
+  uint64_t failed_passes = 0;
+  // Complete steps of all jobs not in the store yet, as of the last pass,
+  // and the oldest one's completion time (Unix ms; 0: none behind).
+  uint64_t steps_behind = 0;
+  int64_t oldest_behind_unix_ms = 0;
+  // The last pass's error, and when (Unix ms); empty after a good pass.
+  std::string last_error;
+  int64_t last_error_unix_ms = 0;
+  double busy_wait_s = 0;  // time waited for client traffic
+};
+
+class Drainer {
+ public:
+  // None owned; all must outlive the drainer.
+  Drainer(MetaStore* meta, SegmentStore* segments, ObjectStore* store,
+          DrainerOptions options);
+  ~Drainer();  // Stop()
+  Drainer(const Drainer&) = delete;
+  Drainer& operator=(const Drainer&) = delete;
+
+  void Start();
+  // Finishes the chunk writes in flight and stops; idempotent.
+  void Stop();
+  // A step completed: look now rather than at the next poll.
+  void Notify();
+
+  // One pass over every job (what the thread runs): drains every complete
+  // step it can; the first error.
+  Status DrainOnce();
+  // Blocks until a pass ends with nothing behind, or `timeout` (tests).
+  bool WaitDrained(absl::Duration timeout);
+
+  DrainerStats stats() const;
+  const ObjectStore* store() const { return store_; }
+
+ private:
+  struct ChunkKey {
+    std::string job;
+    format::ChunkId id;
+    template <typename H>
+    friend H AbslHashValue(H h, const ChunkKey& k) {
+      return H::combine(std::move(h), k.job, k.id);
+    }
+    bool operator==(const ChunkKey& o) const {
+      return job == o.job && id == o.id;
+    }
+  };
+
+  void Loop();
+  // Drains one step; FAILED_PRECONDITION when a chunk is on no reachable
+  // tier yet (another server's).
+  Status DrainStep(const std::string& job, const pb::StepInfo& info);
+  // Writes chunk `id` (bases first); `chain` holds the deltas on the way
+  // to it.
+  Status DrainChunk(const std::string& job, const format::ChunkId& id,
+                    std::vector<format::ChunkId>* chain);
+  // The record to store for `id`: as on disk, or decoded when `raw`.
+  Result<std::string> RecordBytes(const std::string& job,
+                                  const format::ChunkId& id,
+                                  const ChunkMeta& meta, bool raw);
+  Status Put(const ObjectName& o, std::string_view bytes);
+  void WaitWhileBusy();
+  bool Known(const std::string& job, const format::ChunkId& id);
+  void SetKnown(const std::string& job, const format::ChunkId& id);
+
+  MetaStore* const meta_;
+  SegmentStore* const segments_;
+  ObjectStore* const store_;
+  const DrainerOptions options_;
+
+  mutable absl::Mutex mu_;
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  bool notified_ ABSL_GUARDED_BY(mu_) = false;
+  bool caught_up_ ABSL_GUARDED_BY(mu_) = false;
+  uint64_t passes_ ABSL_GUARDED_BY(mu_) = 0;
+  DrainerStats stats_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_set<ChunkKey> known_ ABSL_GUARDED_BY(mu_);
+  // Pacing: when the next byte may go (steady clock, ns).
+  int64_t next_send_ns_ ABSL_GUARDED_BY(mu_) = 0;
+  std::thread thread_;
+};
+
+}  // namespace stagger::server::tier
+
+#endif  // STAGGER_SERVER_TIER_DRAINER_H_

@@ -1,0 +1,244 @@
+// Drainer over real stores (RocksDB and segments in a temp dir) into a
+// MemoryObjectStore: what a drained step leaves in the store and in which
+// order, that nothing is written twice, and what an unreachable store does.
+#include "server/tier/drainer.h"
+
+#include <gtest/gtest.h>
+
+#include <vector>
+
+#include "format/codec.h"
+#include "format/crc32c.h"
+#include "format/record.h"
+#include "server/storage/internal/test_util.h"
+#include "server/tier/layout.h"
+#include "server/tier/memory_object_store.h"
+
+namespace stagger::server::tier {
+namespace {
+
+using storage_internal::AppendSync;
+using storage_internal::TempDir;
+using storage_internal::TestRecord;
+
+constexpr char kJob[] = "job";
+constexpr size_t kFloats = 4096;  // 16 KiB chunks
+
+std::vector<float> Floats(float start) {
+  std::vector<float> v(kFloats);
+  for (size_t i = 0; i < kFloats; ++i) v[i] = start + 0.001f * i;
+  return v;
+}
+
+std::string_view Bytes(const std::vector<float>& v) {
+  return {reinterpret_cast<const char*>(v.data()), v.size() * 4};
+}
+
+class DrainerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_TRUE(dir_.ok());
+    auto meta = MetaStore::Open(dir_.path() + "/meta");
+    ASSERT_TRUE(meta.ok()) << meta.status();
+    meta_ = std::move(*meta);
+    SegmentStoreOptions so;
+    so.dir = dir_.path() + "/segments";
+    so.preallocate_bytes = 0;
+    auto segments = SegmentStore::Open(so);
+    ASSERT_TRUE(segments.ok()) << segments.status();
+    segments_ = std::move(*segments);
+  }
+
+  // Stores `raw` whole (zstd) or, with `base`, as an XOR delta of it.
+  format::ChunkId Put(const std::vector<float>& raw,
+                      const std::vector<float>* base = nullptr) {
+    const format::ChunkId id =
+        format::ChunkId::Of(Bytes(raw).data(), Bytes(raw).size());
+    TestRecord r;
+    ChunkMeta m;
+    format::EncodeOptions eo;
+    format::Codec codec = format::Codec::kZstd;
+    if (base != nullptr) {
+      codec = format::Codec::kXorByteGroupZstd;
+      m.base = format::ChunkId::Of(Bytes(*base).data(), Bytes(*base).size());
+      EXPECT_TRUE(format::EncodeDeltaWith(codec, Bytes(raw), Bytes(*base),
+                                          *m.base, &r.payload, eo)
+                      .ok());
+    } else {
+      EXPECT_TRUE(format::Encode(codec, Bytes(raw), &r.payload, eo).ok());
+    }
+    r.header.codec = codec;
+    r.header.chunk_id = id;
+    r.header.raw_length = raw.size() * 4;
+    r.header.encoded_length = r.payload.size();
+    r.header.payload_crc32c =
+        format::Crc32c(r.payload.data(), r.payload.size());
+    auto loc = AppendSync(segments_.get(), kJob, r);
+    EXPECT_TRUE(loc.ok()) << loc.status();
+    m.location = *loc;
+    m.raw_length = raw.size() * 4;
+    m.stored_length = r.payload.size();
+    m.codec = codec;
+    EXPECT_TRUE(meta_->PutChunk(kJob, id, m).ok());
+    return id;
+  }
+
+  // Commits `step` on one rank with one tensor of `chunks`.
+  void Commit(int64_t step, const std::vector<format::ChunkId>& chunks) {
+    pb::ShardManifest m;
+    m.set_job(kJob);
+    m.set_step(step);
+    m.set_rank(0);
+    m.set_world_size(1);
+    m.set_chunk_size(kFloats * 4);
+    auto* t = m.add_tensors();
+    t->set_name("w");
+    t->set_dtype("F32");
+    t->add_shape(static_cast<int64_t>(chunks.size() * kFloats));
+    t->set_byte_size(chunks.size() * kFloats * 4);
+    for (const format::ChunkId& id : chunks) {
+      auto* c = t->add_chunks();
+      c->set_id(id.ToBytes());
+      c->set_raw_length(kFloats * 4);
+    }
+    auto info = meta_->CommitShard(m);
+    ASSERT_TRUE(info.ok()) << info.status();
+    ASSERT_TRUE(info->complete());
+  }
+
+  Drainer MakeDrainer() {
+    DrainerOptions o;
+    o.parallel = 2;
+    return Drainer(meta_.get(), segments_.get(), &store_, o);
+  }
+
+  bool Has(const ObjectName& o) {
+    auto size = store_.Size(o);
+    return size.ok() && size->has_value();
+  }
+
+  TempDir dir_;
+  std::unique_ptr<MetaStore> meta_;
+  std::unique_ptr<SegmentStore> segments_;
+  MemoryObjectStore store_;
+};
+
+TEST_F(DrainerTest, AStepLeavesItsChunksManifestsAndStepObject) {
+  const auto a = Floats(1), b = Floats(2);
+  const format::ChunkId ia = Put(a), ib = Put(b, &a);  // b: delta of a
+  Commit(7, {ib});  // the step uses only the delta
+  Drainer d = MakeDrainer();
+  ASSERT_TRUE(d.DrainOnce().ok());
+  // The delta's base went too, though no manifest names it.
+  EXPECT_TRUE(Has(ChunkObject(kJob, ia)));
+  EXPECT_TRUE(Has(ChunkObject(kJob, ib)));
+  EXPECT_TRUE(Has(ManifestObject(kJob, 7, 0)));
+  auto step = store_.Get(StepObject(kJob, 7));
+  ASSERT_TRUE(step.ok()) << step.status();
+  pb::StepInfo info;
+  ASSERT_TRUE(info.ParseFromString(*step));
+  EXPECT_EQ(info.step(), 7);
+  EXPECT_EQ(*meta_->DrainedSteps(kJob), std::set<int64_t>{7});
+  // The chunk object is the record as stored, and verifies.
+  auto rec = store_.Get(ChunkObject(kJob, ib));
+  ASSERT_TRUE(rec.ok());
+  auto h = format::DecodeRecordHeader(*rec);
+  ASSERT_TRUE(h.ok()) << h.status();
+  EXPECT_EQ(h->codec, format::Codec::kXorByteGroupZstd);
+  EXPECT_TRUE(format::VerifyPayload(
+                  *h, std::string_view(*rec).substr(format::kRecordHeaderSize))
+                  .ok());
+  const DrainerStats s = d.stats();
+  EXPECT_EQ(s.steps_drained, 1u);
+  EXPECT_EQ(s.chunks_written, 2u);
+  EXPECT_EQ(s.steps_behind, 0u);
+  EXPECT_EQ(store_.puts(), 4u);  // 2 chunks, 1 manifest, 1 step
+}
+
+TEST_F(DrainerTest, SharedChunksAreWrittenOnceAndDrainedStepsNotAgain) {
+  const auto a = Floats(1), b = Floats(2), c = Floats(3);
+  const format::ChunkId ia = Put(a), ib = Put(b), ic = Put(c);
+  Commit(1, {ia, ib});
+  Drainer d = MakeDrainer();
+  ASSERT_TRUE(d.DrainOnce().ok());
+  const uint64_t after_first = store_.puts();
+  Commit(2, {ia, ic});  // a unchanged
+  ASSERT_TRUE(d.DrainOnce().ok());
+  EXPECT_EQ(store_.puts(), after_first + 3);  // c, a manifest, a step
+  ASSERT_TRUE(d.DrainOnce().ok());
+  EXPECT_EQ(store_.puts(), after_first + 3);
+  // A new drainer (a restart) knows nothing in memory: a chunk already in
+  // the store costs a stat, not a write.
+  const auto e = Floats(5);
+  Commit(3, {ia, ib, Put(e)});
+  Drainer again = MakeDrainer();
+  ASSERT_TRUE(again.DrainOnce().ok());
+  EXPECT_EQ(store_.puts(), after_first + 6);
+  EXPECT_EQ(again.stats().chunks_present, 2u);
+  EXPECT_EQ(*meta_->DrainedSteps(kJob), (std::set<int64_t>{1, 2, 3}));
+}
+
+TEST_F(DrainerTest, AnUnreachableStoreLeavesTheStepBehindUntilItIsBack) {
+  Commit(1, {Put(Floats(1))});
+  Commit(2, {Put(Floats(2))});
+  store_.SetReachable(false);
+  Drainer d = MakeDrainer();
+  Status s = d.DrainOnce();
+  EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable) << s;
+  DrainerStats st = d.stats();
+  EXPECT_EQ(st.steps_behind, 2u);
+  EXPECT_GT(st.oldest_behind_unix_ms, 0);
+  EXPECT_NE(st.last_error.find("unreachable"), std::string::npos);
+  EXPECT_EQ(st.failed_passes, 1u);
+  EXPECT_TRUE(meta_->DrainedSteps(kJob)->empty());
+  EXPECT_FALSE(Has(StepObject(kJob, 1)));
+  store_.SetReachable(true);
+  ASSERT_TRUE(d.DrainOnce().ok());
+  st = d.stats();
+  EXPECT_EQ(st.steps_behind, 0u);
+  EXPECT_EQ(st.last_error, "");
+  EXPECT_TRUE(Has(StepObject(kJob, 1)));
+  EXPECT_TRUE(Has(StepObject(kJob, 2)));
+}
+
+TEST_F(DrainerTest, TheThreadDrainsNewStepsAndWaitsOutAnOutage) {
+  DrainerOptions o;
+  o.min_backoff_ms = 20;
+  o.max_backoff_ms = 40;
+  o.poll_ms = 50;
+  Drainer d(meta_.get(), segments_.get(), &store_, o);
+  store_.SetReachable(false);
+  Commit(1, {Put(Floats(1))});
+  d.Start();
+  EXPECT_FALSE(d.WaitDrained(absl::Milliseconds(300)));
+  EXPECT_GE(d.stats().failed_passes, 2u);  // it kept trying
+  store_.SetReachable(true);
+  ASSERT_TRUE(d.WaitDrained(absl::Seconds(10)));
+  EXPECT_TRUE(Has(StepObject(kJob, 1)));
+  Commit(2, {Put(Floats(2))});
+  d.Notify();
+  ASSERT_TRUE(d.WaitDrained(absl::Seconds(10)));
+  EXPECT_TRUE(Has(StepObject(kJob, 2)));
+  d.Stop();
+}
+
+TEST_F(DrainerTest, ARateCapSpreadsTheWrites) {
+  std::vector<format::ChunkId> ids;
+  for (int i = 0; i < 8; ++i) ids.push_back(Put(Floats(10 + i)));
+  Commit(1, ids);
+  DrainerOptions o;
+  o.bytes_per_s = 1 << 20;  // records of ~16 KiB: 8 in about 0.1 s
+  Drainer d(meta_.get(), segments_.get(), &store_, o);
+  const auto start = std::chrono::steady_clock::now();
+  ASSERT_TRUE(d.DrainOnce().ok());
+  const double took =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+          .count();
+  // At least the bytes written at the cap, less the first record's.
+  const double floor =
+      static_cast<double>(store_.bytes_put() - (16 << 10)) / (1 << 20);
+  EXPECT_GE(took, floor * 0.9) << store_.bytes_put() << " bytes";
+}
+
+}  // namespace
+}  // namespace stagger::server::tier

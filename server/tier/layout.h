@@ -1,0 +1,39 @@
+// How a step lies in the cold store (docs/format.md, "The durable tier"):
+// one namespace per job, and in it
+//
+//   chunk.<id, 32 hex digits>           a chunk record: the 64-byte header
+//                                       and its payload (no padding), as
+//                                       the disk holds it
+//   manifest.<step, 20 digits>.<rank, 10 digits>
+//                                       a rank's pb::ShardManifest
+//   step.<step, 20 digits>              the step's pb::StepInfo, written
+//                                       last: a step is in the store only
+//                                       when this object is
+//
+// Chunks are named by id alone, so a chunk that several steps use, or that
+// deltas are based on, is stored once. A delta's base is stored before the
+// delta: the store never holds a delta it cannot decode.
+#ifndef STAGGER_SERVER_TIER_LAYOUT_H_
+#define STAGGER_SERVER_TIER_LAYOUT_H_
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "format/chunk_id.h"
+#include "server/tier/object_store.h"
+
+namespace stagger::server::tier {
+
+ObjectName ChunkObject(const std::string& job, const format::ChunkId& id);
+ObjectName ManifestObject(const std::string& job, int64_t step, uint32_t rank);
+ObjectName StepObject(const std::string& job, int64_t step);
+
+inline constexpr std::string_view kStepPrefix = "step.";
+// The step a "step.<20 digits>" object names; nullopt for another name.
+std::optional<int64_t> StepOfObject(std::string_view name);
+
+}  // namespace stagger::server::tier
+
+#endif  // STAGGER_SERVER_TIER_LAYOUT_H_

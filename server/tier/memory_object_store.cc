@@ -1,0 +1,90 @@
+#include "server/tier/memory_object_store.h"
+
+#include <set>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+
+namespace stagger::server::tier {
+
+Status MemoryObjectStore::Check() const {
+  if (reachable_) return absl::OkStatus();
+  return absl::UnavailableError("memory object store: unreachable (test)");
+}
+
+Status MemoryObjectStore::Put(const ObjectName& o, std::string_view bytes) {
+  STAGGER_RETURN_IF_ERROR(Check());
+  absl::MutexLock lock(&mu_);
+  objects_[{o.ns, o.name}] = std::string(bytes);
+  ++puts_;
+  bytes_put_ += bytes.size();
+  return absl::OkStatus();
+}
+
+Result<std::string> MemoryObjectStore::Get(const ObjectName& o) {
+  STAGGER_RETURN_IF_ERROR(Check());
+  absl::MutexLock lock(&mu_);
+  auto it = objects_.find({o.ns, o.name});
+  if (it == objects_.end()) {
+    return absl::NotFoundError(
+        absl::StrCat("object ", o.name, " of ", o.ns, ": not found"));
+  }
+  return it->second;
+}
+
+Result<std::optional<uint64_t>> MemoryObjectStore::Size(const ObjectName& o) {
+  STAGGER_RETURN_IF_ERROR(Check());
+  absl::MutexLock lock(&mu_);
+  auto it = objects_.find({o.ns, o.name});
+  if (it == objects_.end()) return std::optional<uint64_t>();
+  return std::optional<uint64_t>(it->second.size());
+}
+
+Status MemoryObjectStore::Remove(const ObjectName& o) {
+  STAGGER_RETURN_IF_ERROR(Check());
+  absl::MutexLock lock(&mu_);
+  objects_.erase({o.ns, o.name});
+  return absl::OkStatus();
+}
+
+Result<std::vector<std::string>> MemoryObjectStore::List(
+    const std::string& ns, const std::string& prefix) {
+  STAGGER_RETURN_IF_ERROR(Check());
+  absl::MutexLock lock(&mu_);
+  std::vector<std::string> out;
+  for (auto it = objects_.lower_bound({ns, prefix});
+       it != objects_.end() && it->first.first == ns &&
+       absl::StartsWith(it->first.second, prefix);
+       ++it) {
+    out.push_back(it->first.second);
+  }
+  return out;
+}
+
+Result<std::vector<std::string>> MemoryObjectStore::Namespaces() {
+  STAGGER_RETURN_IF_ERROR(Check());
+  absl::MutexLock lock(&mu_);
+  std::set<std::string> names;
+  for (const auto& [key, bytes] : objects_) names.insert(key.first);
+  return std::vector<std::string>(names.begin(), names.end());
+}
+
+bool MemoryObjectStore::Corrupt(const ObjectName& o, size_t at) {
+  absl::MutexLock lock(&mu_);
+  auto it = objects_.find({o.ns, o.name});
+  if (it == objects_.end() || it->second.size() <= at) return false;
+  it->second[at] ^= 1;
+  return true;
+}
+
+uint64_t MemoryObjectStore::puts() const {
+  absl::MutexLock lock(&mu_);
+  return puts_;
+}
+
+uint64_t MemoryObjectStore::bytes_put() const {
+  absl::MutexLock lock(&mu_);
+  return bytes_put_;
+}
+
+}  // namespace stagger::server::tier

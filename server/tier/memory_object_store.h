@@ -1,0 +1,52 @@
+// MemoryObjectStore: an ObjectStore in a map, for tests. It can be made
+// unreachable (every call UNAVAILABLE, as a stopped Ceph cluster) and its
+// objects can be damaged in place.
+//
+// Thread-safety: thread-safe.
+#ifndef STAGGER_SERVER_TIER_MEMORY_OBJECT_STORE_H_
+#define STAGGER_SERVER_TIER_MEMORY_OBJECT_STORE_H_
+
+#include <atomic>
+#include <map>
+#include <utility>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
+#include "server/tier/object_store.h"
+
+namespace stagger::server::tier {
+
+class MemoryObjectStore final : public ObjectStore {
+ public:
+  Status Put(const ObjectName& o, std::string_view bytes) override;
+  Result<std::string> Get(const ObjectName& o) override;
+  Result<std::optional<uint64_t>> Size(const ObjectName& o) override;
+  Status Remove(const ObjectName& o) override;
+  Result<std::vector<std::string>> List(const std::string& ns,
+                                        const std::string& prefix) override;
+  Result<std::vector<std::string>> Namespaces() override;
+  std::string Describe() const override { return "memory object store"; }
+
+  // While true, every call fails with UNAVAILABLE.
+  void SetReachable(bool reachable) { reachable_ = reachable; }
+  // Flips one bit of byte `at` of the object; false when it is absent or
+  // shorter.
+  bool Corrupt(const ObjectName& o, size_t at);
+  // Calls of Put so far (that reached the store).
+  uint64_t puts() const;
+  uint64_t bytes_put() const;
+
+ private:
+  Status Check() const;
+
+  std::atomic<bool> reachable_{true};
+  mutable absl::Mutex mu_;
+  std::map<std::pair<std::string, std::string>, std::string> objects_
+      ABSL_GUARDED_BY(mu_);
+  uint64_t puts_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t bytes_put_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+}  // namespace stagger::server::tier
+
+#endif  // STAGGER_SERVER_TIER_MEMORY_OBJECT_STORE_H_

@@ -1,0 +1,58 @@
+// ObjectStore: the durable tier behind the servers' disks (DESIGN.md §10), as
+// the drain and the reads that fall back to it see it: named objects in
+// namespaces (one per job), written whole, read whole or by range.
+//
+// RadosObjectStore (rados_object_store.h) is the production one, over a
+// Ceph RADOS pool; MemoryObjectStore (memory_object_store.h) serves unit
+// tests and can be made to fail. The server takes one through
+// ServerOptions::cold_store, so its library never links librados.
+//
+// Errors: UNAVAILABLE when the store cannot be reached or timed out (the
+// caller retries later); NOT_FOUND for an absent object; DATA_LOSS when
+// the store says its copy is damaged.
+//
+// Thread-safety: implementations are thread-safe.
+#ifndef STAGGER_SERVER_TIER_OBJECT_STORE_H_
+#define STAGGER_SERVER_TIER_OBJECT_STORE_H_
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "stagger/status.h"
+
+namespace stagger::server::tier {
+
+struct ObjectName {
+  std::string ns;    // namespace: the job
+  std::string name;  // within it
+};
+
+class ObjectStore {
+ public:
+  virtual ~ObjectStore() = default;
+
+  // Writes `bytes` as the whole object, replacing what was there; durable
+  // when it returns OK.
+  virtual Status Put(const ObjectName& o, std::string_view bytes) = 0;
+  // The whole object; NOT_FOUND when absent.
+  virtual Result<std::string> Get(const ObjectName& o) = 0;
+  // The object's size, nullopt when absent.
+  virtual Result<std::optional<uint64_t>> Size(const ObjectName& o) = 0;
+  // OK when absent too.
+  virtual Status Remove(const ObjectName& o) = 0;
+  // The objects of namespace `ns` whose names start with `prefix`, in no
+  // particular order.
+  virtual Result<std::vector<std::string>> List(const std::string& ns,
+                                                const std::string& prefix) = 0;
+  // The namespaces that hold objects.
+  virtual Result<std::vector<std::string>> Namespaces() = 0;
+  // For messages: "rados pool P", "memory".
+  virtual std::string Describe() const = 0;
+};
+
+}  // namespace stagger::server::tier
+
+#endif  // STAGGER_SERVER_TIER_OBJECT_STORE_H_

@@ -1,0 +1,69 @@
+// RadosObjectStore: an ObjectStore over a Ceph RADOS pool (librados' C API),
+// one RADOS namespace per job.
+//
+// Open does not need the cluster: it connects at the first call, and again
+// after a failed connect, so a server starts (and keeps saving to its
+// disk) while Ceph is down, and its drain catches up once Ceph is back.
+// Calls are bounded: the monitor and OSD operation timeouts (10 s and
+// 30 s unless the configuration file sets them) turn a cluster that stopped
+// answering into UNAVAILABLE instead of a hang.
+//
+// Thread-safety: thread-safe; librados' I/O contexts are shared, one per
+// namespace, each created once and never changed.
+#ifndef STAGGER_SERVER_TIER_RADOS_OBJECT_STORE_H_
+#define STAGGER_SERVER_TIER_RADOS_OBJECT_STORE_H_
+
+#include <map>
+#include <memory>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
+#include "server/tier/object_store.h"
+
+namespace stagger::server::tier {
+
+struct RadosOptions {
+  std::string pool;
+  // Ceph configuration file; empty: librados' defaults
+  // (/etc/ceph/ceph.conf, $CEPH_CONF).
+  std::string conf_file;
+  // The client's name, "client.<id>" (its keyring comes from the
+  // configuration).
+  std::string client = "client.admin";
+};
+
+class RadosObjectStore final : public ObjectStore {
+ public:
+  // INVALID_ARGUMENT for an empty pool name or a configuration file that
+  // cannot be read; does not connect.
+  static Result<std::unique_ptr<RadosObjectStore>> Open(RadosOptions options);
+  ~RadosObjectStore() override;
+
+  Status Put(const ObjectName& o, std::string_view bytes) override;
+  Result<std::string> Get(const ObjectName& o) override;
+  Result<std::optional<uint64_t>> Size(const ObjectName& o) override;
+  Status Remove(const ObjectName& o) override;
+  Result<std::vector<std::string>> List(const std::string& ns,
+                                        const std::string& prefix) override;
+  Result<std::vector<std::string>> Namespaces() override;
+  std::string Describe() const override;
+
+ private:
+  struct Cluster;
+  explicit RadosObjectStore(RadosOptions options);
+  // The I/O context of namespace `ns` (all namespaces for
+  // kAllNamespaces), connecting first when not connected.
+  Result<void*> Context(const std::string& ns);
+  Status Connect() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // An error of a librados call, naming the operation and the object.
+  Status Error(int rc, std::string_view op, const ObjectName& o) const;
+
+  const RadosOptions options_;
+  absl::Mutex mu_;
+  std::unique_ptr<Cluster> cluster_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, void*> contexts_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace stagger::server::tier
+
+#endif  // STAGGER_SERVER_TIER_RADOS_OBJECT_STORE_H_
