@@ -111,6 +111,11 @@ ms bind ipv4 = true
 ms bind ipv6 = false
 public addr = 127.0.0.1
 keyring = /dev/null
+[client]
+# Clients (stagger-server, rados) need no admin socket; several at once
+# would fight over one path.
+admin socket =
+log file = $dir/log/client.log
 [mon.a]
 mon data = $dir/mon.a
 [mgr.x]

@@ -8,6 +8,7 @@
 #include "absl/time/clock.h"
 #include "format/names.h"
 #include "format/record.h"
+#include "server/tier/drainer.h"
 #include "util/log.h"
 
 namespace stagger::server {
@@ -104,6 +105,7 @@ grpc::Status ControlService::CommitShard(grpc::ServerContext* ctx,
                           req->manifest().rank(), " committed"));
   if (info->complete()) {
     ++counters_.steps_completed;
+    if (drainer_ != nullptr) drainer_->Notify();
     log::Info("stagger-server",
               absl::StrCat("job '", req->manifest().job(), "' step ",
                            info->step(), " complete: ", info->world_size(),
@@ -112,7 +114,7 @@ grpc::Status ControlService::CommitShard(grpc::ServerContext* ctx,
   }
   if (info->complete() && retention_.keep_last > 0) {
     auto gc = meta_->Gc(req->manifest().job(), retention_.keep_last,
-                        retention_.grace_ms);
+                        retention_.grace_ms, drainer_ != nullptr);
     if (!gc.ok()) {
       log::Error("stagger-server",
                  absl::StrCat("retention gc of job '", req->manifest().job(),
@@ -244,7 +246,8 @@ grpc::Status ControlService::Gc(grpc::ServerContext* ctx,
   if (req->grace_ms() < 0) {
     return ToGrpc(absl::InvalidArgumentError("grace must be >= 0"));
   }
-  auto r = meta_->Gc(req->job(), req->keep(), req->grace_ms());
+  auto r = meta_->Gc(req->job(), req->keep(), req->grace_ms(),
+                     drainer_ != nullptr);
   if (!r.ok()) return ToGrpc(r.status());
   FillGcReply(ctx, req->job(), *r, req->wait_for_compaction(), reply);
   return grpc::Status::OK;

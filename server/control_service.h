@@ -19,6 +19,10 @@
 
 namespace stagger::server {
 
+namespace tier {
+class Drainer;
+}
+
 // absl::Status <-> grpc::Status with the same code and message.
 grpc::Status ToGrpc(const Status& s);
 
@@ -66,6 +70,10 @@ class ControlService final : public pb::Stagger::Service {
   // this server rebases deltas (server/rebaser.h), so they need not cut
   // their delta chains.
   void SetRebaser(Rebaser* rebaser) { rebaser_ = rebaser; }
+  // With a drainer (not owned; before serving): a completed step wakes it,
+  // and gc (retention and `stagger gc`) spares complete steps it has not
+  // copied to the cold store yet.
+  void SetDrainer(tier::Drainer* drainer) { drainer_ = drainer; }
 
   grpc::Status Hello(grpc::ServerContext*, const pb::HelloRequest*,
                      pb::HelloReply*) override;
@@ -115,6 +123,7 @@ class ControlService final : public pb::Stagger::Service {
   std::string data_address_;
   std::string server_id_;
   Rebaser* rebaser_ = nullptr;
+  tier::Drainer* drainer_ = nullptr;
   RetentionPolicy retention_;
   ControlCounters counters_;
 };

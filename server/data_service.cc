@@ -8,6 +8,8 @@
 #include "format/codec.h"
 #include "format/data_plane.h"
 #include "server/chunk_read.h"
+#include "server/tier/cold_read.h"
+#include "server/tier/layout.h"
 #include "util/log.h"
 
 namespace stagger::server {
@@ -282,6 +284,24 @@ void DataService::HandleGet(transport::Message request,
   const uint64_t peer = request.peer;
   readers_->Submit([this, shared, peer, r = *req] {
     auto meta = meta_->GetChunk(r.job, r.id);
+    if (absl::IsNotFound(meta.status()) && cold_ != nullptr) {
+      // A step imported from the cold store, or a base only it holds:
+      // restore traffic, admitted by the object's size.
+      Result<std::optional<uint64_t>> size =
+          cold_->Size(tier::ChunkObject(r.job, r.id));
+      if (admission_ == nullptr || !size.ok() || !size->has_value()) {
+        ReplyFromCold(shared.get(), r);  // replies the error, if any
+        return;
+      }
+      const uint64_t bytes = **size;
+      admission_->RequestRestore(peer, bytes, [this, shared, peer, bytes, r] {
+        readers_->Submit([this, shared, peer, bytes, r] {
+          ReplyFromCold(shared.get(), r);
+          admission_->Release(peer, bytes);
+        });
+      });
+      return;
+    }
     if (!meta.ok()) {
       ReplyStatus(shared.get(), DataOp::kGetChunkReply, meta.status());
       return;
@@ -310,6 +330,15 @@ void DataService::ReadAndReply(transport::ReplyChannel* reply,
   // Follows the record if compaction moves it during the read.
   auto rec = ReadChunk(meta_, segments_, r.job, r.id, meta);
   if (!rec.ok()) {
+    if (absl::IsDataLoss(rec.status()) && cold_ != nullptr) {
+      ++counters_.verify_failures;
+      log::Warning("stagger-server",
+                   absl::StrCat("job '", r.job, "': ", rec.status().message(),
+                                "; reading it from ", cold_->Describe()));
+      meta_->MarkBad(r.job, r.id).IgnoreError();
+      ReplyFromCold(reply, r);
+      return;
+    }
     if (absl::IsDataLoss(rec.status())) {
       ++counters_.verify_failures;
       // The next put of this chunk (a client's repair, a later save)
@@ -322,6 +351,27 @@ void DataService::ReadAndReply(transport::ReplyChannel* reply,
                                 marked.ok() ? "" : marked.message()));
     }
     ReplyStatus(reply, DataOp::kGetChunkReply, rec.status());
+    return;
+  }
+  ++counters_.chunks_read;
+  counters_.bytes_read += rec->payload.size();
+  job_counters_.AddRead(r.job, rec->payload.size());
+  reply->Send(static_cast<uint16_t>(DataOp::kGetChunkReply),
+              format::EncodeReply(absl::OkStatus(), &rec->header),
+              std::move(rec->payload));
+}
+
+void DataService::ReplyFromCold(transport::ReplyChannel* reply,
+                                const format::GetChunkRequest& r) {
+  Result<StoredRecord> rec = tier::ReadColdChunk(cold_, r.job, r.id);
+  if (!rec.ok()) {
+    if (absl::IsDataLoss(rec.status())) {
+      ++counters_.verify_failures;
+      log::Warning("stagger-server", absl::StrCat("job '", r.job, "': ",
+                                                  rec.status().message()));
+    }
+    ReplyStatus(reply, DataOp::kGetChunkReply,
+                WithContext(rec.status(), absl::StrCat("chunk ", r.id.ToHex())));
     return;
   }
   ++counters_.chunks_read;

@@ -41,6 +41,10 @@
 
 namespace stagger::server {
 
+namespace tier {
+class ObjectStore;
+}
+
 struct DataServiceCounters {
   std::atomic<uint64_t> chunks_written{0};
   std::atomic<uint64_t> chunks_deduplicated{0};
@@ -76,6 +80,10 @@ class DataService : public transport::RequestHandler {
   // With a rebaser (not owned; call before serving), every delta chunk
   // stored is queued for a rebase once acknowledged.
   void SetRebaser(Rebaser* rebaser) { rebaser_ = rebaser; }
+  // With a cold store (not owned; before serving): a chunk this server's
+  // index lacks, or whose stored copy fails its checks, is read from it
+  // (server/tier/cold_read.h).
+  void SetColdStore(tier::ObjectStore* cold) { cold_ = cold; }
   // The admission's books (queue depth, credit in use, per-client bytes);
   // all zero without an admission.
   AdmissionStats admission_stats() const;
@@ -111,6 +119,9 @@ class DataService : public transport::RequestHandler {
   // OK when the server is open or connection `peer`'s grant allows `job`.
   Status Allowed(uint64_t peer, const std::string& job);
   // Reads the record the index entry `meta` places and sends it.
+  // Replies with chunk `r.id` read from the cold store, or its error.
+  void ReplyFromCold(transport::ReplyChannel* reply,
+                     const format::GetChunkRequest& r);
   void ReadAndReply(transport::ReplyChannel* reply,
                     const format::GetChunkRequest& r, const ChunkMeta& meta);
 
@@ -127,6 +138,7 @@ class DataService : public transport::RequestHandler {
   IngestAdmission* admission_;
   Authorizer* auth_ = nullptr;
   Rebaser* rebaser_ = nullptr;
+  tier::ObjectStore* cold_ = nullptr;
   DataServiceCounters counters_;
   JobCounters job_counters_;
   // The grant each authenticated connection presented (bounded: the

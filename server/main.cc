@@ -21,6 +21,7 @@
 #include "absl/strings/str_cat.h"
 #include "server/rebuild.h"
 #include "server/server.h"
+#include "server/tier/rados_object_store.h"
 #include "util/build_info.h"
 #include "util/log.h"
 
@@ -108,6 +109,20 @@ int main(int argc, char** argv) {
                "newest version of each chunk whole and the older ones as "
                "deltas of it (clients then cut their delta chains every "
                "delta_chain_max saves)");
+  stagger::server::tier::RadosOptions rados;
+  app.add_option("--rados-pool", rados.pool,
+                 "drain every complete step to this Ceph RADOS pool in the "
+                 "background (chunks by id, manifests last; default: no "
+                 "durable tier)");
+  app.add_option("--ceph-conf", rados.conf_file,
+                 "Ceph configuration file for --rados-pool (default: "
+                 "librados' own search, /etc/ceph/ceph.conf or $CEPH_CONF)");
+  double drain_mib_per_s = 0;
+  app.add_option("--drain-mib-per-s", drain_mib_per_s,
+                 "the drain to --rados-pool writes at most this many MiB/s "
+                 "(0: no cap; it always waits while clients save or restore)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
   bool rebuild = false;
   app.add_flag("--rebuild-index", rebuild,
                "rebuild the metadata (DIR/meta) from the segments and "
@@ -177,6 +192,24 @@ int main(int argc, char** argv) {
   sigaddset(&stop, SIGINT);
   pthread_sigmask(SIG_BLOCK, &stop, nullptr);
 
+  std::unique_ptr<stagger::server::tier::RadosObjectStore> cold;
+  if (!rados.pool.empty()) {
+    auto opened = stagger::server::tier::RadosObjectStore::Open(rados);
+    if (!opened.ok()) {
+      fprintf(stderr, "stagger-server: %s\n",
+              std::string(opened.status().ToString()).c_str());
+      return 2;
+    }
+    cold = std::move(*opened);
+    options.cold_store = cold.get();
+    options.drain_bytes_per_s =
+        static_cast<uint64_t>(drain_mib_per_s * (1 << 20));
+  } else if (!rados.conf_file.empty() || drain_mib_per_s != 0) {
+    fprintf(stderr,
+            "stagger-server: --ceph-conf and --drain-mib-per-s need "
+            "--rados-pool\n");
+    return 2;
+  }
   auto server = stagger::server::Server::Start(options);
   if (!server.ok()) {
     fprintf(stderr, "stagger-server: %s\n",

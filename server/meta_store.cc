@@ -397,7 +397,7 @@ Result<pb::ShardManifest> MetaStore::GetShard(const std::string& job,
 }
 
 Result<GcResult> MetaStore::Gc(const std::string& job, uint32_t keep,
-                               int64_t grace_ms) {
+                               int64_t grace_ms, bool spare_undrained) {
   STAGGER_RETURN_IF_ERROR(format::ValidateName("job", job));
   if (keep == 0) {
     return absl::InvalidArgumentError("gc must keep at least one step");
@@ -418,10 +418,16 @@ Result<GcResult> MetaStore::Gc(const std::string& job, uint32_t keep,
   // With no step to delete it still collects: chunks that an earlier gc
   // kept for its grace period, and those of saves that never committed.
   std::set<int64_t> doomed;
+  std::set<int64_t> drained;
+  if (spare_undrained) {
+    STAGGER_ASSIGN_OR_RETURN(drained, DrainedSteps(job));
+  }
   if (complete.size() > keep) {
     const int64_t oldest_kept = complete[complete.size() - keep];
     for (const auto& s : steps) {
-      if (s.step() < oldest_kept) doomed.insert(s.step());
+      const bool spared = spare_undrained && s.complete() &&
+                          drained.count(s.step()) == 0;
+      if (s.step() < oldest_kept && !spared) doomed.insert(s.step());
     }
   }
   return DeleteStepsLocked(job, steps, doomed, grace_ms);
@@ -730,6 +736,33 @@ Result<std::set<int64_t>> MetaStore::DrainedSteps(const std::string& job) {
   }
   STAGGER_RETURN_IF_ERROR(FromRocks(it->status(), "list drained steps"));
   return out;
+}
+
+Status MetaStore::ImportStep(const std::string& job, const pb::StepInfo& info,
+                             const std::vector<pb::ShardManifest>& shards) {
+  STAGGER_RETURN_IF_ERROR(format::ValidateName("job", job));
+  if (static_cast<int>(shards.size()) != info.committed_ranks_size() ||
+      info.committed_ranks_size() != static_cast<int>(info.world_size())) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "step ", info.step(), " of job '", job, "': ", shards.size(),
+        " manifests for ", info.committed_ranks_size(), " committed of ",
+        info.world_size(), " ranks"));
+  }
+  absl::MutexLock lock(&commit_mu_);
+  std::string v;
+  if (db_->Get(rocksdb::ReadOptions(), StepKey(job, info.step()), &v).ok()) {
+    return absl::AlreadyExistsError(absl::StrCat(
+        "step ", info.step(), " of job '", job, "' is held here already"));
+  }
+  rocksdb::WriteBatch batch;
+  for (const pb::ShardManifest& m : shards) {
+    batch.Put(ShardKey(job, info.step(), m.rank()), m.SerializeAsString());
+  }
+  batch.Put(StepKey(job, info.step()), info.SerializeAsString());
+  batch.Put(DrainedKey(job, info.step()), "");
+  rocksdb::WriteOptions wo;
+  wo.sync = true;
+  return FromRocks(db_->Write(wo, &batch), "import a step");
 }
 
 }  // namespace stagger::server

@@ -154,8 +154,11 @@ class MetaStore {
   // may belong to a save not yet committed). Their segment space is
   // reclaimed by compaction, not here. With nothing to delete it still
   // collects unreferenced chunks past the grace; a job with no step here
-  // is left alone. INVALID_ARGUMENT for keep == 0.
-  Result<GcResult> Gc(const std::string& job, uint32_t keep, int64_t grace_ms);
+  // is left alone. With `spare_undrained` (a cold store is configured), a
+  // complete step not yet drained to it (MarkDrained) is not deleted: it
+  // would never reach the store. INVALID_ARGUMENT for keep == 0.
+  Result<GcResult> Gc(const std::string& job, uint32_t keep, int64_t grace_ms,
+                      bool spare_undrained = false);
   // Deletes the steps `steps` of `job` (every step, complete or partial,
   // with `all`) and, as Gc does, the chunks no remaining step needs:
   // a chunk a remaining step uses, or a delta base on its chain, stays.
@@ -208,6 +211,13 @@ class MetaStore {
   // whose every object is in the cold store. Synced.
   Status MarkDrained(const std::string& job, int64_t step);
   Result<std::set<int64_t>> DrainedSteps(const std::string& job);
+  // Records a complete step read back from the cold store, with its
+  // manifests, marked drained, in one synced batch; its chunks are not
+  // indexed (reads of chunks this index lacks go to the cold store).
+  // ALREADY_EXISTS when this store holds the step; INVALID_ARGUMENT when
+  // the manifests are not the step's committed ranks.
+  Status ImportStep(const std::string& job, const pb::StepInfo& info,
+                    const std::vector<pb::ShardManifest>& shards);
 
  private:
   // The step `m` commits to: the stored one (ABORTED when its world size

@@ -2,11 +2,49 @@
 
 #include <sys/statvfs.h>
 
+#include "absl/time/clock.h"
 #include "metrics/process.h"
 #include "metrics/text_format.h"
 #include "util/build_info.h"
 
 namespace stagger::server {
+
+namespace {
+
+// The drain to the cold store (server/tier/drainer.h).
+void WriteDrainMetrics(metrics::TextWriter& w, const tier::DrainerStats& d) {
+  const int64_t now_ms = absl::ToUnixMillis(absl::Now());
+  w.Gauge("stagger_server_drain_steps_behind",
+          "Complete steps not yet in the cold store (as of the drain's last "
+          "pass).",
+          static_cast<double>(d.steps_behind));
+  w.Gauge("stagger_server_drain_behind_seconds",
+          "Age of the oldest complete step not yet in the cold store (0: "
+          "none behind).",
+          d.oldest_behind_unix_ms > 0
+              ? static_cast<double>(now_ms - d.oldest_behind_unix_ms) / 1e3
+              : 0.0);
+  w.Gauge("stagger_server_drain_up",
+          "1 when the drain's last pass reached the cold store without "
+          "error.",
+          d.last_error.empty() ? 1.0 : 0.0);
+  w.Counter("stagger_server_drain_steps_total",
+            "Steps copied to the cold store since start.", d.steps_drained);
+  w.Counter("stagger_server_drain_chunks_total",
+            "Chunk objects written to the cold store since start.",
+            d.chunks_written);
+  w.Counter("stagger_server_drain_bytes_total",
+            "Bytes written to the cold store since start.", d.bytes_written);
+  w.Counter("stagger_server_drain_failed_passes_total",
+            "Drain passes that failed (the cold store unreachable or "
+            "refusing); the drain retries with backoff.",
+            d.failed_passes);
+  w.Counter("stagger_server_drain_busy_wait_seconds_total",
+            "Time the drain waited for client traffic to pass.",
+            d.busy_wait_s);
+}
+
+}  // namespace
 
 std::string RenderServerMetrics(const MetricsSources& s) {
   metrics::TextWriter w;
@@ -73,6 +111,7 @@ std::string RenderServerMetrics(const MetricsSources& s) {
               "be written; the commit stands.",
               c.manifest_log_failures.load());
   }
+  if (s.drainer != nullptr) WriteDrainMetrics(w, s.drainer->stats());
   if (s.rebaser != nullptr) {
     const RebaserStats r = s.rebaser->Stats();
     w.Counter("stagger_server_rebased_chunks_total",

@@ -11,6 +11,7 @@
 #include "server/ingest_admission.h"
 #include "server/rebaser.h"
 #include "server/storage/segment_store.h"
+#include "server/tier/drainer.h"
 
 namespace stagger::server {
 
@@ -22,6 +23,7 @@ struct MetricsSources {
   const SegmentStore* segments = nullptr;
   const IngestAdmission* admission = nullptr;
   const Rebaser* rebaser = nullptr;
+  const tier::Drainer* drainer = nullptr;  // with a cold store
   std::string data_dir;  // statvfs'd for disk space; empty: left out
 };
 

@@ -19,6 +19,8 @@
 #include "server/meta_store.h"
 #include "server/metrics_page.h"
 #include "server/storage/segment_store.h"
+#include "server/tier/cold_read.h"
+#include "server/tier/drainer.h"
 #include "transport/transport.h"
 #include "transport/ucx_transport.h"
 #include "util/log.h"
@@ -32,6 +34,7 @@ class Server::Impl {
   std::unique_ptr<SegmentStore> segments;
   std::unique_ptr<Compactor> compactor;
   std::unique_ptr<Rebaser> rebaser;
+  std::unique_ptr<tier::Drainer> drainer;
   std::unique_ptr<qos::Executor> ingest;
   std::unique_ptr<qos::Executor> readers;
   // Outlives every payload Buffer it charged: reset after the stores.
@@ -55,11 +58,16 @@ class Server::Impl {
                            std::shared_ptr<grpc::ServerCredentials> creds,
                            const std::string& grpc_host);
   Status StartMetrics(const ServerOptions& options);
+  // Imports the steps only the cold store holds, then starts the drain.
+  void StartColdTier(const ServerOptions& options);
 
   void Shutdown() {
     if (stopped) return;
     stopped = true;
     metrics.reset();
+    // The drain's writes in flight finish; the rest waits for the next
+    // start (a step is marked drained only once all of it is stored).
+    if (drainer) drainer->Stop();
     // Compaction first: a Gc waiting for its pass returns at once, so the
     // control plane's shutdown does not wait for a long pass.
     if (compactor) compactor->Stop();
@@ -81,6 +89,7 @@ class Server::Impl {
     readers.reset();
     ingest.reset();
     rebaser.reset();
+    drainer.reset();
     compactor.reset();
     segments.reset();
     admission.reset();
@@ -104,6 +113,13 @@ RebaserStats Server::rebaser_stats() const {
 }
 void Server::WaitRebased() {
   if (impl_->rebaser) impl_->rebaser->WaitIdle();
+}
+tier::DrainerStats Server::drainer_stats() const {
+  return impl_->drainer ? impl_->drainer->stats() : tier::DrainerStats();
+}
+bool Server::WaitDrained(int64_t timeout_ms) {
+  return impl_->drainer &&
+         impl_->drainer->WaitDrained(absl::Milliseconds(timeout_ms));
 }
 AdmissionStats Server::admission_stats() const {
   return impl_->admission ? impl_->admission->Stats() : AdmissionStats();
@@ -221,6 +237,18 @@ void Server::Impl::StartServices(const ServerOptions& options,
     rebaser->SetCompactor(compactor.get());
     data->SetRebaser(rebaser.get());
   }
+  if (options.cold_store != nullptr) {
+    tier::DrainerOptions d;
+    d.bytes_per_s = options.drain_bytes_per_s;
+    IngestAdmission* adm = admission.get();
+    d.busy = [adm] {
+      const AdmissionStats a = adm->Stats();
+      return a.in_flight_bytes > 0 || a.queue_depth > 0;
+    };
+    drainer = std::make_unique<tier::Drainer>(meta.get(), segments.get(),
+                                              options.cold_store, d);
+    data->SetColdStore(options.cold_store);
+  }
   auth = std::move(authorizer);
   manifest_log = std::make_unique<ManifestLog>(options.data_dir + "/manifests");
   data->SetAuthorizer(auth.get());
@@ -264,6 +292,7 @@ Status Server::Impl::StartControlPlane(
       RetentionPolicy{options.keep_last, options.gc_grace_ms}, compactor.get(),
       auth.get(), manifest_log.get(), segments.get());
   control->SetRebaser(rebaser.get());
+  control->SetDrainer(drainer.get());
   grpc::ServerBuilder builder;
   int bound_port = 0;
   builder.AddListeningPort(options.listen, std::move(creds), &bound_port);
@@ -290,12 +319,35 @@ Status Server::Impl::StartMetrics(const ServerOptions& options) {
   sources.segments = segments.get();
   sources.admission = admission.get();
   sources.rebaser = rebaser.get();
+  sources.drainer = drainer.get();
   sources.data_dir = options.data_dir;
   STAGGER_ASSIGN_OR_RETURN(
       metrics, metrics::HttpExporter::Start(options.metrics_listen, [sources] {
         return RenderServerMetrics(sources);
       }));
   return absl::OkStatus();
+}
+
+void Server::Impl::StartColdTier(const ServerOptions& options) {
+  const std::string where = options.cold_store->Describe();
+  Result<tier::ImportStats> imported =
+      tier::ImportColdSteps(meta.get(), options.cold_store);
+  if (!imported.ok()) {
+    log::Warning("stagger-server",
+                 absl::StrCat("cannot list the steps in ", where,
+                              " (those this disk lacks are not served): ",
+                              imported.status().message()));
+  } else if (imported->steps > 0 || imported->refused > 0) {
+    log::Info("stagger-server",
+              absl::StrCat("imported ", imported->steps, " step(s) of ",
+                           imported->jobs, " job(s) from ", where,
+                           imported->refused > 0
+                               ? absl::StrCat(", left out ", imported->refused)
+                               : std::string()));
+  }
+  log::Info("stagger-server",
+            absl::StrCat("draining complete steps to ", where));
+  drainer->Start();
 }
 
 Result<std::unique_ptr<Server>> Server::Start(const ServerOptions& options) {
@@ -322,6 +374,7 @@ Result<std::unique_ptr<Server>> Server::Start(const ServerOptions& options) {
     impl->Shutdown();
     return s;
   }
+  if (impl->drainer) impl->StartColdTier(options);
   return std::unique_ptr<Server>(new Server(std::move(impl)));
 }
 

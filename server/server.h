@@ -6,6 +6,8 @@
 //           ├─ SegmentStore (<data>/segments) ── writer thread (io_uring)
 //           ├─ Compactor ── one thread, rewrites mostly dead segments
 //           ├─ Rebaser ── one thread, keeps the newest chunk versions whole
+//           ├─ tier::Drainer ── one thread (and its writers), copies
+//           │    complete steps to the cold store (with --rados-pool)
 //           ├─ Executor (reads)
 //           ├─ IngestAdmission ── credit for pulls and reads (one budget)
 //           ├─ DataService ── transport Listener (UCX or in-process)
@@ -29,6 +31,10 @@ class Transport;
 namespace stagger::server {
 
 class FileSystem;
+namespace tier {
+class ObjectStore;
+struct DrainerStats;
+}  // namespace tier
 
 struct ServerOptions {
   std::string data_dir;                   // created if missing
@@ -77,6 +83,12 @@ struct ServerOptions {
   // Not owned; tests pass a FaultInjectionFileSystem. Must outlive the
   // server.
   FileSystem* file_system = nullptr;
+  // The durable tier (server/tier/): complete steps are drained to this
+  // store in the background, at low priority (client traffic first), at
+  // most `drain_bytes_per_s` (0: no cap). Not owned; nullptr: no tier.
+  // stagger-server makes a RadosObjectStore from --rados-pool.
+  tier::ObjectStore* cold_store = nullptr;
+  uint64_t drain_bytes_per_s = 0;
 };
 
 class Server {
@@ -102,6 +114,11 @@ class Server {
   RebaserStats rebaser_stats() const;
   // Blocks until every delta stored so far has been rebased (tests).
   void WaitRebased();
+  // The drain to the cold store (server/tier/drainer.h); all zero without
+  // one. WaitDrained: true once every complete step is in the cold store,
+  // false after `timeout_ms` or without one (tests).
+  tier::DrainerStats drainer_stats() const;
+  bool WaitDrained(int64_t timeout_ms);
 
   class Impl;
 

@@ -1,0 +1,102 @@
+#include "server/tier/cold_read.h"
+
+#include <set>
+
+#include "absl/strings/str_cat.h"
+#include "format/record.h"
+#include "server/tier/layout.h"
+#include "transport/buffer.h"
+#include "util/log.h"
+
+namespace stagger::server::tier {
+
+Result<StoredRecord> ReadColdChunk(ObjectStore* store, const std::string& job,
+                                   const format::ChunkId& id) {
+  const ObjectName object = ChunkObject(job, id);
+  STAGGER_ASSIGN_OR_RETURN(std::string bytes, store->Get(object));
+  auto bad = [&](std::string_view why) {
+    return absl::DataLossError(absl::StrCat(store->Describe(), ": object ",
+                                            object.name, " of job ", job, ": ",
+                                            AsAbsl(why)));
+  };
+  Result<format::RecordHeader> h = format::DecodeRecordHeader(bytes);
+  if (!h.ok()) return bad(std::string(h.status().message()));
+  if (bytes.size() != format::kRecordHeaderSize + h->encoded_length) {
+    return bad(absl::StrCat("holds ", bytes.size(), " bytes, its header says ",
+                            format::kRecordHeaderSize + h->encoded_length));
+  }
+  const std::string_view payload =
+      std::string_view(bytes).substr(format::kRecordHeaderSize);
+  if (Status s = format::VerifyPayload(*h, payload); !s.ok()) {
+    return bad(std::string(s.message()));
+  }
+  if (h->chunk_id != id) {
+    return bad(absl::StrCat("a record of chunk ", h->chunk_id.ToHex()));
+  }
+  StoredRecord rec;
+  rec.header = *h;
+  rec.payload = transport::Buffer::CopyOf(payload);
+  return rec;
+}
+
+namespace {
+
+// Reads step `step` of `job` and its manifests from the store.
+Status ImportStep(MetaStore* meta, ObjectStore* store, const std::string& job,
+                  int64_t step) {
+  STAGGER_ASSIGN_OR_RETURN(std::string info_bytes,
+                           store->Get(StepObject(job, step)));
+  pb::StepInfo info;
+  if (!info.ParseFromString(info_bytes) || info.step() != step) {
+    return absl::DataLossError(absl::StrCat("object ",
+                                            StepObject(job, step).name,
+                                            " is not that step's record"));
+  }
+  std::vector<pb::ShardManifest> shards;
+  for (uint32_t rank : info.committed_ranks()) {
+    const ObjectName o = ManifestObject(job, step, rank);
+    STAGGER_ASSIGN_OR_RETURN(std::string bytes, store->Get(o));
+    pb::ShardManifest m;
+    if (!m.ParseFromString(bytes) || m.job() != job || m.step() != step ||
+        m.rank() != rank) {
+      return absl::DataLossError(
+          absl::StrCat("object ", o.name, " is not that rank's manifest"));
+    }
+    shards.push_back(std::move(m));
+  }
+  return meta->ImportStep(job, info, shards);
+}
+
+}  // namespace
+
+Result<ImportStats> ImportColdSteps(MetaStore* meta, ObjectStore* store) {
+  ImportStats stats;
+  STAGGER_ASSIGN_OR_RETURN(std::vector<std::string> jobs, store->Namespaces());
+  for (const std::string& job : jobs) {
+    STAGGER_ASSIGN_OR_RETURN(std::vector<std::string> names,
+                             store->List(job, std::string(kStepPrefix)));
+    std::set<int64_t> steps;
+    for (const std::string& n : names) {
+      if (auto step = StepOfObject(n)) steps.insert(*step);
+    }
+    bool any = false;
+    for (int64_t step : steps) {
+      if (meta->GetStep(job, step).ok()) continue;  // held here
+      Status s = ImportStep(meta, store, job, step);
+      if (absl::IsUnavailable(s)) return s;
+      if (!s.ok()) {
+        ++stats.refused;
+        log::Warning("stagger-server",
+                     absl::StrCat("cold store: job '", job, "' step ", step,
+                                  " left out: ", s.message()));
+        continue;
+      }
+      ++stats.steps;
+      any = true;
+    }
+    if (any) ++stats.jobs;
+  }
+  return stats;
+}
+
+}  // namespace stagger::server::tier
