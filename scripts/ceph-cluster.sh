@@ -10,6 +10,9 @@
 #       so size it for the test and keep the full ratios.
 #   scripts/ceph-cluster.sh stop DIR
 #       stops every daemon started in DIR (SIGTERM, then SIGKILL after 10 s).
+#   scripts/ceph-cluster.sh restart DIR [POOL]
+#       starts the daemons of a stopped cluster again (its data kept) and
+#       waits until POOL takes writes.
 #   scripts/ceph-cluster.sh status DIR
 #       exits 0 when the cluster answers.
 #
@@ -22,7 +25,7 @@ set -euo pipefail
 cmd=${1:-}
 dir=${2:-}
 if [ -z "$cmd" ] || [ -z "$dir" ]; then
-  echo "usage: $0 start|stop|status DIR [POOL] [OSD_GIB]" >&2
+  echo "usage: $0 start|stop|restart|status DIR [POOL] [OSD_GIB]" >&2
   exit 2
 fi
 
@@ -113,9 +116,13 @@ public addr = 127.0.0.1
 keyring = /dev/null
 [client]
 # Clients (stagger-server, rados) need no admin socket; several at once
-# would fight over one path.
+# would fight over one path. Short timeouts: a test that stops the cluster
+# sees its clients give up in seconds.
 admin socket =
 log file = $dir/log/client.log
+client mount timeout = 5
+rados mon op timeout = 5
+rados osd op timeout = 5
 [mon.a]
 mon data = $dir/mon.a
 [mgr.x]
@@ -144,27 +151,48 @@ EOF
   ceph-osd -i 0 -c "$conf" --mkfs --osd-uuid "$osd_uuid" \
     >"$dir/log/mkfs-osd.log" 2>&1 ||
     fail "ceph-osd --mkfs failed" "$dir/log/mkfs-osd.log"
-  ceph-osd -i 0 -c "$conf" 2>>"$dir/log/osd.0.stderr" || fail "ceph-osd did not start" "$dir/log/osd.0.log"
-  ceph-mgr -i x -c "$conf" 2>>"$dir/log/mgr.x.stderr" || fail "ceph-mgr did not start" "$dir/log/mgr.x.log"
-  wait_for "timeout 5 ceph -c '$conf' osd stat | grep -q '1 up'" 60 ||
-    fail "the OSD did not come up" "$dir/log/osd.0.log"
+  start_osd_mgr
   timeout 30 ceph -c "$conf" osd pool create "$pool" 8 8 >/dev/null 2>&1 ||
     fail "cannot create pool $pool" "$dir/log/mon.a.log"
   timeout 30 ceph -c "$conf" osd pool set "$pool" size 1 \
     --yes-i-really-mean-it >/dev/null 2>&1 || true
   timeout 30 ceph -c "$conf" osd pool application enable "$pool" stagger \
     >/dev/null 2>&1 || true
-  wait_for "timeout 10 rados -c '$conf' -p '$pool' put cluster-probe '$conf' && timeout 10 rados -c '$conf' -p '$pool' rm cluster-probe" 60 ||
-    fail "pool $pool does not take requests" "$dir/log/osd.0.log"
+  wait_writable "$pool"
   echo "CEPH_CONF=$conf"
+}
+
+start_osd_mgr() {
+  ceph-osd -i 0 -c "$conf" 2>>"$dir/log/osd.0.stderr" ||
+    fail "ceph-osd did not start" "$dir/log/osd.0.log"
+  ceph-mgr -i x -c "$conf" 2>>"$dir/log/mgr.x.stderr" ||
+    fail "ceph-mgr did not start" "$dir/log/mgr.x.log"
+  wait_for "timeout 5 ceph -c '$conf' osd stat | grep -q '1 up'" 60 ||
+    fail "the OSD did not come up" "$dir/log/osd.0.log"
+}
+
+wait_writable() {
+  wait_for "timeout 10 rados -c '$conf' -p '$1' put cluster-probe '$conf' && timeout 10 rados -c '$conf' -p '$1' rm cluster-probe" 60 ||
+    fail "pool $1 does not take requests" "$dir/log/osd.0.log"
+}
+
+restart_cluster() {
+  [ -f "$conf" ] || { echo "ceph-cluster: no cluster in $dir" >&2; exit 2; }
+  ceph-mon -i a -c "$conf" 2>>"$dir/log/mon.a.stderr" ||
+    fail "ceph-mon did not start" "$dir/log/mon.a.log"
+  wait_for "timeout 5 ceph -c '$conf' mon stat" 30 ||
+    fail "the monitor does not answer" "$dir/log/mon.a.log"
+  start_osd_mgr
+  wait_writable "${3:-stagger}"
 }
 
 case "$cmd" in
   start) start_cluster "$@" ;;
   stop) stop_cluster ;;
+  restart) restart_cluster "$@" ;;
   status) timeout 5 ceph -c "$conf" health >/dev/null 2>&1 ;;
   *)
-    echo "usage: $0 start|stop|status DIR [POOL] [OSD_GIB]" >&2
+    echo "usage: $0 start|stop|restart|status DIR [POOL] [OSD_GIB]" >&2
     exit 2
     ;;
 esac

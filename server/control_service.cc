@@ -246,8 +246,8 @@ grpc::Status ControlService::Gc(grpc::ServerContext* ctx,
   if (req->grace_ms() < 0) {
     return ToGrpc(absl::InvalidArgumentError("grace must be >= 0"));
   }
-  auto r = meta_->Gc(req->job(), req->keep(), req->grace_ms(),
-                     drainer_ != nullptr);
+  auto r =
+      meta_->Gc(req->job(), req->keep(), req->grace_ms(), drainer_ != nullptr);
   if (!r.ok()) return ToGrpc(r.status());
   FillGcReply(ctx, req->job(), *r, req->wait_for_compaction(), reply);
   return grpc::Status::OK;

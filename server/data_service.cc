@@ -367,11 +367,12 @@ void DataService::ReplyFromCold(transport::ReplyChannel* reply,
   if (!rec.ok()) {
     if (absl::IsDataLoss(rec.status())) {
       ++counters_.verify_failures;
-      log::Warning("stagger-server", absl::StrCat("job '", r.job, "': ",
-                                                  rec.status().message()));
+      log::Warning("stagger-server",
+                   absl::StrCat("job '", r.job, "': ", rec.status().message()));
     }
-    ReplyStatus(reply, DataOp::kGetChunkReply,
-                WithContext(rec.status(), absl::StrCat("chunk ", r.id.ToHex())));
+    ReplyStatus(
+        reply, DataOp::kGetChunkReply,
+        WithContext(rec.status(), absl::StrCat("chunk ", r.id.ToHex())));
     return;
   }
   ++counters_.chunks_read;

@@ -425,8 +425,8 @@ Result<GcResult> MetaStore::Gc(const std::string& job, uint32_t keep,
   if (complete.size() > keep) {
     const int64_t oldest_kept = complete[complete.size() - keep];
     for (const auto& s : steps) {
-      const bool spared = spare_undrained && s.complete() &&
-                          drained.count(s.step()) == 0;
+      const bool spared =
+          spare_undrained && s.complete() && drained.count(s.step()) == 0;
       if (s.step() < oldest_kept && !spared) doomed.insert(s.step());
     }
   }

@@ -40,8 +40,7 @@ void WriteDrainMetrics(metrics::TextWriter& w, const tier::DrainerStats& d) {
             "refusing); the drain retries with backoff.",
             d.failed_passes);
   w.Counter("stagger_server_drain_busy_wait_seconds_total",
-            "Time the drain waited for client traffic to pass.",
-            d.busy_wait_s);
+            "Time the drain waited for client traffic to pass.", d.busy_wait_s);
 }
 
 }  // namespace

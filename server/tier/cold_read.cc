@@ -48,9 +48,8 @@ Status ImportStep(MetaStore* meta, ObjectStore* store, const std::string& job,
                            store->Get(StepObject(job, step)));
   pb::StepInfo info;
   if (!info.ParseFromString(info_bytes) || info.step() != step) {
-    return absl::DataLossError(absl::StrCat("object ",
-                                            StepObject(job, step).name,
-                                            " is not that step's record"));
+    return absl::DataLossError(absl::StrCat(
+        "object ", StepObject(job, step).name, " is not that step's record"));
   }
   std::vector<pb::ShardManifest> shards;
   for (uint32_t rank : info.committed_ranks()) {

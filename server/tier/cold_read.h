@@ -23,7 +23,7 @@ Result<StoredRecord> ReadColdChunk(ObjectStore* store, const std::string& job,
 
 struct ImportStats {
   uint64_t jobs = 0;
-  uint64_t steps = 0;  // imported (not held on this disk before)
+  uint64_t steps = 0;    // imported (not held on this disk before)
   uint64_t refused = 0;  // step objects whose manifests were unusable
 };
 

@@ -3,6 +3,7 @@
 #include <rados/librados.h>
 
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <set>
 
@@ -20,16 +21,24 @@ Status ConfigError(int rc, std::string_view what) {
       absl::StrCat("ceph configuration: ", AsAbsl(what), ": ", strerror(-rc)));
 }
 
-// A cluster handle: bounded calls by default (monitor 10 s, OSD operations
-// 30 s), then the configuration file and $CEPH_ARGS, which may say
-// otherwise.
+// Sets `key` to `value` unless the configuration changed it from Ceph's
+// default `ceph_default` (values set here override the file's).
+void DefaultTo(rados_t h, const char* key, double ceph_default,
+               const char* value) {
+  char buf[64] = {0};
+  if (rados_conf_get(h, key, buf, sizeof buf - 1) == 0 &&
+      std::strtod(buf, nullptr) == ceph_default) {
+    rados_conf_set(h, key, value);
+  }
+}
+
+// A cluster handle from the configuration file and $CEPH_ARGS, with calls
+// bounded where they leave Ceph's defaults (no timeout for operations, 300
+// s to connect): monitor 10 s, OSD operations 30 s, connecting 10 s.
 Status NewHandle(const RadosOptions& o, rados_t* out) {
   rados_t h = nullptr;
   int rc = rados_create2(&h, "ceph", o.client.c_str(), 0);
   if (rc < 0) return ConfigError(rc, "rados_create2");
-  rados_conf_set(h, "client_mount_timeout", "10");
-  rados_conf_set(h, "rados_mon_op_timeout", "10");
-  rados_conf_set(h, "rados_osd_op_timeout", "30");
   rc = rados_conf_read_file(
       h, o.conf_file.empty() ? nullptr : o.conf_file.c_str());
   if (rc < 0 && !o.conf_file.empty()) {
@@ -37,16 +46,24 @@ Status NewHandle(const RadosOptions& o, rados_t* out) {
     return ConfigError(rc, absl::StrCat("cannot read ", o.conf_file));
   }
   rados_conf_parse_env(h, nullptr);
+  DefaultTo(h, "client_mount_timeout", 300, "10");
+  DefaultTo(h, "rados_mon_op_timeout", 0, "10");
+  DefaultTo(h, "rados_osd_op_timeout", 0, "30");
   *out = h;
   return absl::OkStatus();
 }
 
 }  // namespace
 
-struct RadosObjectStore::Cluster {
+struct RadosObjectStore::Session {
   rados_t handle = nullptr;
-  bool connected = false;
-  ~Cluster() {
+  absl::Mutex mu;
+  std::map<std::string, rados_ioctx_t> contexts ABSL_GUARDED_BY(mu);
+  ~Session() {
+    {
+      absl::MutexLock lock(&mu);
+      for (auto& [ns, io] : contexts) rados_ioctx_destroy(io);
+    }
     if (handle != nullptr) rados_shutdown(handle);
   }
 };
@@ -54,55 +71,51 @@ struct RadosObjectStore::Cluster {
 RadosObjectStore::RadosObjectStore(RadosOptions options)
     : options_(std::move(options)) {}
 
-RadosObjectStore::~RadosObjectStore() {
-  absl::MutexLock lock(&mu_);
-  for (auto& [ns, io] : contexts_) {
-    rados_ioctx_destroy(static_cast<rados_ioctx_t>(io));
-  }
-  contexts_.clear();
-  cluster_.reset();
-}
+RadosObjectStore::~RadosObjectStore() = default;
 
 Result<std::unique_ptr<RadosObjectStore>> RadosObjectStore::Open(
     RadosOptions options) {
   if (options.pool.empty()) {
     return absl::InvalidArgumentError("--rados-pool: empty pool name");
   }
-  std::unique_ptr<RadosObjectStore> store(
+  // The configuration is checked now; the cluster is reached at first use.
+  rados_t probe = nullptr;
+  STAGGER_RETURN_IF_ERROR(NewHandle(options, &probe));
+  rados_shutdown(probe);
+  return std::unique_ptr<RadosObjectStore>(
       new RadosObjectStore(std::move(options)));
-  absl::MutexLock lock(&store->mu_);
-  auto cluster = std::make_unique<Cluster>();
-  STAGGER_RETURN_IF_ERROR(NewHandle(store->options_, &cluster->handle));
-  store->cluster_ = std::move(cluster);
-  return store;
 }
 
 std::string RadosObjectStore::Describe() const {
   return absl::StrCat("rados pool ", options_.pool);
 }
 
-Status RadosObjectStore::Connect() {
-  if (cluster_->connected) return absl::OkStatus();
-  const int rc = rados_connect(cluster_->handle);
+Result<std::shared_ptr<RadosObjectStore::Session>>
+RadosObjectStore::Connected() {
+  absl::MutexLock lock(&mu_);
+  if (session_) return session_;
+  auto s = std::make_shared<Session>();
+  STAGGER_RETURN_IF_ERROR(NewHandle(options_, &s->handle));
+  const int rc = rados_connect(s->handle);
   if (rc < 0) {
-    // A handle whose connect failed cannot connect again: start afresh.
-    auto fresh = std::make_unique<Cluster>();
-    if (NewHandle(options_, &fresh->handle).ok()) cluster_ = std::move(fresh);
     return absl::UnavailableError(absl::StrCat(
         Describe(), ": cannot connect to the Ceph cluster: ", strerror(-rc)));
   }
-  cluster_->connected = true;
-  return absl::OkStatus();
+  session_ = s;
+  return s;
 }
 
-Result<void*> RadosObjectStore::Context(const std::string& ns) {
+void RadosObjectStore::Drop(const std::shared_ptr<Session>& s) {
   absl::MutexLock lock(&mu_);
-  auto it = contexts_.find(ns);
-  if (it != contexts_.end()) return it->second;
-  STAGGER_RETURN_IF_ERROR(Connect());
+  if (session_ == s) session_.reset();
+}
+
+Result<void*> RadosObjectStore::Context(Session& s, const std::string& ns) {
+  absl::MutexLock lock(&s.mu);
+  auto it = s.contexts.find(ns);
+  if (it != s.contexts.end()) return static_cast<void*>(it->second);
   rados_ioctx_t io = nullptr;
-  const int rc =
-      rados_ioctx_create(cluster_->handle, options_.pool.c_str(), &io);
+  const int rc = rados_ioctx_create(s.handle, options_.pool.c_str(), &io);
   if (rc == -ENOENT) {
     return absl::NotFoundError(
         absl::StrCat(Describe(), ": the pool does not exist"));
@@ -113,12 +126,12 @@ Result<void*> RadosObjectStore::Context(const std::string& ns) {
   }
   rados_ioctx_set_namespace(
       io, ns == kAllNamespaces ? LIBRADOS_ALL_NSPACES : ns.c_str());
-  contexts_[ns] = io;
+  s.contexts[ns] = io;
   return static_cast<void*>(io);
 }
 
-Status RadosObjectStore::Error(int rc, std::string_view op,
-                               const ObjectName& o) const {
+Status RadosObjectStore::Error(int rc, std::string_view op, const ObjectName& o,
+                               const std::shared_ptr<Session>& s) {
   std::string msg =
       absl::StrCat(Describe(), ": ", AsAbsl(op), " of object ", o.name,
                    " (namespace ", o.ns, "): ", strerror(-rc));
@@ -135,38 +148,50 @@ Status RadosObjectStore::Error(int rc, std::string_view op,
     case EFBIG:
       return absl::InvalidArgumentError(msg);
     default:
+      Drop(s);  // timed out or cut off: connect afresh next time
       return absl::UnavailableError(msg);
   }
 }
 
+// The session and I/O context a call on namespace `ns` runs with.
+Result<RadosObjectStore::Call> RadosObjectStore::Begin(const std::string& ns) {
+  STAGGER_ASSIGN_OR_RETURN(std::shared_ptr<Session> session, Connected());
+  STAGGER_ASSIGN_OR_RETURN(void* io, Context(*session, ns));
+  return Call{std::move(session), io};
+}
+
 Status RadosObjectStore::Put(const ObjectName& o, std::string_view bytes) {
-  STAGGER_ASSIGN_OR_RETURN(void* io, Context(o.ns));
-  const int rc = rados_write_full(static_cast<rados_ioctx_t>(io),
-                                  o.name.c_str(), bytes.data(), bytes.size());
-  return rc < 0 ? Error(rc, "write", o) : absl::OkStatus();
+  STAGGER_ASSIGN_OR_RETURN(Call c, Begin(o.ns));
+  rados_ioctx_t io = static_cast<rados_ioctx_t>(c.io);
+  const int rc =
+      rados_write_full(io, o.name.c_str(), bytes.data(), bytes.size());
+  return rc < 0 ? Error(rc, "write", o, c.session) : absl::OkStatus();
 }
 
 Result<std::optional<uint64_t>> RadosObjectStore::Size(const ObjectName& o) {
-  STAGGER_ASSIGN_OR_RETURN(void* io, Context(o.ns));
+  STAGGER_ASSIGN_OR_RETURN(Call c, Begin(o.ns));
+  rados_ioctx_t io = static_cast<rados_ioctx_t>(c.io);
   uint64_t size = 0;
   time_t mtime = 0;
-  const int rc =
-      rados_stat(static_cast<rados_ioctx_t>(io), o.name.c_str(), &size, &mtime);
+  const int rc = rados_stat(io, o.name.c_str(), &size, &mtime);
   if (rc == -ENOENT) return std::optional<uint64_t>();
-  if (rc < 0) return Error(rc, "stat", o);
+  if (rc < 0) return Error(rc, "stat", o, c.session);
   return std::optional<uint64_t>(size);
 }
 
 Result<std::string> RadosObjectStore::Get(const ObjectName& o) {
-  STAGGER_ASSIGN_OR_RETURN(std::optional<uint64_t> size, Size(o));
-  if (!size) return Error(-ENOENT, "read", o);
-  STAGGER_ASSIGN_OR_RETURN(void* io, Context(o.ns));
-  std::string out(*size, '\0');
+  STAGGER_ASSIGN_OR_RETURN(Call c, Begin(o.ns));
+  rados_ioctx_t io = static_cast<rados_ioctx_t>(c.io);
+  uint64_t size = 0;
+  time_t mtime = 0;
+  int rc = rados_stat(io, o.name.c_str(), &size, &mtime);
+  if (rc < 0) return Error(rc, "read", o, c.session);
+  std::string out(size, '\0');
   size_t got = 0;
   while (got < out.size()) {
-    const int rc = rados_read(static_cast<rados_ioctx_t>(io), o.name.c_str(),
-                              out.data() + got, out.size() - got, got);
-    if (rc < 0) return Error(rc, "read", o);
+    rc =
+        rados_read(io, o.name.c_str(), out.data() + got, out.size() - got, got);
+    if (rc < 0) return Error(rc, "read", o, c.session);
     if (rc == 0) break;  // shrank meanwhile
     got += static_cast<size_t>(rc);
   }
@@ -175,39 +200,43 @@ Result<std::string> RadosObjectStore::Get(const ObjectName& o) {
 }
 
 Status RadosObjectStore::Remove(const ObjectName& o) {
-  STAGGER_ASSIGN_OR_RETURN(void* io, Context(o.ns));
-  const int rc = rados_remove(static_cast<rados_ioctx_t>(io), o.name.c_str());
-  return rc < 0 && rc != -ENOENT ? Error(rc, "remove", o) : absl::OkStatus();
+  STAGGER_ASSIGN_OR_RETURN(Call c, Begin(o.ns));
+  rados_ioctx_t io = static_cast<rados_ioctx_t>(c.io);
+  const int rc = rados_remove(io, o.name.c_str());
+  return rc < 0 && rc != -ENOENT ? Error(rc, "remove", o, c.session)
+                                 : absl::OkStatus();
 }
 
 Result<std::vector<std::string>> RadosObjectStore::List(
     const std::string& ns, const std::string& prefix) {
-  STAGGER_ASSIGN_OR_RETURN(void* io, Context(ns));
+  STAGGER_ASSIGN_OR_RETURN(Call c, Begin(ns));
+  rados_ioctx_t io = static_cast<rados_ioctx_t>(c.io);
   rados_list_ctx_t list = nullptr;
-  int rc = rados_nobjects_list_open(static_cast<rados_ioctx_t>(io), &list);
-  if (rc < 0) return Error(rc, "list", {ns, prefix + "*"});
+  int rc = rados_nobjects_list_open(io, &list);
+  if (rc < 0) return Error(rc, "list", {ns, prefix + "*"}, c.session);
   std::vector<std::string> out;
   const char* entry = nullptr;
   while ((rc = rados_nobjects_list_next(list, &entry, nullptr, nullptr)) == 0) {
     if (absl::StartsWith(entry, prefix)) out.emplace_back(entry);
   }
   rados_nobjects_list_close(list);
-  if (rc != -ENOENT) return Error(rc, "list", {ns, prefix + "*"});
+  if (rc != -ENOENT) return Error(rc, "list", {ns, prefix + "*"}, c.session);
   return out;
 }
 
 Result<std::vector<std::string>> RadosObjectStore::Namespaces() {
-  STAGGER_ASSIGN_OR_RETURN(void* io, Context(kAllNamespaces));
+  STAGGER_ASSIGN_OR_RETURN(Call c, Begin(kAllNamespaces));
+  rados_ioctx_t io = static_cast<rados_ioctx_t>(c.io);
   rados_list_ctx_t list = nullptr;
-  int rc = rados_nobjects_list_open(static_cast<rados_ioctx_t>(io), &list);
-  if (rc < 0) return Error(rc, "list", {"*", "*"});
+  int rc = rados_nobjects_list_open(io, &list);
+  if (rc < 0) return Error(rc, "list", {"*", "*"}, c.session);
   std::set<std::string> names;
   const char *entry = nullptr, *nspace = nullptr;
   while ((rc = rados_nobjects_list_next(list, &entry, nullptr, &nspace)) == 0) {
     if (nspace != nullptr && nspace[0] != '\0') names.insert(nspace);
   }
   rados_nobjects_list_close(list);
-  if (rc != -ENOENT) return Error(rc, "list", {"*", "*"});
+  if (rc != -ENOENT) return Error(rc, "list", {"*", "*"}, c.session);
   return std::vector<std::string>(names.begin(), names.end());
 }
 

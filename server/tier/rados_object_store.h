@@ -5,11 +5,11 @@
 // after a failed connect, so a server starts (and keeps saving to its
 // disk) while Ceph is down, and its drain catches up once Ceph is back.
 // Calls are bounded: the monitor and OSD operation timeouts (10 s and
-// 30 s unless the configuration file sets them) turn a cluster that stopped
-// answering into UNAVAILABLE instead of a hang.
+// 30 s where the configuration leaves Ceph's default, none) turn a cluster
+// that stopped answering into UNAVAILABLE instead of a hang.
 //
 // Thread-safety: thread-safe; librados' I/O contexts are shared, one per
-// namespace, each created once and never changed.
+// namespace and session, each created once and never changed.
 #ifndef STAGGER_SERVER_TIER_RADOS_OBJECT_STORE_H_
 #define STAGGER_SERVER_TIER_RADOS_OBJECT_STORE_H_
 
@@ -49,19 +49,32 @@ class RadosObjectStore final : public ObjectStore {
   std::string Describe() const override;
 
  private:
-  struct Cluster;
+  // One connected cluster handle and its I/O contexts. Calls hold a
+  // reference while they run; a call that times out drops the session, so
+  // the next call connects afresh (librados' own reconnection did not
+  // recover from a restart of the whole cluster here).
+  struct Session;
   explicit RadosObjectStore(RadosOptions options);
-  // The I/O context of namespace `ns` (all namespaces for
-  // kAllNamespaces), connecting first when not connected.
-  Result<void*> Context(const std::string& ns);
-  Status Connect() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // An error of a librados call, naming the operation and the object.
-  Status Error(int rc, std::string_view op, const ObjectName& o) const;
+  // The current session, connecting first when there is none.
+  Result<std::shared_ptr<Session>> Connected();
+  struct Call {
+    std::shared_ptr<Session> session;
+    void* io;  // rados_ioctx_t
+  };
+  // The session and I/O context for a call on namespace `ns`.
+  Result<Call> Begin(const std::string& ns);
+  // The I/O context of namespace `ns` (kAllNamespaces: all of them).
+  Result<void*> Context(Session& s, const std::string& ns);
+  // Forgets `s` if it is still the current session.
+  void Drop(const std::shared_ptr<Session>& s);
+  // An error of a librados call, naming the operation and the object;
+  // drops the session when the cluster did not answer.
+  Status Error(int rc, std::string_view op, const ObjectName& o,
+               const std::shared_ptr<Session>& s);
 
   const RadosOptions options_;
-  absl::Mutex mu_;
-  std::unique_ptr<Cluster> cluster_ ABSL_GUARDED_BY(mu_);
-  std::map<std::string, void*> contexts_ ABSL_GUARDED_BY(mu_);
+  absl::Mutex mu_;  // held while connecting
+  std::shared_ptr<Session> session_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace stagger::server::tier
