@@ -285,21 +285,8 @@ void DataService::HandleGet(transport::Message request,
   readers_->Submit([this, shared, peer, r = *req] {
     auto meta = meta_->GetChunk(r.job, r.id);
     if (absl::IsNotFound(meta.status()) && cold_ != nullptr) {
-      // A step imported from the cold store, or a base only it holds:
-      // restore traffic, admitted by the object's size.
-      Result<std::optional<uint64_t>> size =
-          cold_->Size(tier::ChunkObject(r.job, r.id));
-      if (admission_ == nullptr || !size.ok() || !size->has_value()) {
-        ReplyFromCold(shared.get(), r);  // replies the error, if any
-        return;
-      }
-      const uint64_t bytes = **size;
-      admission_->RequestRestore(peer, bytes, [this, shared, peer, bytes, r] {
-        readers_->Submit([this, shared, peer, bytes, r] {
-          ReplyFromCold(shared.get(), r);
-          admission_->Release(peer, bytes);
-        });
-      });
+      // A step imported from the cold store, or a base only it holds.
+      ServeFromCold(shared, peer, r);
       return;
     }
     if (!meta.ok()) {
@@ -361,9 +348,36 @@ void DataService::ReadAndReply(transport::ReplyChannel* reply,
               std::move(rec->payload));
 }
 
-void DataService::ReplyFromCold(transport::ReplyChannel* reply,
+void DataService::SetColdStore(tier::ObjectStore* cold) {
+  cold_ = cold;
+  cold_readers_ = std::make_unique<qos::Executor>(kColdReaders);
+}
+
+void DataService::ServeFromCold(std::shared_ptr<transport::ReplyChannel> reply,
+                                uint64_t peer,
                                 const format::GetChunkRequest& r) {
-  Result<StoredRecord> rec = tier::ReadColdChunk(cold_, r.job, r.id);
+  cold_readers_->Submit([this, reply, peer, r] {
+    // Restore traffic, admitted by the object's size.
+    Result<std::optional<uint64_t>> size =
+        cold_->Size(tier::ChunkObject(r.job, r.id));
+    if (admission_ == nullptr || !size.ok() || !size->has_value()) {
+      ReplyFromCold(reply.get(), r);  // replies the error, if any
+      return;
+    }
+    const uint64_t bytes = **size;
+    admission_->RequestRestore(peer, bytes, [this, reply, peer, bytes, r] {
+      cold_readers_->Submit([this, reply, peer, bytes, r] {
+        ReplyFromCold(reply.get(), r, bytes);
+        admission_->Release(peer, bytes);
+      });
+    });
+  });
+}
+
+void DataService::ReplyFromCold(transport::ReplyChannel* reply,
+                                const format::GetChunkRequest& r,
+                                std::optional<uint64_t> size) {
+  Result<StoredRecord> rec = tier::ReadColdChunk(cold_, r.job, r.id, size);
   if (!rec.ok()) {
     if (absl::IsDataLoss(rec.status())) {
       ++counters_.verify_failures;

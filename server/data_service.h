@@ -83,7 +83,9 @@ class DataService : public transport::RequestHandler {
   // With a cold store (not owned; before serving): a chunk this server's
   // index lacks, or whose stored copy fails its checks, is read from it
   // (server/tier/cold_read.h).
-  void SetColdStore(tier::ObjectStore* cold) { cold_ = cold; }
+  // Its reads run on a pool of their own (kColdReaders threads): each is a
+  // network round trip, which would hold the disk readers.
+  void SetColdStore(tier::ObjectStore* cold);
   // The admission's books (queue depth, credit in use, per-client bytes);
   // all zero without an admission.
   AdmissionStats admission_stats() const;
@@ -120,8 +122,13 @@ class DataService : public transport::RequestHandler {
   Status Allowed(uint64_t peer, const std::string& job);
   // Reads the record the index entry `meta` places and sends it.
   // Replies with chunk `r.id` read from the cold store, or its error.
+  // Reads chunk `r.id` from the cold store (admitted by its size) and
+  // replies with it, or with the error; on the cold readers.
+  void ServeFromCold(std::shared_ptr<transport::ReplyChannel> reply,
+                     uint64_t peer, const format::GetChunkRequest& r);
   void ReplyFromCold(transport::ReplyChannel* reply,
-                     const format::GetChunkRequest& r);
+                     const format::GetChunkRequest& r,
+                     std::optional<uint64_t> size = std::nullopt);
   void ReadAndReply(transport::ReplyChannel* reply,
                     const format::GetChunkRequest& r, const ChunkMeta& meta);
 
@@ -139,6 +146,8 @@ class DataService : public transport::RequestHandler {
   Authorizer* auth_ = nullptr;
   Rebaser* rebaser_ = nullptr;
   tier::ObjectStore* cold_ = nullptr;
+  static constexpr int kColdReaders = 16;
+  std::unique_ptr<qos::Executor> cold_readers_;
   DataServiceCounters counters_;
   JobCounters job_counters_;
   // The grant each authenticated connection presented (bounded: the

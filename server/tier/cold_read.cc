@@ -11,9 +11,11 @@
 namespace stagger::server::tier {
 
 Result<StoredRecord> ReadColdChunk(ObjectStore* store, const std::string& job,
-                                   const format::ChunkId& id) {
+                                   const format::ChunkId& id,
+                                   std::optional<uint64_t> size) {
   const ObjectName object = ChunkObject(job, id);
-  STAGGER_ASSIGN_OR_RETURN(std::string bytes, store->Get(object));
+  STAGGER_ASSIGN_OR_RETURN(std::string bytes, size ? store->Read(object, *size)
+                                                   : store->Get(object));
   auto bad = [&](std::string_view why) {
     return absl::DataLossError(absl::StrCat(store->Describe(), ": object ",
                                             object.name, " of job ", job, ": ",

@@ -6,6 +6,7 @@
 #ifndef STAGGER_SERVER_TIER_COLD_READ_H_
 #define STAGGER_SERVER_TIER_COLD_READ_H_
 
+#include <optional>
 #include <string>
 
 #include "format/chunk_id.h"
@@ -18,8 +19,10 @@ namespace stagger::server::tier {
 // Chunk `id` of `job` from the cold store: its record's header checksum,
 // payload checksum and chunk id are checked. NOT_FOUND when the store does
 // not hold it; DATA_LOSS naming the object when it fails a check.
+// With `size` (the object's, from Size), one read and no stat.
 Result<StoredRecord> ReadColdChunk(ObjectStore* store, const std::string& job,
-                                   const format::ChunkId& id);
+                                   const format::ChunkId& id,
+                                   std::optional<uint64_t> size = std::nullopt);
 
 struct ImportStats {
   uint64_t jobs = 0;

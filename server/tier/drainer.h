@@ -47,7 +47,7 @@ namespace stagger::server::tier {
 
 struct DrainerOptions {
   uint64_t bytes_per_s = 0;  // 0: no cap
-  int parallel = 8;          // chunk writes at once
+  int parallel = 16;         // chunk writes at once
   int64_t min_backoff_ms = 500;
   int64_t max_backoff_ms = 30000;
   // How often the drain looks for new steps without being told.

@@ -39,6 +39,9 @@ class ObjectStore {
   virtual Status Put(const ObjectName& o, std::string_view bytes) = 0;
   // The whole object; NOT_FOUND when absent.
   virtual Result<std::string> Get(const ObjectName& o) = 0;
+  // The object when its size is known (from Size): one read, no stat.
+  // NOT_FOUND when absent; fewer bytes when it shrank meanwhile.
+  virtual Result<std::string> Read(const ObjectName& o, uint64_t size) = 0;
   // The object's size, nullopt when absent.
   virtual Result<std::optional<uint64_t>> Size(const ObjectName& o) = 0;
   // OK when absent too.

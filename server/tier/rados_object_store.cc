@@ -180,16 +180,18 @@ Result<std::optional<uint64_t>> RadosObjectStore::Size(const ObjectName& o) {
 }
 
 Result<std::string> RadosObjectStore::Get(const ObjectName& o) {
+  STAGGER_ASSIGN_OR_RETURN(std::optional<uint64_t> size, Size(o));
+  if (!size) return Error(-ENOENT, "read", o, nullptr);
+  return Read(o, *size);
+}
+
+Result<std::string> RadosObjectStore::Read(const ObjectName& o, uint64_t size) {
   STAGGER_ASSIGN_OR_RETURN(Call c, Begin(o.ns));
   rados_ioctx_t io = static_cast<rados_ioctx_t>(c.io);
-  uint64_t size = 0;
-  time_t mtime = 0;
-  int rc = rados_stat(io, o.name.c_str(), &size, &mtime);
-  if (rc < 0) return Error(rc, "read", o, c.session);
   std::string out(size, '\0');
   size_t got = 0;
   while (got < out.size()) {
-    rc =
+    const int rc =
         rados_read(io, o.name.c_str(), out.data() + got, out.size() - got, got);
     if (rc < 0) return Error(rc, "read", o, c.session);
     if (rc == 0) break;  // shrank meanwhile
