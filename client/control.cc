@@ -229,11 +229,11 @@ Result<pb::StepInfo> CommitShard(ServerSet& servers, size_t replicas,
   return *first;
 }
 
-Result<std::vector<pb::StepInfo>> ListSteps(ServerSet& servers,
-                                            const std::string& job,
-                                            bool include_partial,
-                                            uint64_t* disk_bytes) {
+Result<std::vector<pb::StepInfo>> ListSteps(
+    ServerSet& servers, const std::string& job, bool include_partial,
+    uint64_t* disk_bytes, std::map<int64_t, StepTiers>* tiers) {
   if (disk_bytes != nullptr) *disk_bytes = 0;
+  if (tiers != nullptr) tiers->clear();
   pb::ListStepsRequest req;
   req.set_job(job);
   req.set_include_partial(include_partial);
@@ -245,6 +245,13 @@ Result<std::vector<pb::StepInfo>> ListSteps(ServerSet& servers,
       return coord.stub->ListSteps(ctx, req, &reply);
     });
     if (s.ok() && disk_bytes != nullptr) *disk_bytes += reply.job_disk_bytes();
+    for (int i = 0;
+         tiers != nullptr && i < reply.tiers_size() && i < reply.steps_size();
+         ++i) {
+      StepTiers& t = (*tiers)[reply.steps(i).step()];
+      t.disk |= reply.tiers(i).disk();
+      t.rados |= reply.tiers(i).rados();
+    }
     for (const pb::StepInfo& info : reply.steps()) {
       auto [it, inserted] = merged.try_emplace(info.step(), info);
       if (inserted) continue;

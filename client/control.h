@@ -34,12 +34,19 @@ Result<pb::GetStepReply> GetStep(ServerSet& servers, const std::string& job,
 Result<pb::StepInfo> CommitShard(ServerSet& servers, size_t replicas,
                                  const pb::ShardManifest& manifest);
 
+// Where some server holds a step: on a disk, in a RADOS pool.
+struct StepTiers {
+  bool disk = false;
+  bool rados = false;
+};
+
 // The job's steps, merged over every server up; `disk_bytes` (optional)
-// gets the bytes of the job's segment files summed over those servers.
-Result<std::vector<pb::StepInfo>> ListSteps(ServerSet& servers,
-                                            const std::string& job,
-                                            bool include_partial,
-                                            uint64_t* disk_bytes = nullptr);
+// gets the bytes of the job's segment files summed over those servers, and
+// `tiers` (optional) where any of them holds each step.
+Result<std::vector<pb::StepInfo>> ListSteps(
+    ServerSet& servers, const std::string& job, bool include_partial,
+    uint64_t* disk_bytes = nullptr,
+    std::map<int64_t, StepTiers>* tiers = nullptr);
 
 // The jobs the servers that answer hold (those the token may touch), by
 // name: steps as the best-informed server counts them, disk bytes summed.

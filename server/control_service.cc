@@ -188,7 +188,16 @@ grpc::Status ControlService::ListSteps(grpc::ServerContext* ctx,
   if (!valid.ok()) return ToGrpc(valid);
   auto steps = meta_->ListSteps(req->job(), req->include_partial());
   if (!steps.ok()) return ToGrpc(steps.status());
-  for (auto& s : *steps) *reply->add_steps() = std::move(s);
+  auto drained = meta_->DrainedSteps(req->job());
+  if (!drained.ok()) return ToGrpc(drained.status());
+  auto cold_only = meta_->ColdOnlySteps(req->job());
+  if (!cold_only.ok()) return ToGrpc(cold_only.status());
+  for (auto& s : *steps) {
+    pb::StepTiers* t = reply->add_tiers();
+    t->set_disk(cold_only->count(s.step()) == 0);
+    t->set_rados(drained->count(s.step()) != 0);
+    *reply->add_steps() = std::move(s);
+  }
   if (segments_ != nullptr) {
     auto files = segments_->ListSegments(req->job());
     if (!files.ok()) return ToGrpc(files.status());

@@ -117,6 +117,12 @@ int main(int argc, char** argv) {
   app.add_option("--ceph-conf", rados.conf_file,
                  "Ceph configuration file for --rados-pool (default: "
                  "librados' own search, /etc/ceph/ceph.conf or $CEPH_CONF)");
+  uint32_t rados_keep = 0;
+  app.add_option("--rados-keep", rados_keep,
+                 "keep the newest N steps of each job in --rados-pool, and "
+                 "the chunks they need (0: keep every step; --keep-last is "
+                 "the disk's)")
+      ->capture_default_str();
   double drain_mib_per_s = 0;
   app.add_option("--drain-mib-per-s", drain_mib_per_s,
                  "the drain to --rados-pool writes at most this many MiB/s "
@@ -204,10 +210,12 @@ int main(int argc, char** argv) {
     options.cold_store = cold.get();
     options.drain_bytes_per_s =
         static_cast<uint64_t>(drain_mib_per_s * (1 << 20));
-  } else if (!rados.conf_file.empty() || drain_mib_per_s != 0) {
+    options.cold_keep = rados_keep;
+  } else if (!rados.conf_file.empty() || drain_mib_per_s != 0 ||
+             rados_keep != 0) {
     fprintf(stderr,
-            "stagger-server: --ceph-conf and --drain-mib-per-s need "
-            "--rados-pool\n");
+            "stagger-server: --ceph-conf, --rados-keep and --drain-mib-per-s "
+            "need --rados-pool\n");
     return 2;
   }
   auto server = stagger::server::Server::Start(options);

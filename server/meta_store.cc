@@ -56,6 +56,9 @@ std::string StepKey(const std::string& job, int64_t step) {
   PutBE64(&k, static_cast<uint64_t>(step));
   return k;
 }
+// The value of a drained-step key for a step imported from the cold store.
+constexpr char kColdOnly[] = "cold-only";
+
 std::string DrainedKey(const std::string& job, int64_t step) {
   std::string k = JobPrefix('r', job);
   PutBE64(&k, static_cast<uint64_t>(step));
@@ -718,6 +721,15 @@ Status MetaStore::MarkDrained(const std::string& job, int64_t step) {
 }
 
 Result<std::set<int64_t>> MetaStore::DrainedSteps(const std::string& job) {
+  return TierSteps(job, false);
+}
+
+Result<std::set<int64_t>> MetaStore::ColdOnlySteps(const std::string& job) {
+  return TierSteps(job, true);
+}
+
+Result<std::set<int64_t>> MetaStore::TierSteps(const std::string& job,
+                                               bool cold_only) {
   const std::string prefix = JobPrefix('r', job);
   std::unique_ptr<rocksdb::Iterator> it(
       db_->NewIterator(rocksdb::ReadOptions()));
@@ -728,6 +740,7 @@ Result<std::set<int64_t>> MetaStore::DrainedSteps(const std::string& job) {
     if (k.size() != prefix.size() + 8) {
       return absl::DataLossError("corrupt drained-step key");
     }
+    if (cold_only && it->value() != kColdOnly) continue;
     uint64_t step = 0;
     for (size_t i = prefix.size(); i < k.size(); ++i) {
       step = step << 8 | static_cast<uint8_t>(k[i]);
@@ -759,7 +772,7 @@ Status MetaStore::ImportStep(const std::string& job, const pb::StepInfo& info,
     batch.Put(ShardKey(job, info.step(), m.rank()), m.SerializeAsString());
   }
   batch.Put(StepKey(job, info.step()), info.SerializeAsString());
-  batch.Put(DrainedKey(job, info.step()), "");
+  batch.Put(DrainedKey(job, info.step()), kColdOnly);
   rocksdb::WriteOptions wo;
   wo.sync = true;
   return FromRocks(db_->Write(wo, &batch), "import a step");

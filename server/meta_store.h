@@ -9,6 +9,7 @@
 //   s/<job>\0<step u64 big-endian>   -> pb::StepInfo
 //   m/<job>\0<step BE><rank u32 BE>  -> pb::ShardManifest
 //   r/<job>\0<step BE>               -> "" (the step is in the cold store)
+//                                       or "cold-only" (imported from it)
 //
 // Durability: chunk index entries are written without sync (the chunk bytes
 // themselves were fdatasynced first); every commit is one synced WriteBatch,
@@ -211,6 +212,8 @@ class MetaStore {
   // whose every object is in the cold store. Synced.
   Status MarkDrained(const std::string& job, int64_t step);
   Result<std::set<int64_t>> DrainedSteps(const std::string& job);
+  // Of those, the steps ImportStep recorded: held in the cold store only.
+  Result<std::set<int64_t>> ColdOnlySteps(const std::string& job);
   // Records a complete step read back from the cold store, with its
   // manifests, marked drained, in one synced batch; its chunks are not
   // indexed (reads of chunks this index lacks go to the cold store).
@@ -225,6 +228,8 @@ class MetaStore {
   Result<pb::StepInfo> StepToCommit(const pb::ShardManifest& m)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(commit_mu_);
   explicit MetaStore(std::unique_ptr<rocksdb::DB> db);
+  // The drained steps of `job`; only those imported with `cold_only`.
+  Result<std::set<int64_t>> TierSteps(const std::string& job, bool cold_only);
   // Adds the chunks referenced by `steps`' manifests (ids and base ids).
   Status AddReferenced(const std::string& job,
                        const std::vector<pb::StepInfo>& steps, ChunkIdSet* live)

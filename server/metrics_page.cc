@@ -39,6 +39,12 @@ void WriteDrainMetrics(metrics::TextWriter& w, const tier::DrainerStats& d) {
             "Drain passes that failed (the cold store unreachable or "
             "refusing); the drain retries with backoff.",
             d.failed_passes);
+  w.Counter("stagger_server_cold_gc_steps_deleted_total",
+            "Steps deleted from the cold store by --rados-keep.",
+            d.gc_steps_deleted);
+  w.Counter("stagger_server_cold_gc_bytes_freed_total",
+            "Chunk bytes deleted from the cold store by --rados-keep.",
+            d.gc_bytes_freed);
   w.Counter("stagger_server_drain_busy_wait_seconds_total",
             "Time the drain waited for client traffic to pass.", d.busy_wait_s);
 }

@@ -240,6 +240,8 @@ void Server::Impl::StartServices(const ServerOptions& options,
   if (options.cold_store != nullptr) {
     tier::DrainerOptions d;
     d.bytes_per_s = options.drain_bytes_per_s;
+    d.keep = options.cold_keep;
+    d.grace_s = options.gc_grace_ms / 1000;
     IngestAdmission* adm = admission.get();
     d.busy = [adm] {
       const AdmissionStats a = adm->Stats();

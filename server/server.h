@@ -89,6 +89,9 @@ struct ServerOptions {
   // stagger-server makes a RadosObjectStore from --rados-pool.
   tier::ObjectStore* cold_store = nullptr;
   uint64_t drain_bytes_per_s = 0;
+  // Retention there: the newest `cold_keep` steps of each job (0: all),
+  // sparing unneeded chunks written within gc_grace_ms.
+  uint32_t cold_keep = 0;
 };
 
 class Server {

@@ -158,6 +158,13 @@ TEST_F(RadosTest, DrainedStepsLoadBitExactFromANewServerWithAnEmptyDisk) {
   }
   const std::string page = WaitDrained(*a, 2);
   EXPECT_GT(Sample(page, "stagger_server_drain_bytes_total"), 0);
+  auto ls =
+      testutil::RunProcess({testutil::BinDir() + "/stagger", "--server",
+                            a->grpc(), "ls", "--job", "roundtrip", "--json"});
+  ASSERT_EQ(ls.exit_code, 0) << ls.out;
+  EXPECT_NE(ls.out.find("\"step\":2,"), std::string::npos) << ls.out;
+  EXPECT_NE(ls.out.find("\"tiers\":[\"disk\",\"rados\"]}]"), std::string::npos)
+      << ls.out;
   a->Stop(SIGTERM);
   std::filesystem::remove_all(dir_.path() + "/a");
 
@@ -168,6 +175,13 @@ TEST_F(RadosTest, DrainedStepsLoadBitExactFromANewServerWithAnEmptyDisk) {
   auto steps = ck->Steps(false);
   ASSERT_TRUE(steps.ok()) << steps.status();
   ASSERT_EQ(steps->size(), 2u);
+  ls = testutil::RunProcess({testutil::BinDir() + "/stagger", "--server",
+                             fresh->grpc(), "ls", "--job", "roundtrip",
+                             "--json"});
+  ASSERT_EQ(ls.exit_code, 0) << ls.out;
+  // Held by the pool alone now.
+  EXPECT_NE(ls.out.find("\"tiers\":[\"rados\"]}]"), std::string::npos)
+      << ls.out;
   for (int64_t step : {2, 1}) {
     std::vector<char> lw(w.size(), 0), lb(b.size(), 0);
     ck->ClearRegistrations();

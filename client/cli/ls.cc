@@ -72,14 +72,23 @@ std::string Time(int64_t unix_ms) {
   return unix_ms == 0 ? "-" : UtcTimeText(unix_ms);
 }
 
+// "disk,rados", each name between `quote`s.
+std::string TierList(const StepTiers& t, const char* quote, const char* sep) {
+  std::vector<std::string> names;
+  if (t.disk) names.push_back(absl::StrCat(quote, "disk", quote));
+  if (t.rados) names.push_back(absl::StrCat(quote, "rados", quote));
+  return absl::StrJoin(names, sep);
+}
+
 }  // namespace
 
 int RunLs(const LsArgs& a) {
   auto session = OpenSession(a.server);
   if (!session.ok()) return Fail("ls", session.status());
   uint64_t disk = 0;
-  auto steps =
-      ListSteps(*session->servers, a.job, /*include_partial=*/true, &disk);
+  std::map<int64_t, StepTiers> tiers;
+  auto steps = ListSteps(*session->servers, a.job, /*include_partial=*/true,
+                         &disk, &tiers);
   if (!steps.ok()) return Fail("ls", steps.status());
   const size_t servers_up = session->servers->up();
   if (a.json) {
@@ -91,7 +100,8 @@ int RunLs(const LsArgs& a) {
           s.world_size(), ",\"ranks_committed\":", s.committed_ranks_size(),
           ",\"raw_bytes\":", s.raw_bytes(), ",\"stored_bytes\":",
           s.stored_bytes(), ",\"new_bytes\":", s.shipped_bytes(),
-          ",\"created\":\"", Time(s.created_unix_ms()), "\"}"));
+          ",\"created\":\"", Time(s.created_unix_ms()), "\",\"tiers\":[",
+          TierList(tiers[s.step()], "\"", ","), "]}"));
     }
     printf(
         "{\"job\":\"%s\",\"disk_bytes\":%llu,\"servers\":%zu,\"steps\":[%s]}\n",
@@ -101,18 +111,19 @@ int RunLs(const LsArgs& a) {
   }
   // STORED_BYTES: what the step's chunks occupy, shared ones included;
   // NEW_BYTES: what this step shipped (its increment over earlier steps).
-  printf("%-10s %-9s %-7s %14s %14s %14s  %s\n", "STEP", "STATE", "RANKS",
-         "RAW_BYTES", "STORED_BYTES", "NEW_BYTES", "CREATED");
+  printf("%-10s %-9s %-7s %14s %14s %14s  %-20s  %s\n", "STEP", "STATE",
+         "RANKS", "RAW_BYTES", "STORED_BYTES", "NEW_BYTES", "CREATED", "TIERS");
   for (const pb::StepInfo& s : *steps) {
     std::string ranks =
         absl::StrCat(s.committed_ranks_size(), "/", s.world_size());
-    printf("%-10lld %-9s %-7s %14llu %14llu %14llu  %s\n",
+    printf("%-10lld %-9s %-7s %14llu %14llu %14llu  %-20s  %s\n",
            static_cast<long long>(s.step()),
            s.complete() ? "complete" : "partial", ranks.c_str(),
            static_cast<unsigned long long>(s.raw_bytes()),
            static_cast<unsigned long long>(s.stored_bytes()),
            static_cast<unsigned long long>(s.shipped_bytes()),
-           Time(s.created_unix_ms()).c_str());
+           Time(s.created_unix_ms()).c_str(),
+           TierList(tiers[s.step()], "", ",").c_str());
   }
   if (steps->empty()) {
     // Exit 1, as restore of a step that does not exist: a typo in --job

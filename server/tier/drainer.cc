@@ -9,6 +9,7 @@
 #include "format/record.h"
 #include "server/chunk_read.h"
 #include "server/rebaser.h"
+#include "server/tier/cold_gc.h"
 #include "server/tier/layout.h"
 #include "util/log.h"
 
@@ -131,6 +132,7 @@ Status Drainer::DrainOnce() {
     note(steps.status());
     note(drained.status());
     if (!steps.ok() || !drained.ok()) continue;
+    bool drained_any = false;
     for (const pb::StepInfo& info : *steps) {
       if (drained->count(info.step()) != 0) continue;
       // Once the store failed, the rest only count as behind.
@@ -141,6 +143,7 @@ Status Drainer::DrainOnce() {
       if (s.ok()) {
         absl::MutexLock lock(&mu_);
         ++stats_.steps_drained;
+        drained_any = true;
         continue;
       }
       ++behind;
@@ -149,6 +152,7 @@ Status Drainer::DrainOnce() {
       }
       if (!absl::IsCancelled(s)) note(s);
     }
+    if (drained_any && options_.keep > 0) note(CollectCold(job));
   }
   absl::MutexLock lock(&mu_);
   stats_.steps_behind = behind;
@@ -173,6 +177,25 @@ Status Drainer::DrainOnce() {
   caught_up_ = behind == 0 && first.ok();
   ++passes_;
   return first;
+}
+
+Status Drainer::CollectCold(const std::string& job) {
+  STAGGER_ASSIGN_OR_RETURN(
+      ColdGcResult r,
+      GcColdJob(store_, job, options_.keep, options_.grace_s, UnixMs() / 1000));
+  if (!r.steps_deleted.empty() || r.chunks_deleted > 0) {
+    log::Info(
+        "stagger-server",
+        absl::StrCat(store_->Describe(), ": job '", job, "': kept the ",
+                     options_.keep, " newest step(s), deleted ",
+                     r.steps_deleted.size(), " step(s) and ", r.chunks_deleted,
+                     " chunk(s), ", r.bytes_freed, " bytes"));
+  }
+  absl::MutexLock lock(&mu_);
+  stats_.gc_steps_deleted += r.steps_deleted.size();
+  stats_.gc_chunks_deleted += r.chunks_deleted;
+  stats_.gc_bytes_freed += r.bytes_freed;
+  return absl::OkStatus();
 }
 
 Status Drainer::DrainStep(const std::string& job, const pb::StepInfo& info) {

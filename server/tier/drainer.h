@@ -52,6 +52,11 @@ struct DrainerOptions {
   int64_t max_backoff_ms = 30000;
   // How often the drain looks for new steps without being told.
   int64_t poll_ms = 2000;
+  // Retention in the store (cold_gc.h): after a pass that drained steps of
+  // a job, keep its newest `keep` steps there (0: all), sparing unneeded
+  // chunks written in the last `grace_s` seconds.
+  uint32_t keep = 0;
+  int64_t grace_s = 600;
   // Whether client traffic is in the server now; the drain waits while it
   // is. nullptr: never.
   std::function<bool()> busy;
@@ -72,6 +77,10 @@ struct DrainerStats {
   std::string last_error;
   int64_t last_error_unix_ms = 0;
   double busy_wait_s = 0;  // time waited for client traffic
+  // Retention in the store (DrainerOptions::keep) since start.
+  uint64_t gc_steps_deleted = 0;
+  uint64_t gc_chunks_deleted = 0;
+  uint64_t gc_bytes_freed = 0;
 };
 
 class Drainer {
@@ -112,6 +121,8 @@ class Drainer {
   };
 
   void Loop();
+  // Applies DrainerOptions::keep to `job` in the store; logs what it did.
+  Status CollectCold(const std::string& job);
   // Drains one step; FAILED_PRECONDITION when a chunk is on no reachable
   // tier yet (another server's).
   Status DrainStep(const std::string& job, const pb::StepInfo& info);

@@ -11,6 +11,7 @@
 #include "format/crc32c.h"
 #include "format/record.h"
 #include "server/storage/internal/test_util.h"
+#include "server/tier/cold_gc.h"
 #include "server/tier/layout.h"
 #include "server/tier/memory_object_store.h"
 
@@ -238,6 +239,62 @@ TEST_F(DrainerTest, ARateCapSpreadsTheWrites) {
   const double floor =
       static_cast<double>(store_.bytes_put() - (16 << 10)) / (1 << 20);
   EXPECT_GE(took, floor * 0.9) << store_.bytes_put() << " bytes";
+}
+
+TEST_F(DrainerTest, KeepLeavesTheNewestStepsAndTheBasesTheyNeed) {
+  const auto a = Floats(1), b = Floats(2), c = Floats(3), d = Floats(4);
+  const format::ChunkId ia = Put(a), ib = Put(b, &a), ic = Put(c), id = Put(d);
+  Commit(1, {ia});
+  Commit(2, {ic});
+  Commit(3, {ib});  // a delta of a: a stays while step 3 does
+  Commit(4, {id});
+  DrainerOptions o;
+  o.keep = 2;
+  o.grace_s = 0;
+  Drainer dr(meta_.get(), segments_.get(), &store_, o);
+  ASSERT_TRUE(dr.DrainOnce().ok());
+  for (int64_t step : {1, 2}) {
+    EXPECT_FALSE(Has(StepObject(kJob, step))) << step;
+    EXPECT_FALSE(Has(ManifestObject(kJob, step, 0))) << step;
+  }
+  for (int64_t step : {3, 4}) {
+    EXPECT_TRUE(Has(StepObject(kJob, step))) << step;
+    EXPECT_TRUE(Has(ManifestObject(kJob, step, 0))) << step;
+  }
+  EXPECT_TRUE(Has(ChunkObject(kJob, ia)));  // the base of b
+  EXPECT_TRUE(Has(ChunkObject(kJob, ib)));
+  EXPECT_FALSE(Has(ChunkObject(kJob, ic)));  // only step 2 used it
+  EXPECT_TRUE(Has(ChunkObject(kJob, id)));
+  const DrainerStats st = dr.stats();
+  EXPECT_EQ(st.gc_steps_deleted, 2u);
+  EXPECT_EQ(st.gc_chunks_deleted, 1u);
+  EXPECT_GT(st.gc_bytes_freed, 0u);
+  // The disk keeps all four: retention there is --keep-last's.
+  EXPECT_EQ(meta_->ListSteps(kJob, false)->size(), 4u);
+}
+
+TEST_F(DrainerTest, UnneededChunksWrittenWithinTheGraceStay) {
+  const format::ChunkId ia = Put(Floats(1)), ib = Put(Floats(2));
+  Commit(1, {ia});
+  Commit(2, {ib});
+  Drainer dr = MakeDrainer();
+  ASSERT_TRUE(dr.DrainOnce().ok());
+  const int64_t now = absl::ToUnixSeconds(absl::Now());
+  auto r = GcColdJob(&store_, kJob, 1, 600, now);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->steps_deleted, std::vector<int64_t>{1});
+  EXPECT_EQ(r->chunks_deleted, 0u);
+  EXPECT_EQ(r->grace_kept, 1u);
+  EXPECT_TRUE(Has(ChunkObject(kJob, ia)));
+  // Past its grace it goes.
+  ASSERT_TRUE(store_.SetWrittenAt(ChunkObject(kJob, ia), now - 601));
+  r = GcColdJob(&store_, kJob, 1, 600, now);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->chunks_deleted, 1u);
+  EXPECT_FALSE(Has(ChunkObject(kJob, ia)));
+  EXPECT_TRUE(Has(ChunkObject(kJob, ib)));
+  EXPECT_EQ(GcColdJob(&store_, kJob, 0, 600, now).status().code(),
+            absl::StatusCode::kInvalidArgument);
 }
 
 }  // namespace

@@ -15,6 +15,10 @@ ObjectName ManifestObject(const std::string& job, int64_t step, uint32_t rank) {
   return {job, absl::StrFormat("manifest.%020d.%010u", step, rank)};
 }
 
+std::string ManifestPrefix(int64_t step) {
+  return absl::StrFormat("manifest.%020d.", step);
+}
+
 ObjectName StepObject(const std::string& job, int64_t step) {
   return {job, absl::StrFormat("step.%020d", step)};
 }

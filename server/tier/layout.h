@@ -29,6 +29,8 @@ namespace stagger::server::tier {
 ObjectName ChunkObject(const std::string& job, const format::ChunkId& id);
 ObjectName ManifestObject(const std::string& job, int64_t step, uint32_t rank);
 ObjectName StepObject(const std::string& job, int64_t step);
+// The names of every rank's manifest of `step` start with this.
+std::string ManifestPrefix(int64_t step);
 
 inline constexpr std::string_view kStepPrefix = "step.";
 // The step a "step.<20 digits>" object names; nullopt for another name.

@@ -4,6 +4,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 
 namespace stagger::server::tier {
 
@@ -15,7 +16,8 @@ Status MemoryObjectStore::Check() const {
 Status MemoryObjectStore::Put(const ObjectName& o, std::string_view bytes) {
   STAGGER_RETURN_IF_ERROR(Check());
   absl::MutexLock lock(&mu_);
-  objects_[{o.ns, o.name}] = std::string(bytes);
+  objects_[{o.ns, o.name}] =
+      Object{std::string(bytes), absl::ToUnixSeconds(absl::Now())};
   ++puts_;
   bytes_put_ += bytes.size();
   return absl::OkStatus();
@@ -29,7 +31,7 @@ Result<std::string> MemoryObjectStore::Get(const ObjectName& o) {
     return absl::NotFoundError(
         absl::StrCat("object ", o.name, " of ", o.ns, ": not found"));
   }
-  return it->second;
+  return it->second.bytes;
 }
 
 Result<std::optional<uint64_t>> MemoryObjectStore::Size(const ObjectName& o) {
@@ -37,7 +39,24 @@ Result<std::optional<uint64_t>> MemoryObjectStore::Size(const ObjectName& o) {
   absl::MutexLock lock(&mu_);
   auto it = objects_.find({o.ns, o.name});
   if (it == objects_.end()) return std::optional<uint64_t>();
-  return std::optional<uint64_t>(it->second.size());
+  return std::optional<uint64_t>(it->second.bytes.size());
+}
+
+Result<std::optional<int64_t>> MemoryObjectStore::WrittenAt(
+    const ObjectName& o) {
+  STAGGER_RETURN_IF_ERROR(Check());
+  absl::MutexLock lock(&mu_);
+  auto it = objects_.find({o.ns, o.name});
+  if (it == objects_.end()) return std::optional<int64_t>();
+  return std::optional<int64_t>(it->second.written_unix_s);
+}
+
+bool MemoryObjectStore::SetWrittenAt(const ObjectName& o, int64_t unix_s) {
+  absl::MutexLock lock(&mu_);
+  auto it = objects_.find({o.ns, o.name});
+  if (it == objects_.end()) return false;
+  it->second.written_unix_s = unix_s;
+  return true;
 }
 
 Status MemoryObjectStore::Remove(const ObjectName& o) {
@@ -72,8 +91,8 @@ Result<std::vector<std::string>> MemoryObjectStore::Namespaces() {
 bool MemoryObjectStore::Corrupt(const ObjectName& o, size_t at) {
   absl::MutexLock lock(&mu_);
   auto it = objects_.find({o.ns, o.name});
-  if (it == objects_.end() || it->second.size() <= at) return false;
-  it->second[at] ^= 1;
+  if (it == objects_.end() || it->second.bytes.size() <= at) return false;
+  it->second.bytes[at] ^= 1;
   return true;
 }
 

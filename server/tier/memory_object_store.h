@@ -25,6 +25,9 @@ class MemoryObjectStore final : public ObjectStore {
     return Get(o);
   }
   Result<std::optional<uint64_t>> Size(const ObjectName& o) override;
+  Result<std::optional<int64_t>> WrittenAt(const ObjectName& o) override;
+  // Makes the object look written at `unix_s` (tests of grace periods).
+  bool SetWrittenAt(const ObjectName& o, int64_t unix_s);
   Status Remove(const ObjectName& o) override;
   Result<std::vector<std::string>> List(const std::string& ns,
                                         const std::string& prefix) override;
@@ -45,7 +48,11 @@ class MemoryObjectStore final : public ObjectStore {
 
   std::atomic<bool> reachable_{true};
   mutable absl::Mutex mu_;
-  std::map<std::pair<std::string, std::string>, std::string> objects_
+  struct Object {
+    std::string bytes;
+    int64_t written_unix_s = 0;
+  };
+  std::map<std::pair<std::string, std::string>, Object> objects_
       ABSL_GUARDED_BY(mu_);
   uint64_t puts_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t bytes_put_ ABSL_GUARDED_BY(mu_) = 0;

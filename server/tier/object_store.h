@@ -44,6 +44,8 @@ class ObjectStore {
   virtual Result<std::string> Read(const ObjectName& o, uint64_t size) = 0;
   // The object's size, nullopt when absent.
   virtual Result<std::optional<uint64_t>> Size(const ObjectName& o) = 0;
+  // When the object was last written (Unix seconds), nullopt when absent.
+  virtual Result<std::optional<int64_t>> WrittenAt(const ObjectName& o) = 0;
   // OK when absent too.
   virtual Status Remove(const ObjectName& o) = 0;
   // The objects of namespace `ns` whose names start with `prefix`, in no

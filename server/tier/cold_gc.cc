@@ -1,0 +1,130 @@
+#include "server/tier/cold_gc.h"
+
+#include <set>
+
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/str_cat.h"
+#include "format/chunk_id.h"
+#include "format/manifest.pb.h"
+#include "format/record.h"
+#include "server/tier/layout.h"
+
+namespace stagger::server::tier {
+namespace {
+
+using IdSet = absl::flat_hash_set<format::ChunkId>;
+
+// The chunks the manifests of `step` name.
+Status AddStepChunks(ObjectStore* store, const std::string& job, int64_t step,
+                     IdSet* live) {
+  STAGGER_ASSIGN_OR_RETURN(std::string bytes,
+                           store->Get(StepObject(job, step)));
+  pb::StepInfo info;
+  if (!info.ParseFromString(bytes)) {
+    return absl::DataLossError(
+        absl::StrCat("object ", StepObject(job, step).name, " of job ", job,
+                     " does not parse: nothing collected"));
+  }
+  for (uint32_t rank : info.committed_ranks()) {
+    const ObjectName o = ManifestObject(job, step, rank);
+    STAGGER_ASSIGN_OR_RETURN(std::string m_bytes, store->Get(o));
+    pb::ShardManifest m;
+    if (!m.ParseFromString(m_bytes)) {
+      return absl::DataLossError(absl::StrCat("object ", o.name, " of job ",
+                                              job,
+                                              " does not parse: nothing "
+                                              "collected"));
+    }
+    for (const pb::TensorEntry& t : m.tensors()) {
+      for (const pb::ChunkRef& c : t.chunks()) {
+        STAGGER_ASSIGN_OR_RETURN(format::ChunkId id,
+                                 format::ChunkId::FromBytes(c.id()));
+        live->insert(id);
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+// Adds the bases the stored records of `live` name, transitively.
+Status CloseOverBases(ObjectStore* store, const std::string& job, IdSet* live) {
+  std::vector<format::ChunkId> todo(live->begin(), live->end());
+  while (!todo.empty()) {
+    const format::ChunkId id = todo.back();
+    todo.pop_back();
+    // The header and, for a delta, the width byte and the base id.
+    Result<std::string> head =
+        store->Read(ChunkObject(job, id), format::kRecordHeaderSize + 17);
+    if (absl::IsNotFound(head.status())) continue;  // not drained (yet)
+    STAGGER_RETURN_IF_ERROR(head.status());
+    Result<format::RecordHeader> h = format::DecodeRecordHeader(*head);
+    if (!h.ok() || !format::IsDelta(h->codec)) continue;
+    if (head->size() < format::kRecordHeaderSize + 17) continue;
+    STAGGER_ASSIGN_OR_RETURN(
+        format::ChunkId base,
+        format::ChunkId::FromBytes(
+            std::string_view(*head).substr(format::kRecordHeaderSize + 1, 16)));
+    if (live->insert(base).second) todo.push_back(base);
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+Result<ColdGcResult> GcColdJob(ObjectStore* store, const std::string& job,
+                               uint32_t keep, int64_t grace_s,
+                               int64_t now_unix_s) {
+  if (keep == 0) {
+    return absl::InvalidArgumentError("--rados-keep must keep a step");
+  }
+  ColdGcResult r;
+  STAGGER_ASSIGN_OR_RETURN(std::vector<std::string> names,
+                           store->List(job, std::string(kStepPrefix)));
+  std::set<int64_t> steps;
+  for (const std::string& n : names) {
+    if (auto s = StepOfObject(n)) steps.insert(*s);
+  }
+  // A job with no step in the store: its chunks may belong to a drain
+  // that has not written its first step yet.
+  if (steps.empty()) return r;
+  const auto first_kept =
+      steps.size() > keep ? std::prev(steps.end(), keep) : steps.begin();
+  std::vector<int64_t> doomed(steps.begin(), first_kept);
+  // What the kept steps need, before anything is deleted: a kept step
+  // whose objects cannot be read stops the gc.
+  IdSet live;
+  for (auto it = first_kept; it != steps.end(); ++it) {
+    STAGGER_RETURN_IF_ERROR(AddStepChunks(store, job, *it, &live));
+  }
+  STAGGER_RETURN_IF_ERROR(CloseOverBases(store, job, &live));
+  for (int64_t step : doomed) {
+    STAGGER_RETURN_IF_ERROR(store->Remove(StepObject(job, step)));
+    STAGGER_ASSIGN_OR_RETURN(std::vector<std::string> manifests,
+                             store->List(job, ManifestPrefix(step)));
+    for (const std::string& m : manifests) {
+      STAGGER_RETURN_IF_ERROR(store->Remove({job, m}));
+    }
+    r.steps_deleted.push_back(step);
+  }
+  STAGGER_ASSIGN_OR_RETURN(std::vector<std::string> chunks,
+                           store->List(job, "chunk."));
+  for (const std::string& name : chunks) {
+    Result<format::ChunkId> id =
+        format::ChunkId::FromHex(std::string_view(name).substr(6));
+    if (!id.ok() || live.contains(*id)) continue;
+    const ObjectName o{job, name};
+    STAGGER_ASSIGN_OR_RETURN(std::optional<int64_t> at, store->WrittenAt(o));
+    if (!at) continue;
+    if (now_unix_s - *at < grace_s) {
+      ++r.grace_kept;
+      continue;
+    }
+    STAGGER_ASSIGN_OR_RETURN(std::optional<uint64_t> size, store->Size(o));
+    STAGGER_RETURN_IF_ERROR(store->Remove(o));
+    ++r.chunks_deleted;
+    r.bytes_freed += size.value_or(0);
+  }
+  return r;
+}
+
+}  // namespace stagger::server::tier
