@@ -69,7 +69,8 @@ Drainer::Drainer(MetaStore* meta, SegmentStore* segments, ObjectStore* store,
     : meta_(meta),
       segments_(segments),
       store_(store),
-      options_(std::move(options)) {}
+      options_(std::move(options)),
+      started_unix_ms_(UnixMs()) {}
 
 Drainer::~Drainer() { Stop(); }
 
@@ -234,20 +235,33 @@ Status Drainer::DrainChunk(const std::string& job, const format::ChunkId& id,
                            std::vector<format::ChunkId>* chain) {
   if (Known(job, id)) return absl::OkStatus();
   const ObjectName object = ChunkObject(job, id);
-  STAGGER_ASSIGN_OR_RETURN(std::optional<uint64_t> size, store_->Size(object));
-  if (size) {
-    SetKnown(job, id);
-    absl::MutexLock lock(&mu_);
-    ++stats_.chunks_present;
-    return absl::OkStatus();
-  }
   Result<ChunkMeta> meta = meta_->GetChunk(job, id);
   if (absl::IsNotFound(meta.status())) {
+    // Not here: another server's, or only in the store (an imported step).
+    STAGGER_ASSIGN_OR_RETURN(std::optional<uint64_t> size,
+                             store_->Size(object));
+    if (size) {
+      SetKnown(job, id);
+      return absl::OkStatus();
+    }
     return absl::FailedPreconditionError(absl::StrCat(
         "chunk ", id.ToHex(), " of job ", job,
         " is not on this server and not in ", store_->Describe(), " yet"));
   }
   STAGGER_RETURN_IF_ERROR(meta.status());
+  // A chunk written before this drain started may be in the store from an
+  // earlier run: a stat, not its bytes. A newer one is written as a new
+  // object (PutNew: nothing is rewritten if it is there after all).
+  if (meta->written_unix_ms < started_unix_ms_) {
+    STAGGER_ASSIGN_OR_RETURN(std::optional<uint64_t> size,
+                             store_->Size(object));
+    if (size) {
+      SetKnown(job, id);
+      absl::MutexLock lock(&mu_);
+      ++stats_.chunks_present;
+      return absl::OkStatus();
+    }
+  }
   // The record as stored now (a rebase may have rewritten it since the
   // index entry was read): its base, if any, goes first.
   STAGGER_ASSIGN_OR_RETURN(StoredRecord rec,
@@ -275,10 +289,10 @@ Status Drainer::DrainChunk(const std::string& job, const format::ChunkId& id,
     format::EncodeRecordHeader(rec.header, bytes.data());
     bytes += rec.payload.view();
   }
-  STAGGER_RETURN_IF_ERROR(Put(object, bytes));
+  STAGGER_ASSIGN_OR_RETURN(bool written, PutNew(object, bytes));
   SetKnown(job, id);
   absl::MutexLock lock(&mu_);
-  ++stats_.chunks_written;
+  ++(written ? stats_.chunks_written : stats_.chunks_present);
   return absl::OkStatus();
 }
 
@@ -301,6 +315,22 @@ Result<std::string> Drainer::RecordBytes(const std::string& job,
 }
 
 Status Drainer::Put(const ObjectName& o, std::string_view bytes) {
+  Pace(bytes.size());
+  STAGGER_RETURN_IF_ERROR(store_->Put(o, bytes));
+  absl::MutexLock lock(&mu_);
+  stats_.bytes_written += bytes.size();
+  return absl::OkStatus();
+}
+
+Result<bool> Drainer::PutNew(const ObjectName& o, std::string_view bytes) {
+  Pace(bytes.size());
+  STAGGER_ASSIGN_OR_RETURN(bool written, store_->PutNew(o, bytes));
+  absl::MutexLock lock(&mu_);
+  if (written) stats_.bytes_written += bytes.size();
+  return written;
+}
+
+void Drainer::Pace(size_t bytes) {
   WaitWhileBusy();
   if (options_.bytes_per_s > 0) {
     int64_t at;
@@ -309,16 +339,12 @@ Status Drainer::Put(const ObjectName& o, std::string_view bytes) {
       const int64_t now = SteadyNs();
       at = std::max(now, next_send_ns_);
       next_send_ns_ =
-          at + static_cast<int64_t>(static_cast<double>(bytes.size()) * 1e9 /
+          at + static_cast<int64_t>(static_cast<double>(bytes) * 1e9 /
                                     static_cast<double>(options_.bytes_per_s));
     }
     const int64_t wait = at - SteadyNs();
     if (wait > 0) std::this_thread::sleep_for(std::chrono::nanoseconds(wait));
   }
-  STAGGER_RETURN_IF_ERROR(store_->Put(o, bytes));
-  absl::MutexLock lock(&mu_);
-  stats_.bytes_written += bytes.size();
-  return absl::OkStatus();
 }
 
 void Drainer::WaitWhileBusy() {

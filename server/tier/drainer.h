@@ -3,9 +3,11 @@
 // background, oldest step first.
 //
 // A step goes in three phases: its chunks (each delta's base before the
-// delta; a chunk already in the store costs one stat, and one known from
-// this run costs nothing), then its ranks' manifests, then its StepInfo
-// object, last, so the store holds a step only when all of it is there.
+// delta; each written as a new object, never over one that is there; one
+// written before this run started is looked for first, a stat instead of
+// its bytes; one known from this run costs nothing), then its ranks'
+// manifests, then its StepInfo object, last, so the store holds a step
+// only when all of it is there.
 // The step is then marked drained in the MetaStore (synced); after a
 // restart the drain resumes with the first step not marked.
 //
@@ -135,6 +137,9 @@ class Drainer {
                                   const format::ChunkId& id,
                                   const ChunkMeta& meta, bool raw);
   Status Put(const ObjectName& o, std::string_view bytes);
+  Result<bool> PutNew(const ObjectName& o, std::string_view bytes);
+  // Waits for client traffic to pass and for the rate cap.
+  void Pace(size_t bytes);
   void WaitWhileBusy();
   bool Known(const std::string& job, const format::ChunkId& id);
   void SetKnown(const std::string& job, const format::ChunkId& id);
@@ -143,6 +148,7 @@ class Drainer {
   SegmentStore* const segments_;
   ObjectStore* const store_;
   const DrainerOptions options_;
+  const int64_t started_unix_ms_;
 
   mutable absl::Mutex mu_;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;

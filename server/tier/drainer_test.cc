@@ -179,6 +179,20 @@ TEST_F(DrainerTest, SharedChunksAreWrittenOnceAndDrainedStepsNotAgain) {
   EXPECT_EQ(*meta_->DrainedSteps(kJob), (std::set<int64_t>{1, 2, 3}));
 }
 
+TEST_F(DrainerTest, AnObjectInTheStoreIsNeverWrittenOver) {
+  Drainer d = MakeDrainer();  // started before the chunk is written
+  const format::ChunkId ia = Put(Floats(1));
+  Commit(1, {ia});
+  // Another server's drain (or an earlier run) stored it already.
+  ASSERT_TRUE(store_.Put(ChunkObject(kJob, ia), "theirs").ok());
+  const uint64_t puts = store_.puts();
+  ASSERT_TRUE(d.DrainOnce().ok());
+  EXPECT_EQ(*store_.Get(ChunkObject(kJob, ia)), "theirs");
+  EXPECT_EQ(store_.puts(), puts + 2);  // the manifest and the step
+  EXPECT_EQ(d.stats().chunks_present, 1u);
+  EXPECT_EQ(d.stats().chunks_written, 0u);
+}
+
 TEST_F(DrainerTest, AnUnreachableStoreLeavesTheStepBehindUntilItIsBack) {
   Commit(1, {Put(Floats(1))});
   Commit(2, {Put(Floats(2))});

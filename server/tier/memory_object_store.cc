@@ -23,6 +23,20 @@ Status MemoryObjectStore::Put(const ObjectName& o, std::string_view bytes) {
   return absl::OkStatus();
 }
 
+Result<bool> MemoryObjectStore::PutNew(const ObjectName& o,
+                                       std::string_view bytes) {
+  STAGGER_RETURN_IF_ERROR(Check());
+  absl::MutexLock lock(&mu_);
+  auto [it, inserted] = objects_.try_emplace(
+      {o.ns, o.name},
+      Object{std::string(bytes), absl::ToUnixSeconds(absl::Now())});
+  if (inserted) {
+    ++puts_;
+    bytes_put_ += bytes.size();
+  }
+  return inserted;
+}
+
 Result<std::string> MemoryObjectStore::Get(const ObjectName& o) {
   STAGGER_RETURN_IF_ERROR(Check());
   absl::MutexLock lock(&mu_);

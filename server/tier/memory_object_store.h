@@ -19,6 +19,7 @@ namespace stagger::server::tier {
 class MemoryObjectStore final : public ObjectStore {
  public:
   Status Put(const ObjectName& o, std::string_view bytes) override;
+  Result<bool> PutNew(const ObjectName& o, std::string_view bytes) override;
   Result<std::string> Get(const ObjectName& o) override;
   Result<std::string> Read(const ObjectName& o, uint64_t size) override {
     (void)size;

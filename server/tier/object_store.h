@@ -37,6 +37,9 @@ class ObjectStore {
   // Writes `bytes` as the whole object, replacing what was there; durable
   // when it returns OK.
   virtual Status Put(const ObjectName& o, std::string_view bytes) = 0;
+  // Writes `bytes` as a new object, atomically: false (and nothing
+  // written) when the object exists already. One round trip either way.
+  virtual Result<bool> PutNew(const ObjectName& o, std::string_view bytes) = 0;
   // The whole object; NOT_FOUND when absent.
   virtual Result<std::string> Get(const ObjectName& o) = 0;
   // The object when its size is known (from Size): one read, no stat.

@@ -168,6 +168,20 @@ Status RadosObjectStore::Put(const ObjectName& o, std::string_view bytes) {
   return rc < 0 ? Error(rc, "write", o, c.session) : absl::OkStatus();
 }
 
+Result<bool> RadosObjectStore::PutNew(const ObjectName& o,
+                                      std::string_view bytes) {
+  STAGGER_ASSIGN_OR_RETURN(Call c, Begin(o.ns));
+  rados_write_op_t op = rados_create_write_op();
+  rados_write_op_create(op, LIBRADOS_CREATE_EXCLUSIVE, nullptr);
+  rados_write_op_write_full(op, bytes.data(), bytes.size());
+  const int rc = rados_write_op_operate(op, static_cast<rados_ioctx_t>(c.io),
+                                        o.name.c_str(), nullptr, 0);
+  rados_release_write_op(op);
+  if (rc == -EEXIST) return false;
+  if (rc < 0) return Error(rc, "write", o, c.session);
+  return true;
+}
+
 Result<std::optional<uint64_t>> RadosObjectStore::Size(const ObjectName& o) {
   STAGGER_ASSIGN_OR_RETURN(Call c, Begin(o.ns));
   rados_ioctx_t io = static_cast<rados_ioctx_t>(c.io);

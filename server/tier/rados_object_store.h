@@ -40,6 +40,7 @@ class RadosObjectStore final : public ObjectStore {
   ~RadosObjectStore() override;
 
   Status Put(const ObjectName& o, std::string_view bytes) override;
+  Result<bool> PutNew(const ObjectName& o, std::string_view bytes) override;
   Result<std::string> Get(const ObjectName& o) override;
   Result<std::string> Read(const ObjectName& o, uint64_t size) override;
   Result<std::optional<uint64_t>> Size(const ObjectName& o) override;
