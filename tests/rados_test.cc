@@ -252,6 +252,56 @@ TEST_F(RadosTest, ADamagedObjectFailsTheLoadNamingIt) {
       << loaded.status();
 }
 
+// A job placed on two servers (chunks on each, manifests on one): each
+// drains its own chunks, the coordinator writes the step once all are in
+// the pool, and a new server loads it bit-exact from the pool alone.
+TEST_F(RadosTest, TwoServersOfOneJobEachDrainTheirChunks) {
+  auto a = StartServer(dir_.path() + "/a");
+  auto b = StartServer(dir_.path() + "/b");
+  ASSERT_NE(a, nullptr);
+  ASSERT_NE(b, nullptr);
+  std::vector<char> w(16 << 20);
+  testutil::FillPattern(w, 9);
+  {
+    auto ck = Open(a->grpc() + "," + b->grpc(), "spread");
+    ASSERT_NE(ck, nullptr);
+    ASSERT_TRUE(ck->Register({"w", "U8", {int64_t(w.size())}, w.data()}).ok());
+    auto h = ck->Save(1);
+    ASSERT_TRUE(h.ok() && h->Wait().ok());
+  }
+  // Both hold chunks of it (16 chunks placed by rendezvous hashing).
+  bool in_pool = false;
+  for (int i = 0; i < 1200 && !in_pool; ++i) {
+    in_pool = Cluster::Get()
+                  ->Rados({"-N", "spread", "stat", "step.00000000000000000001"})
+                  .exit_code == 0;
+    if (!in_pool) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  ASSERT_TRUE(in_pool) << "step 1 never reached the pool";
+  double written[2];
+  int k = 0;
+  for (auto* s : {a.get(), b.get()}) {
+    auto page = metrics::HttpGet(s->metrics(), "/metrics");
+    ASSERT_TRUE(page.ok());
+    written[k++] = Sample(*page, "stagger_server_drain_chunks_total");
+  }
+  EXPECT_GT(written[0], 0);
+  EXPECT_GT(written[1], 0);
+  EXPECT_EQ(written[0] + written[1], 16);
+  a->Stop(SIGTERM);
+  b->Stop(SIGTERM);
+  auto fresh = StartServer(dir_.path() + "/fresh");
+  ASSERT_NE(fresh, nullptr);
+  auto ck = Open(fresh->grpc(), "spread");
+  ASSERT_NE(ck, nullptr);
+  std::vector<char> out(w.size(), 0);
+  ASSERT_TRUE(
+      ck->Register({"w", "U8", {int64_t(out.size())}, out.data()}).ok());
+  auto loaded = ck->Load(1);
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  EXPECT_TRUE(out == w);
+}
+
 // The cluster stops while steps wait to be drained: saves to the server's
 // disk go on, the metrics say the tier is behind, and once the cluster is
 // back the drain catches up. Last in the file: it stops the shared cluster.

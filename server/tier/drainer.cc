@@ -128,6 +128,14 @@ Status Drainer::DrainOnce() {
   note(jobs.status());
   for (const std::string& job :
        jobs.ok() ? *jobs : std::vector<std::string>{}) {
+    Result<std::vector<pb::StepInfo>> all = meta_->ListSteps(job, true);
+    note(all.status());
+    if (all.ok() && all->empty()) {
+      // Chunks of a job coordinated elsewhere: the coordinator's steps
+      // wait for them in the store.
+      if (first.ok()) note(DrainChunksOf(job));
+      continue;
+    }
     Result<std::vector<pb::StepInfo>> steps = meta_->ListSteps(job, false);
     Result<std::set<int64_t>> drained = meta_->DrainedSteps(job);
     note(steps.status());
@@ -164,9 +172,15 @@ Status Drainer::DrainOnce() {
     stats_.last_error_unix_ms = UnixMs();
     if (!absl::IsFailedPrecondition(first)) ++stats_.failed_passes;
     if (news) {
-      log::Warning("stagger-server",
-                   absl::StrCat("drain to ", store_->Describe(), ": ", behind,
-                                " step(s) behind: ", first.ToString()));
+      // A step waiting for another server's chunks is not a fault.
+      const std::string line =
+          absl::StrCat("drain to ", store_->Describe(), ": ", behind,
+                       " step(s) behind: ", first.ToString());
+      if (absl::IsFailedPrecondition(first)) {
+        log::Info("stagger-server", line);
+      } else {
+        log::Warning("stagger-server", line);
+      }
     }
   } else {
     if (!stats_.last_error.empty()) {
@@ -197,6 +211,24 @@ Status Drainer::CollectCold(const std::string& job) {
   stats_.gc_chunks_deleted += r.chunks_deleted;
   stats_.gc_bytes_freed += r.bytes_freed;
   return absl::OkStatus();
+}
+
+Status Drainer::DrainChunksOf(const std::string& job) {
+  std::vector<format::ChunkId> chunks;
+  STAGGER_RETURN_IF_ERROR(meta_->ForEachChunk(
+      job, [&](const format::ChunkId& id, const ChunkMeta&) {
+        if (!Known(job, id)) chunks.push_back(id);
+      }));
+  return ParallelFor(chunks.size(), options_.parallel, [&](size_t i) {
+    {
+      absl::MutexLock lock(&mu_);
+      if (stopping_) return absl::CancelledError("drain stopping");
+    }
+    std::vector<format::ChunkId> chain;
+    Status s = DrainChunk(job, chunks[i], &chain);
+    // Gone since it was listed (a gc or a sweep): nothing to drain.
+    return absl::IsFailedPrecondition(s) ? absl::OkStatus() : s;
+  });
 }
 
 Status Drainer::DrainStep(const std::string& job, const pb::StepInfo& info) {

@@ -19,9 +19,12 @@
 //
 // Faults: a store that cannot be reached fails the pass; the drain waits
 // (min_backoff_ms, doubling to max_backoff_ms) and tries again, and its
-// stats say how far behind it is. A chunk the server does not hold (with
-// several servers, another server's) holds its step back until a later
-// pass finds it in the store.
+// stats say how far behind it is.
+//
+// Several servers: a server that holds chunks of a job but none of its
+// steps (their coordinator is another server) drains every chunk it
+// indexes of it; a coordinator's step whose chunk it does not hold waits
+// until a later pass finds that chunk in the store.
 //
 // Rebased deltas (server/rebaser.h) can make a chunk a delta of a newer one
 // after the older one was drained as a delta of it; the drain never writes
@@ -125,6 +128,9 @@ class Drainer {
   void Loop();
   // Applies DrainerOptions::keep to `job` in the store; logs what it did.
   Status CollectCold(const std::string& job);
+  // Drains every chunk this server indexes of `job`, a job it holds no
+  // step of (its coordinator is another server).
+  Status DrainChunksOf(const std::string& job);
   // Drains one step; FAILED_PRECONDITION when a chunk is on no reachable
   // tier yet (another server's).
   Status DrainStep(const std::string& job, const pb::StepInfo& info);
