@@ -340,12 +340,17 @@ void DataService::ReadAndReply(transport::ReplyChannel* reply,
     ReplyStatus(reply, DataOp::kGetChunkReply, rec.status());
     return;
   }
+  SendRecord(reply, r.job, std::move(*rec));
+}
+
+void DataService::SendRecord(transport::ReplyChannel* reply,
+                             const std::string& job, StoredRecord rec) {
   ++counters_.chunks_read;
-  counters_.bytes_read += rec->payload.size();
-  job_counters_.AddRead(r.job, rec->payload.size());
+  counters_.bytes_read += rec.payload.size();
+  job_counters_.AddRead(job, rec.payload.size());
   reply->Send(static_cast<uint16_t>(DataOp::kGetChunkReply),
-              format::EncodeReply(absl::OkStatus(), &rec->header),
-              std::move(rec->payload));
+              format::EncodeReply(absl::OkStatus(), &rec.header),
+              std::move(rec.payload));
 }
 
 void DataService::SetColdStore(tier::ObjectStore* cold) {
@@ -389,12 +394,7 @@ void DataService::ReplyFromCold(transport::ReplyChannel* reply,
         WithContext(rec.status(), absl::StrCat("chunk ", r.id.ToHex())));
     return;
   }
-  ++counters_.chunks_read;
-  counters_.bytes_read += rec->payload.size();
-  job_counters_.AddRead(r.job, rec->payload.size());
-  reply->Send(static_cast<uint16_t>(DataOp::kGetChunkReply),
-              format::EncodeReply(absl::OkStatus(), &rec->header),
-              std::move(rec->payload));
+  SendRecord(reply, r.job, std::move(*rec));
 }
 
 }  // namespace stagger::server

@@ -122,6 +122,9 @@ class DataService : public transport::RequestHandler {
   Status Allowed(uint64_t peer, const std::string& job);
   // Reads the record the index entry `meta` places and sends it.
   // Replies with chunk `r.id` read from the cold store, or its error.
+  // Replies with a chunk's record and counts it as read.
+  void SendRecord(transport::ReplyChannel* reply, const std::string& job,
+                  StoredRecord rec);
   // Reads chunk `r.id` from the cold store (admitted by its size) and
   // replies with it, or with the error; on the cold readers.
   void ServeFromCold(std::shared_ptr<transport::ReplyChannel> reply,
