@@ -42,8 +42,7 @@ import urllib.request
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, os.path.join(ROOT, "build", "python"))
-sys.path.insert(0, os.path.join(ROOT, "bench", "peers"))
-from dcp import drop_caches  # noqa: E402 (sync, then drop; False if not root)
+
 BIN = os.environ.get("STAGGER_BIN_DIR", os.path.join(ROOT, "build", "bin"))
 POOL = "stagger"
 
@@ -61,6 +60,17 @@ def bandwidth(out):
     if not m:
         raise RuntimeError("no bandwidth in rados bench output:\n" + out)
     return float(m.group(1)) * (1 << 20) / 1e6  # rados bench: MiB/s
+
+
+def drop_caches():
+    """Syncs and drops the page cache; False when not root."""
+    os.sync()
+    try:
+        with open("/proc/sys/vm/drop_caches", "w") as f:
+            f.write("3\n")
+        return True
+    except OSError:
+        return False
 
 
 class Server:
