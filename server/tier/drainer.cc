@@ -118,54 +118,59 @@ void Drainer::Loop() {
 }
 
 Status Drainer::DrainOnce() {
-  Status first;
-  uint64_t behind = 0;
-  int64_t oldest = 0;
-  auto note = [&](const Status& s) {
-    if (first.ok() && !s.ok()) first = s;
-  };
+  Pass pass;
   Result<std::vector<std::string>> jobs = meta_->ListJobs();
-  note(jobs.status());
+  pass.Note(jobs.status());
   for (const std::string& job :
        jobs.ok() ? *jobs : std::vector<std::string>{}) {
-    Result<std::vector<pb::StepInfo>> all = meta_->ListSteps(job, true);
-    note(all.status());
-    if (all.ok() && all->empty()) {
-      // Chunks of a job coordinated elsewhere: the coordinator's steps
-      // wait for them in the store.
-      if (first.ok()) note(DrainChunksOf(job));
+    DrainJob(job, &pass);
+  }
+  EndPass(pass);
+  return pass.first;
+}
+
+void Drainer::DrainJob(const std::string& job, Pass* pass) {
+  Result<std::vector<pb::StepInfo>> all = meta_->ListSteps(job, true);
+  pass->Note(all.status());
+  if (all.ok() && all->empty()) {
+    // Chunks of a job coordinated elsewhere: the coordinator's steps wait
+    // for them in the store.
+    if (pass->first.ok()) pass->Note(DrainChunksOf(job));
+    return;
+  }
+  Result<std::vector<pb::StepInfo>> steps = meta_->ListSteps(job, false);
+  Result<std::set<int64_t>> drained = meta_->DrainedSteps(job);
+  pass->Note(steps.status());
+  pass->Note(drained.status());
+  if (!steps.ok() || !drained.ok()) return;
+  bool drained_any = false;
+  for (const pb::StepInfo& info : *steps) {
+    if (drained->count(info.step()) != 0) continue;
+    // Once the store failed, the rest only count as behind.
+    Status s = pass->first.ok() || absl::IsFailedPrecondition(pass->first)
+                   ? DrainStep(job, info)
+                   : absl::CancelledError("not tried in this pass");
+    if (s.ok()) s = meta_->MarkDrained(job, info.step());
+    if (s.ok()) {
+      absl::MutexLock lock(&mu_);
+      ++stats_.steps_drained;
+      drained_any = true;
       continue;
     }
-    Result<std::vector<pb::StepInfo>> steps = meta_->ListSteps(job, false);
-    Result<std::set<int64_t>> drained = meta_->DrainedSteps(job);
-    note(steps.status());
-    note(drained.status());
-    if (!steps.ok() || !drained.ok()) continue;
-    bool drained_any = false;
-    for (const pb::StepInfo& info : *steps) {
-      if (drained->count(info.step()) != 0) continue;
-      // Once the store failed, the rest only count as behind.
-      Status s = first.ok() || absl::IsFailedPrecondition(first)
-                     ? DrainStep(job, info)
-                     : absl::CancelledError("not tried in this pass");
-      if (s.ok()) s = meta_->MarkDrained(job, info.step());
-      if (s.ok()) {
-        absl::MutexLock lock(&mu_);
-        ++stats_.steps_drained;
-        drained_any = true;
-        continue;
-      }
-      ++behind;
-      if (oldest == 0 || info.completed_unix_ms() < oldest) {
-        oldest = info.completed_unix_ms();
-      }
-      if (!absl::IsCancelled(s)) note(s);
+    ++pass->behind;
+    if (pass->oldest == 0 || info.completed_unix_ms() < pass->oldest) {
+      pass->oldest = info.completed_unix_ms();
     }
-    if (drained_any && options_.keep > 0) note(CollectCold(job));
+    if (!absl::IsCancelled(s)) pass->Note(s);
   }
+  if (drained_any && options_.keep > 0) pass->Note(CollectCold(job));
+}
+
+void Drainer::EndPass(const Pass& pass) {
   absl::MutexLock lock(&mu_);
-  stats_.steps_behind = behind;
-  stats_.oldest_behind_unix_ms = oldest;
+  stats_.steps_behind = pass.behind;
+  stats_.oldest_behind_unix_ms = pass.oldest;
+  const Status& first = pass.first;
   if (!first.ok()) {
     const bool news = stats_.last_error != first.ToString();
     stats_.last_error = first.ToString();
@@ -174,7 +179,7 @@ Status Drainer::DrainOnce() {
     if (news) {
       // A step waiting for another server's chunks is not a fault.
       const std::string line =
-          absl::StrCat("drain to ", store_->Describe(), ": ", behind,
+          absl::StrCat("drain to ", store_->Describe(), ": ", pass.behind,
                        " step(s) behind: ", first.ToString());
       if (absl::IsFailedPrecondition(first)) {
         log::Info("stagger-server", line);
@@ -189,9 +194,8 @@ Status Drainer::DrainOnce() {
     }
     stats_.last_error.clear();
   }
-  caught_up_ = behind == 0 && first.ok();
+  caught_up_ = pass.behind == 0 && first.ok();
   ++passes_;
-  return first;
 }
 
 Status Drainer::CollectCold(const std::string& job) {

@@ -125,7 +125,23 @@ class Drainer {
     }
   };
 
+  // What one pass found: its first error, the steps left behind and the
+  // oldest one's completion time.
+  struct Pass {
+    Status first;
+    uint64_t behind = 0;
+    int64_t oldest = 0;
+    void Note(const Status& s) {
+      if (first.ok() && !s.ok()) first = s;
+    }
+  };
+
   void Loop();
+  // Drains what the pass can of `job` (its steps, or, for a job this
+  // server coordinates no step of, its chunks).
+  void DrainJob(const std::string& job, Pass* pass);
+  // Publishes the pass in the stats and logs a change of state.
+  void EndPass(const Pass& pass);
   // Applies DrainerOptions::keep to `job` in the store; logs what it did.
   Status CollectCold(const std::string& job);
   // Drains every chunk this server indexes of `job`, a job it holds no
