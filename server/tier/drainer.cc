@@ -267,23 +267,26 @@ Status Drainer::DrainStep(const std::string& job, const pb::StepInfo& info) {
   return Put(StepObject(job, info.step()), info.SerializeAsString());
 }
 
+Status Drainer::RequireInStore(const std::string& job,
+                               const format::ChunkId& id) {
+  // Not here: another server's, or only in the store (an imported step).
+  STAGGER_ASSIGN_OR_RETURN(std::optional<uint64_t> size,
+                           store_->Size(ChunkObject(job, id)));
+  if (size) {
+    SetKnown(job, id);
+    return absl::OkStatus();
+  }
+  return absl::FailedPreconditionError(absl::StrCat(
+      "chunk ", id.ToHex(), " of job ", job,
+      " is not on this server and not in ", store_->Describe(), " yet"));
+}
+
 Status Drainer::DrainChunk(const std::string& job, const format::ChunkId& id,
                            std::vector<format::ChunkId>* chain) {
   if (Known(job, id)) return absl::OkStatus();
   const ObjectName object = ChunkObject(job, id);
   Result<ChunkMeta> meta = meta_->GetChunk(job, id);
-  if (absl::IsNotFound(meta.status())) {
-    // Not here: another server's, or only in the store (an imported step).
-    STAGGER_ASSIGN_OR_RETURN(std::optional<uint64_t> size,
-                             store_->Size(object));
-    if (size) {
-      SetKnown(job, id);
-      return absl::OkStatus();
-    }
-    return absl::FailedPreconditionError(absl::StrCat(
-        "chunk ", id.ToHex(), " of job ", job,
-        " is not on this server and not in ", store_->Describe(), " yet"));
-  }
+  if (absl::IsNotFound(meta.status())) return RequireInStore(job, id);
   STAGGER_RETURN_IF_ERROR(meta.status());
   // A chunk written before this drain started may be in the store from an
   // earlier run: a stat, not its bytes. A newer one is written as a new

@@ -154,6 +154,9 @@ class Drainer {
   // to it.
   Status DrainChunk(const std::string& job, const format::ChunkId& id,
                     std::vector<format::ChunkId>* chain);
+  // For a chunk this server does not index: OK once the store holds it,
+  // FAILED_PRECONDITION until then.
+  Status RequireInStore(const std::string& job, const format::ChunkId& id);
   // The record to store for `id`: as on disk, or decoded when `raw`.
   Result<std::string> RecordBytes(const std::string& job,
                                   const format::ChunkId& id,
