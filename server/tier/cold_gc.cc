@@ -48,10 +48,10 @@ Status AddStepChunks(ObjectStore* store, const std::string& job, int64_t step,
 
 // Adds the bases the stored records of `live` name, transitively.
 Status CloseOverBases(ObjectStore* store, const std::string& job, IdSet* live) {
-  std::vector<format::ChunkId> todo(live->begin(), live->end());
-  while (!todo.empty()) {
-    const format::ChunkId id = todo.back();
-    todo.pop_back();
+  std::vector<format::ChunkId> pending(live->begin(), live->end());
+  while (!pending.empty()) {
+    const format::ChunkId id = pending.back();
+    pending.pop_back();
     // The header and, for a delta, the width byte and the base id.
     Result<std::string> head =
         store->Read(ChunkObject(job, id), format::kRecordHeaderSize + 17);
@@ -64,7 +64,7 @@ Status CloseOverBases(ObjectStore* store, const std::string& job, IdSet* live) {
         format::ChunkId base,
         format::ChunkId::FromBytes(
             std::string_view(*head).substr(format::kRecordHeaderSize + 1, 16)));
-    if (live->insert(base).second) todo.push_back(base);
+    if (live->insert(base).second) pending.push_back(base);
   }
   return absl::OkStatus();
 }

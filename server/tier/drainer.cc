@@ -6,7 +6,9 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "format/record.h"
+#include "qos/clock.h"
 #include "server/chunk_read.h"
 #include "server/rebaser.h"
 #include "server/tier/cold_gc.h"
@@ -16,17 +18,7 @@
 namespace stagger::server::tier {
 namespace {
 
-int64_t SteadyNs() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
-
-int64_t UnixMs() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(
-             std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
+int64_t UnixMs() { return absl::ToUnixMillis(absl::Now()); }
 
 // The base a delta record names (payload: width byte, then the base id).
 Result<format::ChunkId> BaseOf(const StoredRecord& rec) {
@@ -70,7 +62,8 @@ Drainer::Drainer(MetaStore* meta, SegmentStore* segments, ObjectStore* store,
       segments_(segments),
       store_(store),
       options_(std::move(options)),
-      started_unix_ms_(UnixMs()) {}
+      started_unix_ms_(UnixMs()),
+      cap_(static_cast<double>(options_.bytes_per_s), 0) {}
 
 Drainer::~Drainer() { Stop(); }
 
@@ -130,22 +123,20 @@ Status Drainer::DrainOnce() {
 }
 
 void Drainer::DrainJob(const std::string& job, Pass* pass) {
-  Result<std::vector<pb::StepInfo>> all = meta_->ListSteps(job, true);
-  pass->Note(all.status());
-  if (all.ok() && all->empty()) {
+  Result<std::vector<pb::StepInfo>> steps = meta_->ListSteps(job, true);
+  pass->Note(steps.status());
+  if (steps.ok() && steps->empty()) {
     // Chunks of a job coordinated elsewhere: the coordinator's steps wait
     // for them in the store.
     if (pass->first.ok()) pass->Note(DrainChunksOf(job));
     return;
   }
-  Result<std::vector<pb::StepInfo>> steps = meta_->ListSteps(job, false);
   Result<std::set<int64_t>> drained = meta_->DrainedSteps(job);
-  pass->Note(steps.status());
   pass->Note(drained.status());
   if (!steps.ok() || !drained.ok()) return;
   bool drained_any = false;
   for (const pb::StepInfo& info : *steps) {
-    if (drained->count(info.step()) != 0) continue;
+    if (!info.complete() || drained->count(info.step()) != 0) continue;
     // Once the store failed, the rest only count as behind.
     Status s = pass->first.ok() || absl::IsFailedPrecondition(pass->first)
                    ? DrainStep(job, info)
@@ -217,12 +208,9 @@ Status Drainer::CollectCold(const std::string& job) {
   return absl::OkStatus();
 }
 
-Status Drainer::DrainChunksOf(const std::string& job) {
-  std::vector<format::ChunkId> chunks;
-  STAGGER_RETURN_IF_ERROR(meta_->ForEachChunk(
-      job, [&](const format::ChunkId& id, const ChunkMeta&) {
-        if (!Known(job, id)) chunks.push_back(id);
-      }));
+Status Drainer::DrainChunks(const std::string& job,
+                            const std::vector<format::ChunkId>& chunks,
+                            bool skip_missing) {
   return ParallelFor(chunks.size(), options_.parallel, [&](size_t i) {
     {
       absl::MutexLock lock(&mu_);
@@ -230,9 +218,18 @@ Status Drainer::DrainChunksOf(const std::string& job) {
     }
     std::vector<format::ChunkId> chain;
     Status s = DrainChunk(job, chunks[i], &chain);
-    // Gone since it was listed (a gc or a sweep): nothing to drain.
-    return absl::IsFailedPrecondition(s) ? absl::OkStatus() : s;
+    return skip_missing && absl::IsFailedPrecondition(s) ? absl::OkStatus() : s;
   });
+}
+
+Status Drainer::DrainChunksOf(const std::string& job) {
+  std::vector<format::ChunkId> chunks;
+  STAGGER_RETURN_IF_ERROR(meta_->ForEachChunk(
+      job, [&](const format::ChunkId& id, const ChunkMeta&) {
+        if (!Known(job, id)) chunks.push_back(id);
+      }));
+  // A chunk gone since it was listed (a gc or a sweep): nothing to drain.
+  return DrainChunks(job, chunks, /*skip_missing=*/true);
 }
 
 Status Drainer::DrainStep(const std::string& job, const pb::StepInfo& info) {
@@ -251,15 +248,7 @@ Status Drainer::DrainStep(const std::string& job, const pb::StepInfo& info) {
     }
     shards.push_back(std::move(m));
   }
-  STAGGER_RETURN_IF_ERROR(
-      ParallelFor(chunks.size(), options_.parallel, [&](size_t i) {
-        {
-          absl::MutexLock lock(&mu_);
-          if (stopping_) return absl::CancelledError("drain stopping");
-        }
-        std::vector<format::ChunkId> chain;
-        return DrainChunk(job, chunks[i], &chain);
-      }));
+  STAGGER_RETURN_IF_ERROR(DrainChunks(job, chunks, /*skip_missing=*/false));
   for (const pb::ShardManifest& m : shards) {
     STAGGER_RETURN_IF_ERROR(
         Put(ManifestObject(job, info.step(), m.rank()), m.SerializeAsString()));
@@ -320,7 +309,7 @@ Status Drainer::DrainChunk(const std::string& job, const format::ChunkId& id,
   }
   std::string bytes;
   if (raw) {
-    STAGGER_ASSIGN_OR_RETURN(bytes, RecordBytes(job, id, *meta, true));
+    STAGGER_ASSIGN_OR_RETURN(bytes, DecodedRecord(job, id, *meta));
     absl::MutexLock lock(&mu_);
     ++stats_.raw_fallbacks;
   } else {
@@ -335,10 +324,9 @@ Status Drainer::DrainChunk(const std::string& job, const format::ChunkId& id,
   return absl::OkStatus();
 }
 
-Result<std::string> Drainer::RecordBytes(const std::string& job,
-                                         const format::ChunkId& id,
-                                         const ChunkMeta& meta, bool raw) {
-  (void)raw;
+Result<std::string> Drainer::DecodedRecord(const std::string& job,
+                                           const format::ChunkId& id,
+                                           const ChunkMeta& meta) {
   std::string data(meta.raw_length, '\0');
   format::Codec whole = format::Codec::kRaw;
   STAGGER_RETURN_IF_ERROR(
@@ -371,24 +359,14 @@ Result<bool> Drainer::PutNew(const ObjectName& o, std::string_view bytes) {
 
 void Drainer::Pace(size_t bytes) {
   WaitWhileBusy();
-  if (options_.bytes_per_s > 0) {
-    int64_t at;
-    {
-      absl::MutexLock lock(&mu_);
-      const int64_t now = SteadyNs();
-      at = std::max(now, next_send_ns_);
-      next_send_ns_ =
-          at + static_cast<int64_t>(static_cast<double>(bytes) * 1e9 /
-                                    static_cast<double>(options_.bytes_per_s));
-    }
-    const int64_t wait = at - SteadyNs();
-    if (wait > 0) std::this_thread::sleep_for(std::chrono::nanoseconds(wait));
-  }
+  qos::Clock* clock = qos::RealClock::Get();
+  clock->SleepUntilNs(cap_.Reserve(clock->NowNs(), bytes));
 }
 
 void Drainer::WaitWhileBusy() {
   if (!options_.busy) return;
-  const int64_t start = SteadyNs();
+  qos::Clock* clock = qos::RealClock::Get();
+  const int64_t start = clock->NowNs();
   while (options_.busy()) {
     {
       absl::MutexLock lock(&mu_);
@@ -396,7 +374,7 @@ void Drainer::WaitWhileBusy() {
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(2));
   }
-  const int64_t waited = SteadyNs() - start;
+  const int64_t waited = clock->NowNs() - start;
   if (waited > 1000000) {
     absl::MutexLock lock(&mu_);
     stats_.busy_wait_s += static_cast<double>(waited) * 1e-9;

@@ -44,6 +44,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "qos/token_bucket.h"
 #include "server/meta_store.h"
 #include "server/storage/segment_store.h"
 #include "server/tier/object_store.h"
@@ -147,6 +148,11 @@ class Drainer {
   // Drains every chunk this server indexes of `job`, a job it holds no
   // step of (its coordinator is another server).
   Status DrainChunksOf(const std::string& job);
+  // Drains `chunks` over `parallel` threads; with `skip_missing`, a chunk
+  // on no tier this server reaches is passed over.
+  Status DrainChunks(const std::string& job,
+                     const std::vector<format::ChunkId>& chunks,
+                     bool skip_missing);
   // Drains one step; FAILED_PRECONDITION when a chunk is on no reachable
   // tier yet (another server's).
   Status DrainStep(const std::string& job, const pb::StepInfo& info);
@@ -157,10 +163,11 @@ class Drainer {
   // For a chunk this server does not index: OK once the store holds it,
   // FAILED_PRECONDITION until then.
   Status RequireInStore(const std::string& job, const format::ChunkId& id);
-  // The record to store for `id`: as on disk, or decoded when `raw`.
-  Result<std::string> RecordBytes(const std::string& job,
-                                  const format::ChunkId& id,
-                                  const ChunkMeta& meta, bool raw);
+  // Chunk `id` decoded, as a raw record (for a chunk whose base chain
+  // leads back to it).
+  Result<std::string> DecodedRecord(const std::string& job,
+                                    const format::ChunkId& id,
+                                    const ChunkMeta& meta);
   Status Put(const ObjectName& o, std::string_view bytes);
   Result<bool> PutNew(const ObjectName& o, std::string_view bytes);
   // Waits for client traffic to pass and for the rate cap.
@@ -174,6 +181,7 @@ class Drainer {
   ObjectStore* const store_;
   const DrainerOptions options_;
   const int64_t started_unix_ms_;
+  qos::TokenBucket cap_;  // bytes_per_s, no burst
 
   mutable absl::Mutex mu_;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
@@ -182,8 +190,7 @@ class Drainer {
   uint64_t passes_ ABSL_GUARDED_BY(mu_) = 0;
   DrainerStats stats_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_set<ChunkKey> known_ ABSL_GUARDED_BY(mu_);
-  // Pacing: when the next byte may go (steady clock, ns).
-  int64_t next_send_ns_ ABSL_GUARDED_BY(mu_) = 0;
+
   std::thread thread_;
 };
 
