@@ -78,8 +78,9 @@ Result<ColdGcResult> GcColdJob(ObjectStore* store, const std::string& job,
     return absl::InvalidArgumentError("--rados-keep must keep a step");
   }
   ColdGcResult r;
+  // One listing of the namespace (RADOS lists by scanning it).
   STAGGER_ASSIGN_OR_RETURN(std::vector<std::string> names,
-                           store->List(job, std::string(kStepPrefix)));
+                           store->List(job, ""));
   std::set<int64_t> steps;
   for (const std::string& n : names) {
     if (auto s = StepOfObject(n)) steps.insert(*s);
@@ -89,7 +90,7 @@ Result<ColdGcResult> GcColdJob(ObjectStore* store, const std::string& job,
   if (steps.empty()) return r;
   const auto first_kept =
       steps.size() > keep ? std::prev(steps.end(), keep) : steps.begin();
-  std::vector<int64_t> doomed(steps.begin(), first_kept);
+  const std::set<int64_t> doomed(steps.begin(), first_kept);
   // What the kept steps need, before anything is deleted: a kept step
   // whose objects cannot be read stops the gc.
   IdSet live;
@@ -97,32 +98,29 @@ Result<ColdGcResult> GcColdJob(ObjectStore* store, const std::string& job,
     STAGGER_RETURN_IF_ERROR(AddStepChunks(store, job, *it, &live));
   }
   STAGGER_RETURN_IF_ERROR(CloseOverBases(store, job, &live));
+  // Step objects first: a step half deleted is never listed.
   for (int64_t step : doomed) {
     STAGGER_RETURN_IF_ERROR(store->Remove(StepObject(job, step)));
-    STAGGER_ASSIGN_OR_RETURN(std::vector<std::string> manifests,
-                             store->List(job, ManifestPrefix(step)));
-    for (const std::string& m : manifests) {
-      STAGGER_RETURN_IF_ERROR(store->Remove({job, m}));
-    }
     r.steps_deleted.push_back(step);
   }
-  STAGGER_ASSIGN_OR_RETURN(std::vector<std::string> chunks,
-                           store->List(job, "chunk."));
-  for (const std::string& name : chunks) {
-    Result<format::ChunkId> id =
-        format::ChunkId::FromHex(std::string_view(name).substr(6));
-    if (!id.ok() || live.contains(*id)) continue;
+  for (const std::string& name : names) {
+    const std::optional<int64_t> of_step = StepOfManifest(name);
+    if (of_step && doomed.count(*of_step) != 0) {
+      STAGGER_RETURN_IF_ERROR(store->Remove({job, name}));
+      continue;
+    }
+    const std::optional<format::ChunkId> id = ChunkOfObject(name);
+    if (!id || live.contains(*id)) continue;
     const ObjectName o{job, name};
-    STAGGER_ASSIGN_OR_RETURN(std::optional<int64_t> at, store->WrittenAt(o));
-    if (!at) continue;
-    if (now_unix_s - *at < grace_s) {
+    STAGGER_ASSIGN_OR_RETURN(std::optional<ObjectInfo> info, store->Stat(o));
+    if (!info) continue;
+    if (now_unix_s - info->written_unix_s < grace_s) {
       ++r.grace_kept;
       continue;
     }
-    STAGGER_ASSIGN_OR_RETURN(std::optional<uint64_t> size, store->Size(o));
     STAGGER_RETURN_IF_ERROR(store->Remove(o));
     ++r.chunks_deleted;
-    r.bytes_freed += size.value_or(0);
+    r.bytes_freed += info->size;
   }
   return r;
 }

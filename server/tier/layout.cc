@@ -1,6 +1,6 @@
 #include "server/tier/layout.h"
 
-#include <cstdio>
+#include <cstdint>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -23,19 +23,47 @@ ObjectName StepObject(const std::string& job, int64_t step) {
   return {job, absl::StrFormat("step.%020d", step)};
 }
 
+namespace {
+
+// `digits` as a number, when it is all decimal digits and fits an int64.
+std::optional<int64_t> Decimal(std::string_view digits) {
+  uint64_t v = 0;
+  for (char c : digits) {
+    if (c < '0' || c > '9') return std::nullopt;
+    v = v * 10 + static_cast<uint64_t>(c - '0');
+    if (v > static_cast<uint64_t>(INT64_MAX)) return std::nullopt;
+  }
+  return static_cast<int64_t>(v);
+}
+
+}  // namespace
+
 std::optional<int64_t> StepOfObject(std::string_view name) {
   if (name.size() != kStepPrefix.size() + 20 ||
       name.substr(0, kStepPrefix.size()) != kStepPrefix) {
     return std::nullopt;
   }
-  const std::string_view digits = name.substr(kStepPrefix.size());
-  uint64_t step = 0;
-  for (char c : digits) {
-    if (c < '0' || c > '9') return std::nullopt;
-    step = step * 10 + static_cast<uint64_t>(c - '0');
-    if (step > static_cast<uint64_t>(INT64_MAX)) return std::nullopt;
+  return Decimal(name.substr(kStepPrefix.size()));
+}
+
+std::optional<int64_t> StepOfManifest(std::string_view name) {
+  constexpr std::string_view kPrefix = "manifest.";
+  if (name.size() != kPrefix.size() + 20 + 1 + 10 ||
+      name.substr(0, kPrefix.size()) != kPrefix ||
+      name[kPrefix.size() + 20] != '.' ||
+      !Decimal(name.substr(kPrefix.size() + 21))) {
+    return std::nullopt;
   }
-  return static_cast<int64_t>(step);
+  return Decimal(name.substr(kPrefix.size(), 20));
+}
+
+std::optional<format::ChunkId> ChunkOfObject(std::string_view name) {
+  constexpr std::string_view kPrefix = "chunk.";
+  if (name.substr(0, kPrefix.size()) != kPrefix) return std::nullopt;
+  Result<format::ChunkId> id =
+      format::ChunkId::FromHex(name.substr(kPrefix.size()));
+  if (!id.ok()) return std::nullopt;
+  return *id;
 }
 
 }  // namespace stagger::server::tier

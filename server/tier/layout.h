@@ -33,8 +33,13 @@ ObjectName StepObject(const std::string& job, int64_t step);
 std::string ManifestPrefix(int64_t step);
 
 inline constexpr std::string_view kStepPrefix = "step.";
-// The step a "step.<20 digits>" object names; nullopt for another name.
+// What an object's name says; nullopt for a name of another kind.
+// "step.<20 digits>": the step.
 std::optional<int64_t> StepOfObject(std::string_view name);
+// "manifest.<20 digits>.<10 digits>": the step.
+std::optional<int64_t> StepOfManifest(std::string_view name);
+// "chunk.<32 hex digits>": the chunk.
+std::optional<format::ChunkId> ChunkOfObject(std::string_view name);
 
 }  // namespace stagger::server::tier
 

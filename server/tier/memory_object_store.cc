@@ -48,21 +48,13 @@ Result<std::string> MemoryObjectStore::Get(const ObjectName& o) {
   return it->second.bytes;
 }
 
-Result<std::optional<uint64_t>> MemoryObjectStore::Size(const ObjectName& o) {
+Result<std::optional<ObjectInfo>> MemoryObjectStore::Stat(const ObjectName& o) {
   STAGGER_RETURN_IF_ERROR(Check());
   absl::MutexLock lock(&mu_);
   auto it = objects_.find({o.ns, o.name});
-  if (it == objects_.end()) return std::optional<uint64_t>();
-  return std::optional<uint64_t>(it->second.bytes.size());
-}
-
-Result<std::optional<int64_t>> MemoryObjectStore::WrittenAt(
-    const ObjectName& o) {
-  STAGGER_RETURN_IF_ERROR(Check());
-  absl::MutexLock lock(&mu_);
-  auto it = objects_.find({o.ns, o.name});
-  if (it == objects_.end()) return std::optional<int64_t>();
-  return std::optional<int64_t>(it->second.written_unix_s);
+  if (it == objects_.end()) return std::optional<ObjectInfo>();
+  return std::optional<ObjectInfo>(
+      ObjectInfo{it->second.bytes.size(), it->second.written_unix_s});
 }
 
 bool MemoryObjectStore::SetWrittenAt(const ObjectName& o, int64_t unix_s) {

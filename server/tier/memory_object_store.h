@@ -25,8 +25,7 @@ class MemoryObjectStore final : public ObjectStore {
     (void)size;
     return Get(o);
   }
-  Result<std::optional<uint64_t>> Size(const ObjectName& o) override;
-  Result<std::optional<int64_t>> WrittenAt(const ObjectName& o) override;
+  Result<std::optional<ObjectInfo>> Stat(const ObjectName& o) override;
   // Makes the object look written at `unix_s` (tests of grace periods).
   bool SetWrittenAt(const ObjectName& o, int64_t unix_s);
   Status Remove(const ObjectName& o) override;

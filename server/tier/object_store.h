@@ -30,6 +30,11 @@ struct ObjectName {
   std::string name;  // within it
 };
 
+struct ObjectInfo {
+  uint64_t size = 0;
+  int64_t written_unix_s = 0;
+};
+
 class ObjectStore {
  public:
   virtual ~ObjectStore() = default;
@@ -45,10 +50,14 @@ class ObjectStore {
   // The object when its size is known (from Size): one read, no stat.
   // NOT_FOUND when absent; fewer bytes when it shrank meanwhile.
   virtual Result<std::string> Read(const ObjectName& o, uint64_t size) = 0;
-  // The object's size, nullopt when absent.
-  virtual Result<std::optional<uint64_t>> Size(const ObjectName& o) = 0;
-  // When the object was last written (Unix seconds), nullopt when absent.
-  virtual Result<std::optional<int64_t>> WrittenAt(const ObjectName& o) = 0;
+  // The object's size and when it was last written; nullopt when absent.
+  virtual Result<std::optional<ObjectInfo>> Stat(const ObjectName& o) = 0;
+  // Its size alone (Stat).
+  Result<std::optional<uint64_t>> Size(const ObjectName& o) {
+    STAGGER_ASSIGN_OR_RETURN(std::optional<ObjectInfo> info, Stat(o));
+    if (!info) return std::optional<uint64_t>();
+    return std::optional<uint64_t>(info->size);
+  }
   // OK when absent too.
   virtual Status Remove(const ObjectName& o) = 0;
   // The objects of namespace `ns` whose names start with `prefix`, in no

@@ -182,27 +182,16 @@ Result<bool> RadosObjectStore::PutNew(const ObjectName& o,
   return true;
 }
 
-Result<std::optional<uint64_t>> RadosObjectStore::Size(const ObjectName& o) {
-  STAGGER_ASSIGN_OR_RETURN(Call c, Begin(o.ns));
-  rados_ioctx_t io = static_cast<rados_ioctx_t>(c.io);
-  uint64_t size = 0;
-  time_t mtime = 0;
-  const int rc = rados_stat(io, o.name.c_str(), &size, &mtime);
-  if (rc == -ENOENT) return std::optional<uint64_t>();
-  if (rc < 0) return Error(rc, "stat", o, c.session);
-  return std::optional<uint64_t>(size);
-}
-
-Result<std::optional<int64_t>> RadosObjectStore::WrittenAt(
-    const ObjectName& o) {
+Result<std::optional<ObjectInfo>> RadosObjectStore::Stat(const ObjectName& o) {
   STAGGER_ASSIGN_OR_RETURN(Call c, Begin(o.ns));
   uint64_t size = 0;
   time_t mtime = 0;
   const int rc = rados_stat(static_cast<rados_ioctx_t>(c.io), o.name.c_str(),
                             &size, &mtime);
-  if (rc == -ENOENT) return std::optional<int64_t>();
+  if (rc == -ENOENT) return std::optional<ObjectInfo>();
   if (rc < 0) return Error(rc, "stat", o, c.session);
-  return std::optional<int64_t>(static_cast<int64_t>(mtime));
+  return std::optional<ObjectInfo>(
+      ObjectInfo{size, static_cast<int64_t>(mtime)});
 }
 
 Result<std::string> RadosObjectStore::Get(const ObjectName& o) {

@@ -43,8 +43,7 @@ class RadosObjectStore final : public ObjectStore {
   Result<bool> PutNew(const ObjectName& o, std::string_view bytes) override;
   Result<std::string> Get(const ObjectName& o) override;
   Result<std::string> Read(const ObjectName& o, uint64_t size) override;
-  Result<std::optional<uint64_t>> Size(const ObjectName& o) override;
-  Result<std::optional<int64_t>> WrittenAt(const ObjectName& o) override;
+  Result<std::optional<ObjectInfo>> Stat(const ObjectName& o) override;
   Status Remove(const ObjectName& o) override;
   Result<std::vector<std::string>> List(const std::string& ns,
                                         const std::string& prefix) override;
