@@ -316,27 +316,25 @@ void DataService::ReadAndReply(transport::ReplyChannel* reply,
                                const ChunkMeta& meta) {
   // Follows the record if compaction moves it during the read.
   auto rec = ReadChunk(meta_, segments_, r.job, r.id, meta);
+  if (absl::IsDataLoss(rec.status())) {
+    ++counters_.verify_failures;
+    // The next put of this chunk (a client's repair, a later save)
+    // rewrites it.
+    Status marked = meta_->MarkBad(r.job, r.id);
+    log::Warning("stagger-server",
+                 absl::StrCat("job '", r.job, "': ", rec.status().message(),
+                              marked.ok() ? "; marked for repair" : "",
+                              marked.ok() ? "" : "; marking it failed: ",
+                              marked.ok() ? "" : marked.message(),
+                              cold_ != nullptr ? "; reading it from " : "",
+                              cold_ != nullptr ? cold_->Describe() : ""));
+    if (cold_ != nullptr) {
+      Result<StoredRecord> copy = tier::ReadColdChunk(cold_, r.job, r.id);
+      // No good copy there either: the client hears of the bad one here.
+      if (copy.ok()) rec = std::move(copy);
+    }
+  }
   if (!rec.ok()) {
-    if (absl::IsDataLoss(rec.status()) && cold_ != nullptr) {
-      ++counters_.verify_failures;
-      log::Warning("stagger-server",
-                   absl::StrCat("job '", r.job, "': ", rec.status().message(),
-                                "; reading it from ", cold_->Describe()));
-      meta_->MarkBad(r.job, r.id).IgnoreError();
-      ReplyFromCold(reply, r);
-      return;
-    }
-    if (absl::IsDataLoss(rec.status())) {
-      ++counters_.verify_failures;
-      // The next put of this chunk (a client's repair, a later save)
-      // rewrites it.
-      Status marked = meta_->MarkBad(r.job, r.id);
-      log::Warning("stagger-server",
-                   absl::StrCat("job '", r.job, "': ", rec.status().message(),
-                                marked.ok() ? "; marked for repair" : "",
-                                marked.ok() ? "" : "; marking it failed: ",
-                                marked.ok() ? "" : marked.message()));
-    }
     ReplyStatus(reply, DataOp::kGetChunkReply, rec.status());
     return;
   }

@@ -252,6 +252,54 @@ TEST_F(RadosTest, ADamagedObjectFailsTheLoadNamingIt) {
       << loaded.status();
 }
 
+// A flipped byte in the server's own copy (a segment file): the load is
+// served from the pool's copy, bit-exact, and the bad copy is counted.
+TEST_F(RadosTest, ADamagedDiskCopyIsReadFromThePool) {
+  const std::string data = dir_.path() + "/a";
+  auto a = StartServer(data);
+  ASSERT_NE(a, nullptr);
+  std::vector<char> w(2 << 20);
+  testutil::FillPattern(w, 5);
+  {
+    auto ck = Open(a->grpc(), "diskrot");
+    ASSERT_NE(ck, nullptr);
+    ASSERT_TRUE(ck->Register({"w", "U8", {int64_t(w.size())}, w.data()}).ok());
+    auto h = ck->Save(1);
+    ASSERT_TRUE(h.ok() && h->Wait().ok());
+  }
+  WaitDrained(*a, 1);
+  a->Stop(SIGTERM);
+  std::string seg;
+  for (auto& e : std::filesystem::recursive_directory_iterator(data)) {
+    if (e.is_regular_file() && e.path().extension() == ".seg") {
+      if (seg.empty() || e.path().string() < seg) seg = e.path().string();
+    }
+  }
+  ASSERT_FALSE(seg.empty());
+  {
+    std::fstream f(seg, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekg(64 + 1000);
+    char c = 0;
+    f.read(&c, 1);
+    c ^= 0x10;
+    f.seekp(64 + 1000);
+    f.write(&c, 1);
+  }
+  a = StartServer(data);
+  ASSERT_NE(a, nullptr);
+  auto ck = Open(a->grpc(), "diskrot");
+  ASSERT_NE(ck, nullptr);
+  std::vector<char> out(w.size(), 0);
+  ASSERT_TRUE(
+      ck->Register({"w", "U8", {int64_t(out.size())}, out.data()}).ok());
+  auto loaded = ck->Load(1);
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  EXPECT_TRUE(out == w);
+  auto page = metrics::HttpGet(a->metrics(), "/metrics");
+  ASSERT_TRUE(page.ok());
+  EXPECT_EQ(Sample(*page, "stagger_server_verify_failures_total"), 1) << *page;
+}
+
 // A job placed on two servers (chunks on each, manifests on one): each
 // drains its own chunks, the coordinator writes the step once all are in
 // the pool, and a new server loads it bit-exact from the pool alone.
