@@ -58,8 +58,10 @@ class Server::Impl {
                            std::shared_ptr<grpc::ServerCredentials> creds,
                            const std::string& grpc_host);
   Status StartMetrics(const ServerOptions& options);
-  // Imports the steps only the cold store holds, then starts the drain.
-  void StartColdTier(const ServerOptions& options);
+  // Imports the steps only the cold store holds, before anything is
+  // served. NOT_FOUND when the pool does not exist; a store that cannot be
+  // reached is logged and the server starts anyway (saves go to the disk).
+  Status ImportColdSteps(const ServerOptions& options);
 
   void Shutdown() {
     if (stopped) return;
@@ -330,10 +332,11 @@ Status Server::Impl::StartMetrics(const ServerOptions& options) {
   return absl::OkStatus();
 }
 
-void Server::Impl::StartColdTier(const ServerOptions& options) {
+Status Server::Impl::ImportColdSteps(const ServerOptions& options) {
   const std::string where = options.cold_store->Describe();
   Result<tier::ImportStats> imported =
       tier::ImportColdSteps(meta.get(), options.cold_store);
+  if (absl::IsNotFound(imported.status())) return imported.status();
   if (!imported.ok()) {
     log::Warning("stagger-server",
                  absl::StrCat("cannot list the steps in ", where,
@@ -347,9 +350,7 @@ void Server::Impl::StartColdTier(const ServerOptions& options) {
                                ? absl::StrCat(", left out ", imported->refused)
                                : std::string()));
   }
-  log::Info("stagger-server",
-            absl::StrCat("draining complete steps to ", where));
-  drainer->Start();
+  return absl::OkStatus();
 }
 
 Result<std::unique_ptr<Server>> Server::Start(const ServerOptions& options) {
@@ -369,6 +370,7 @@ Result<std::unique_ptr<Server>> Server::Start(const ServerOptions& options) {
   auto impl = std::make_unique<Impl>();
   STAGGER_RETURN_IF_ERROR(impl->OpenStores(options));
   impl->StartServices(options, std::move(auth));
+  if (impl->drainer) STAGGER_RETURN_IF_ERROR(impl->ImportColdSteps(options));
   STAGGER_RETURN_IF_ERROR(impl->StartDataPlane(options));
   STAGGER_RETURN_IF_ERROR(
       impl->StartControlPlane(options, std::move(creds), grpc_hp.first));
@@ -376,7 +378,11 @@ Result<std::unique_ptr<Server>> Server::Start(const ServerOptions& options) {
     impl->Shutdown();
     return s;
   }
-  if (impl->drainer) impl->StartColdTier(options);
+  if (impl->drainer) {
+    log::Info("stagger-server", absl::StrCat("draining complete steps to ",
+                                             options.cold_store->Describe()));
+    impl->drainer->Start();
+  }
   return std::unique_ptr<Server>(new Server(std::move(impl)));
 }
 

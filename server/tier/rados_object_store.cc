@@ -118,7 +118,10 @@ Result<void*> RadosObjectStore::Context(Session& s, const std::string& ns) {
   const int rc = rados_ioctx_create(s.handle, options_.pool.c_str(), &io);
   if (rc == -ENOENT) {
     return absl::NotFoundError(
-        absl::StrCat(Describe(), ": the pool does not exist"));
+        absl::StrCat(Describe(),
+                     ": the pool does not exist (create it: "
+                     "ceph osd pool create ",
+                     options_.pool, ")"));
   }
   if (rc < 0) {
     return absl::UnavailableError(
