@@ -9,15 +9,12 @@
 #include <random>
 #include <vector>
 
-#include "format/crc32c.h"
-#include "server/storage/internal/test_util.h"
+#include "server/internal/indexed_stores.h"
 
 namespace stagger::server {
 namespace {
 
-using storage_internal::AppendSync;
-using storage_internal::TempDir;
-using storage_internal::TestRecord;
+using server_internal::BytesOf;
 
 constexpr char kJob[] = "job";
 constexpr size_t kFloats = 16384;  // 64 KiB chunks
@@ -25,56 +22,18 @@ constexpr size_t kFloats = 16384;  // 64 KiB chunks
 class RebaserTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    ASSERT_TRUE(dir_.ok());
-    auto meta = MetaStore::Open(dir_.path() + "/meta");
-    ASSERT_TRUE(meta.ok()) << meta.status();
-    meta_ = std::move(*meta);
-    SegmentStoreOptions so;
-    so.dir = dir_.path() + "/segments";
-    so.preallocate_bytes = 0;
-    auto segments = SegmentStore::Open(so);
-    ASSERT_TRUE(segments.ok()) << segments.status();
-    segments_ = std::move(*segments);
+    ASSERT_NO_FATAL_FAILURE(stores_.Open());
+    meta_ = stores_.meta();
+    segments_ = stores_.segments();
   }
-  void TearDown() override {
-    segments_.reset();
-    meta_.reset();
-  }
+  void TearDown() override { stores_.Close(); }
 
   // Stores `raw` whole (`codec`) or as a delta (`codec` IsDelta) against
   // `base`, and indexes it as the data service does.
   format::ChunkId Put(const std::vector<float>& raw, format::Codec codec,
                       const std::vector<float>* base = nullptr) {
-    std::string_view bytes(reinterpret_cast<const char*>(raw.data()),
-                           raw.size() * 4);
-    const format::ChunkId id = format::ChunkId::Of(bytes.data(), bytes.size());
-    format::EncodeOptions eo;
-    TestRecord r;
-    ChunkMeta m;
-    Result<format::Codec> used = format::Codec::kRaw;
-    if (format::IsDelta(codec)) {
-      std::string_view b(reinterpret_cast<const char*>(base->data()),
-                         base->size() * 4);
-      m.base = format::ChunkId::Of(b.data(), b.size());
-      used = format::EncodeDeltaWith(codec, bytes, b, *m.base, &r.payload, eo);
-    } else {
-      used = format::Encode(codec, bytes, &r.payload, eo);
-    }
-    EXPECT_TRUE(used.ok() && *used == codec) << used.status();
-    r.header.codec = codec;
-    r.header.chunk_id = id;
-    r.header.raw_length = bytes.size();
-    r.header.encoded_length = r.payload.size();
-    r.header.payload_crc32c =
-        format::Crc32c(r.payload.data(), r.payload.size());
-    auto loc = AppendSync(segments_.get(), kJob, r);
-    EXPECT_TRUE(loc.ok()) << loc.status();
-    m.location = *loc;
-    m.raw_length = bytes.size();
-    m.stored_length = r.payload.size();
-    m.codec = codec;
-    EXPECT_TRUE(meta_->PutChunk(kJob, id, m).ok());
-    return id;
+    return stores_.Put(kJob, BytesOf(raw), codec,
+                       base != nullptr ? BytesOf(*base) : std::string_view());
   }
 
   // Decodes chunk `id` through the index and compares it with `want`.
@@ -83,15 +42,15 @@ class RebaserTest : public ::testing::Test {
     auto m = meta_->GetChunk(kJob, id);
     ASSERT_TRUE(m.ok()) << m.status();
     std::vector<float> got(want.size());
-    Status s = DecodeStoredChunk(meta_.get(), segments_.get(), kJob, id, *m,
+    Status s = DecodeStoredChunk(meta_, segments_, kJob, id, *m,
                                  reinterpret_cast<char*>(got.data()));
     ASSERT_TRUE(s.ok()) << s;
     EXPECT_EQ(std::memcmp(got.data(), want.data(), want.size() * 4), 0);
   }
 
-  TempDir dir_;
-  std::unique_ptr<MetaStore> meta_;
-  std::unique_ptr<SegmentStore> segments_;
+  server_internal::IndexedStores stores_;
+  MetaStore* meta_ = nullptr;
+  SegmentStore* segments_ = nullptr;
 };
 
 std::vector<float> Weights(uint32_t seed) {
@@ -118,7 +77,7 @@ TEST_F(RebaserTest, TheNewestBecomesWholeAndItsBaseADeltaOfIt) {
     const format::ChunkId b = Put(v0, format::Codec::kByteGroupZstd);
     const format::ChunkId y = Put(v1, delta, &v0);
     const uint64_t whole_size = meta_->GetChunk(kJob, b)->stored_length;
-    Rebaser rebaser(segments_.get(), meta_.get());
+    Rebaser rebaser(segments_, meta_);
     ASSERT_TRUE(rebaser.RebaseOne(kJob, y).ok());
     auto ym = meta_->GetChunk(kJob, y);
     auto bm = meta_->GetChunk(kJob, b);
@@ -146,7 +105,7 @@ TEST_F(RebaserTest, TheNewestBecomesWholeAndItsBaseADeltaOfIt) {
 TEST_F(RebaserTest, AKeyframeStaysWholeEveryMaxBehindHops) {
   RebaserOptions o;
   o.max_behind_hops = 2;
-  Rebaser rebaser(segments_.get(), meta_.get(), o);
+  Rebaser rebaser(segments_, meta_, o);
   std::vector<std::vector<float>> v{Weights(3)};
   std::vector<format::ChunkId> ids{Put(v[0], format::Codec::kRaw)};
   for (uint32_t i = 1; i <= 4; ++i) {
@@ -176,7 +135,7 @@ TEST_F(RebaserTest, ADeltaOfADeltaIsDecodedThroughItsChain) {
   const format::ChunkId a = Put(v0, format::Codec::kRaw);
   const format::ChunkId b = Put(v1, format::Codec::kXorByteGroupZstd, &v0);
   const format::ChunkId c = Put(v2, format::Codec::kXorByteGroupZstd, &v1);
-  Rebaser rebaser(segments_.get(), meta_.get());
+  Rebaser rebaser(segments_, meta_);
   ASSERT_TRUE(rebaser.RebaseOne(kJob, c).ok());
   EXPECT_EQ(meta_->GetChunk(kJob, c)->codec, format::Codec::kRaw);
   EXPECT_EQ(meta_->GetChunk(kJob, b)->base, a);

@@ -7,10 +7,8 @@
 
 #include <vector>
 
-#include "format/codec.h"
-#include "format/crc32c.h"
 #include "format/record.h"
-#include "server/storage/internal/test_util.h"
+#include "server/internal/indexed_stores.h"
 #include "server/tier/cold_gc.h"
 #include "server/tier/layout.h"
 #include "server/tier/memory_object_store.h"
@@ -18,9 +16,7 @@
 namespace stagger::server::tier {
 namespace {
 
-using storage_internal::AppendSync;
-using storage_internal::TempDir;
-using storage_internal::TestRecord;
+using server_internal::BytesOf;
 
 constexpr char kJob[] = "job";
 constexpr size_t kFloats = 4096;  // 16 KiB chunks
@@ -31,57 +27,22 @@ std::vector<float> Floats(float start) {
   return v;
 }
 
-std::string_view Bytes(const std::vector<float>& v) {
-  return {reinterpret_cast<const char*>(v.data()), v.size() * 4};
-}
-
 class DrainerTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    ASSERT_TRUE(dir_.ok());
-    auto meta = MetaStore::Open(dir_.path() + "/meta");
-    ASSERT_TRUE(meta.ok()) << meta.status();
-    meta_ = std::move(*meta);
-    SegmentStoreOptions so;
-    so.dir = dir_.path() + "/segments";
-    so.preallocate_bytes = 0;
-    auto segments = SegmentStore::Open(so);
-    ASSERT_TRUE(segments.ok()) << segments.status();
-    segments_ = std::move(*segments);
+    ASSERT_NO_FATAL_FAILURE(stores_.Open());
+    meta_ = stores_.meta();
+    segments_ = stores_.segments();
   }
+  void TearDown() override { stores_.Close(); }
 
   // Stores `raw` whole (zstd) or, with `base`, as an XOR delta of it.
   format::ChunkId Put(const std::vector<float>& raw,
                       const std::vector<float>* base = nullptr) {
-    const format::ChunkId id =
-        format::ChunkId::Of(Bytes(raw).data(), Bytes(raw).size());
-    TestRecord r;
-    ChunkMeta m;
-    format::EncodeOptions eo;
-    format::Codec codec = format::Codec::kZstd;
-    if (base != nullptr) {
-      codec = format::Codec::kXorByteGroupZstd;
-      m.base = format::ChunkId::Of(Bytes(*base).data(), Bytes(*base).size());
-      EXPECT_TRUE(format::EncodeDeltaWith(codec, Bytes(raw), Bytes(*base),
-                                          *m.base, &r.payload, eo)
-                      .ok());
-    } else {
-      EXPECT_TRUE(format::Encode(codec, Bytes(raw), &r.payload, eo).ok());
-    }
-    r.header.codec = codec;
-    r.header.chunk_id = id;
-    r.header.raw_length = raw.size() * 4;
-    r.header.encoded_length = r.payload.size();
-    r.header.payload_crc32c =
-        format::Crc32c(r.payload.data(), r.payload.size());
-    auto loc = AppendSync(segments_.get(), kJob, r);
-    EXPECT_TRUE(loc.ok()) << loc.status();
-    m.location = *loc;
-    m.raw_length = raw.size() * 4;
-    m.stored_length = r.payload.size();
-    m.codec = codec;
-    EXPECT_TRUE(meta_->PutChunk(kJob, id, m).ok());
-    return id;
+    return base == nullptr
+               ? stores_.Put(kJob, BytesOf(raw), format::Codec::kZstd)
+               : stores_.Put(kJob, BytesOf(raw),
+                             format::Codec::kXorByteGroupZstd, BytesOf(*base));
   }
 
   // Commits `step` on one rank with one tensor of `chunks`.
@@ -110,7 +71,7 @@ class DrainerTest : public ::testing::Test {
   Drainer MakeDrainer() {
     DrainerOptions o;
     o.parallel = 2;
-    return Drainer(meta_.get(), segments_.get(), &store_, o);
+    return Drainer(meta_, segments_, &store_, o);
   }
 
   bool Has(const ObjectName& o) {
@@ -118,9 +79,9 @@ class DrainerTest : public ::testing::Test {
     return size.ok() && size->has_value();
   }
 
-  TempDir dir_;
-  std::unique_ptr<MetaStore> meta_;
-  std::unique_ptr<SegmentStore> segments_;
+  server_internal::IndexedStores stores_;
+  MetaStore* meta_ = nullptr;
+  SegmentStore* segments_ = nullptr;
   MemoryObjectStore store_;
 };
 
@@ -221,7 +182,7 @@ TEST_F(DrainerTest, TheThreadDrainsNewStepsAndWaitsOutAnOutage) {
   o.min_backoff_ms = 20;
   o.max_backoff_ms = 40;
   o.poll_ms = 50;
-  Drainer d(meta_.get(), segments_.get(), &store_, o);
+  Drainer d(meta_, segments_, &store_, o);
   store_.SetReachable(false);
   Commit(1, {Put(Floats(1))});
   d.Start();
@@ -243,7 +204,7 @@ TEST_F(DrainerTest, ARateCapSpreadsTheWrites) {
   Commit(1, ids);
   DrainerOptions o;
   o.bytes_per_s = 1 << 20;  // records of ~16 KiB: 8 in about 0.1 s
-  Drainer d(meta_.get(), segments_.get(), &store_, o);
+  Drainer d(meta_, segments_, &store_, o);
   const auto start = std::chrono::steady_clock::now();
   ASSERT_TRUE(d.DrainOnce().ok());
   const double took =
@@ -265,7 +226,7 @@ TEST_F(DrainerTest, KeepLeavesTheNewestStepsAndTheBasesTheyNeed) {
   DrainerOptions o;
   o.keep = 2;
   o.grace_s = 0;
-  Drainer dr(meta_.get(), segments_.get(), &store_, o);
+  Drainer dr(meta_, segments_, &store_, o);
   ASSERT_TRUE(dr.DrainOnce().ok());
   for (int64_t step : {1, 2}) {
     EXPECT_FALSE(Has(StepObject(kJob, step))) << step;
