@@ -16,7 +16,8 @@
 #   scripts/ceph-cluster.sh status DIR
 #       exits 0 when the cluster answers.
 #
-# start exits 3 (and stops what it started) when the cluster cannot start,
+# start exits 3 (and stops what it started, unless $CEPH_CLUSTER_KEEP is
+# set, to look at it) when the cluster cannot start,
 # 4 when the Ceph packages are missing (scripts/install-deps.sh installs
 # them): callers skip their RADOS tests then, printing the reason, which
 # start writes to stderr with the tail of the daemon's log.
