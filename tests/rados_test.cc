@@ -127,6 +127,32 @@ class RadosTest : public ::testing::Test {
     return page;
   }
 
+  // Saves `w` as step 1 of `job` on `s` and waits until it is drained.
+  void SaveAndDrain(testutil::ServerProcess& s, const std::string& job,
+                    std::vector<char>& w) {
+    {
+      auto ck = Open(s.grpc(), job);
+      ASSERT_NE(ck, nullptr);
+      ASSERT_TRUE(
+          ck->Register({"w", "U8", {int64_t(w.size())}, w.data()}).ok());
+      auto h = ck->Save(1);
+      ASSERT_TRUE(h.ok() && h->Wait().ok());
+    }
+    WaitDrained(s, 1);
+  }
+
+  // Flips one bit of byte `at` of file `path`.
+  static void FlipByte(const std::string& path, std::streamoff at) {
+    std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+    ASSERT_TRUE(f) << path;
+    char c = 0;
+    f.seekg(at);
+    f.read(&c, 1);
+    c ^= 0x10;
+    f.seekp(at);
+    f.write(&c, 1);
+  }
+
   testutil::TempDir dir_;
 };
 
@@ -205,14 +231,7 @@ TEST_F(RadosTest, ADamagedObjectFailsTheLoadNamingIt) {
   ASSERT_NE(a, nullptr);
   std::vector<char> w(2 << 20);
   testutil::FillPattern(w, 3);
-  {
-    auto ck = Open(a->grpc(), "damaged");
-    ASSERT_NE(ck, nullptr);
-    ASSERT_TRUE(ck->Register({"w", "U8", {int64_t(w.size())}, w.data()}).ok());
-    auto h = ck->Save(1);
-    ASSERT_TRUE(h.ok() && h->Wait().ok());
-  }
-  WaitDrained(*a, 1);
+  ASSERT_NO_FATAL_FAILURE(SaveAndDrain(*a, "damaged", w));
   a->Stop(SIGTERM);
   auto listed = Cluster::Get()->Rados({"-N", "damaged", "ls"});
   ASSERT_EQ(listed.exit_code, 0) << listed.out;
@@ -225,15 +244,7 @@ TEST_F(RadosTest, ADamagedObjectFailsTheLoadNamingIt) {
   ASSERT_EQ(
       Cluster::Get()->Rados({"-N", "damaged", "get", object, file}).exit_code,
       0);
-  {
-    std::fstream f(file, std::ios::in | std::ios::out | std::ios::binary);
-    f.seekg(100);
-    char c = 0;
-    f.read(&c, 1);
-    c ^= 0x01;
-    f.seekp(100);
-    f.write(&c, 1);
-  }
+  FlipByte(file, 100);
   ASSERT_EQ(
       Cluster::Get()->Rados({"-N", "damaged", "put", object, file}).exit_code,
       0);
@@ -260,14 +271,7 @@ TEST_F(RadosTest, ADamagedDiskCopyIsReadFromThePool) {
   ASSERT_NE(a, nullptr);
   std::vector<char> w(2 << 20);
   testutil::FillPattern(w, 5);
-  {
-    auto ck = Open(a->grpc(), "diskrot");
-    ASSERT_NE(ck, nullptr);
-    ASSERT_TRUE(ck->Register({"w", "U8", {int64_t(w.size())}, w.data()}).ok());
-    auto h = ck->Save(1);
-    ASSERT_TRUE(h.ok() && h->Wait().ok());
-  }
-  WaitDrained(*a, 1);
+  ASSERT_NO_FATAL_FAILURE(SaveAndDrain(*a, "diskrot", w));
   a->Stop(SIGTERM);
   std::string seg;
   for (auto& e : std::filesystem::recursive_directory_iterator(data)) {
@@ -276,15 +280,7 @@ TEST_F(RadosTest, ADamagedDiskCopyIsReadFromThePool) {
     }
   }
   ASSERT_FALSE(seg.empty());
-  {
-    std::fstream f(seg, std::ios::in | std::ios::out | std::ios::binary);
-    f.seekg(64 + 1000);
-    char c = 0;
-    f.read(&c, 1);
-    c ^= 0x10;
-    f.seekp(64 + 1000);
-    f.write(&c, 1);
-  }
+  FlipByte(seg, 64 + 1000);  // the first record's payload
   a = StartServer(data);
   ASSERT_NE(a, nullptr);
   auto ck = Open(a->grpc(), "diskrot");
