@@ -24,16 +24,18 @@ using format::DataOp;
 // deltas not yet rebased add a few.
 constexpr int kMaxDeltaDepth = 1024;
 
-// Copies the runs of a decoded chunk to their places in `dest`.
-Status Scatter(std::string_view chunk, const std::vector<format::CopyRun>& runs,
-               char* dest) {
+// Copies the runs of a decoded chunk to their places in `dest`; `bytes`
+// holds the chunk's decoded bytes from offset `at` on.
+Status Scatter(std::string_view bytes, uint64_t at,
+               const std::vector<format::CopyRun>& runs, char* dest) {
   for (const format::CopyRun& r : runs) {
-    if (r.src > chunk.size() || r.length > chunk.size() - r.src) {
-      return absl::InternalError(
-          absl::StrCat("copy of ", r.length, " bytes at ", r.src,
-                       " leaves the ", chunk.size(), "-byte chunk"));
+    if (r.src < at || r.src - at > bytes.size() ||
+        r.length > bytes.size() - (r.src - at)) {
+      return absl::InternalError(absl::StrCat(
+          "copy of ", r.length, " bytes at ", r.src, " leaves the ",
+          bytes.size(), " bytes of the chunk held from ", at));
     }
-    std::memcpy(dest + r.dst, chunk.data() + r.src, r.length);
+    std::memcpy(dest + r.dst, bytes.data() + (r.src - at), r.length);
   }
   return absl::OkStatus();
 }
@@ -61,7 +63,8 @@ int ChunkIo::DefaultFetchThreads() {
 struct ChunkIo::FetchAttempt {
   const FetchItem* item;
   format::ChunkId id;
-  size_t next = 0;  // index into item->servers
+  size_t next = 0;     // index into item->servers
+  bool whole = false;  // a range was refused: fetch whole chunks only
   std::vector<std::string> errors;
   std::vector<ServerConn*> bad;  // answered with bytes that failed checks
   // The kind of the final error: bad bytes above all, then any failure
@@ -137,6 +140,11 @@ void ChunkIo::FetchFrom(std::shared_ptr<FetchAttempt> a) {
     FetchFrom(std::move(a));  // the next server, or the error
     return;
   }
+  if (item.range_length > 0 && item.scatter != nullptr &&
+      item.dest != nullptr && !a->whole && server->serves_ranges.load()) {
+    FetchRange(std::move(a), server, *data);
+    return;
+  }
   data->Call(static_cast<uint16_t>(DataOp::kGetChunk),
              format::EncodeGetChunk({job_, a->id}), std::string_view(),
              [this, a, server](Result<transport::Message> reply) {
@@ -174,6 +182,58 @@ void ChunkIo::FetchFrom(std::shared_ptr<FetchAttempt> a) {
              });
 }
 
+void ChunkIo::FetchRange(std::shared_ptr<FetchAttempt> a, ServerConn* server,
+                         transport::Connection& data) {
+  const FetchItem& item = *a->item;
+  data.Call(
+      static_cast<uint16_t>(DataOp::kGetRange),
+      format::EncodeGetRange(
+          {job_, a->id, item.range_offset, item.range_length}),
+      std::string_view(), [this, a, server](Result<transport::Message> reply) {
+        // Whatever went wrong, the whole chunk from the same server next:
+        // that path reads the cold tier, reports, tries other copies and
+        // repairs; a server gone is skipped there.
+        auto whole = [this, a, server](const Status& s) {
+          if (IsServerGone(s)) ServerSet::MarkDown(server, s);
+          a->whole = true;
+          --a->next;
+          FetchFrom(a);
+        };
+        if (!reply.ok()) {
+          whole(reply.status());
+          return;
+        }
+        auto msg = std::make_shared<transport::Message>(std::move(*reply));
+        executor_->Submit([a, msg, whole] {
+          Status s = ScatterRange(*a, *msg);
+          if (s.ok()) {
+            a->finish(s);
+          } else {
+            whole(s);
+          }
+        });
+      });
+}
+
+Status ChunkIo::ScatterRange(const FetchAttempt& a,
+                             const transport::Message& msg) {
+  const FetchItem& item = *a.item;
+  STAGGER_ASSIGN_OR_RETURN(format::RangeReply r,
+                           format::DecodeRangeReply(msg.header));
+  STAGGER_RETURN_IF_ERROR(r.status);
+  if (msg.payload.size() != item.range_length) {
+    return absl::DataLossError(absl::StrCat(
+        "range of chunk ", a.id.ToHex(), " is ", msg.payload.size(),
+        " bytes, asked for ", item.range_length));
+  }
+  if (format::Crc32c(msg.payload.data(), msg.payload.size()) != r.crc32c) {
+    return absl::DataLossError(
+        absl::StrCat("range of chunk ", a.id.ToHex(), " fails its CRC-32C"));
+  }
+  return Scatter(msg.payload.view(), item.range_offset, *item.scatter,
+                 item.dest);
+}
+
 Status ChunkIo::DecodeFetched(const FetchAttempt& a, ServerConn* server,
                               const transport::Message& msg) {
   const FetchItem& item = *a.item;
@@ -187,7 +247,7 @@ Status ChunkIo::DecodeFetched(const FetchAttempt& a, ServerConn* server,
   STAGGER_RETURN_IF_ERROR(
       DecodeReply(server, a.id, raw, msg, dest, kMaxDeltaDepth, item.servers));
   if (item.scatter != nullptr && item.dest != nullptr) {
-    STAGGER_RETURN_IF_ERROR(Scatter(scratch, *item.scatter, item.dest));
+    STAGGER_RETURN_IF_ERROR(Scatter(scratch, 0, *item.scatter, item.dest));
   }
   // Read repair: the copies found bad get these good bytes (the servers
   // marked them on the read, so the puts rewrite them).

@@ -88,6 +88,14 @@ struct FetchItem {
   // each run copies `length` bytes at `src` to `dest` + `dst`; `dest` is then
   // the base of the destination buffer.
   const std::vector<format::CopyRun>* scatter = nullptr;
+  // With `scatter` and range_length > 0: the runs read only the chunk's
+  // decoded bytes [range_offset, range_offset + range_length). A server
+  // that serves ranges (ServerConn::serves_ranges) sends those alone,
+  // decoded and checked against the chunk id on its side, with a CRC-32C
+  // checked here; where it cannot (the chunk only in its cold tier, a bad
+  // copy), or from other servers, the whole chunk is fetched as usual.
+  uint64_t range_offset = 0;
+  uint64_t range_length = 0;
 };
 
 class ChunkIo {
@@ -147,6 +155,13 @@ class ChunkIo {
   struct PutState;
   // Asks the next server of the attempt for its chunk.
   void FetchFrom(std::shared_ptr<FetchAttempt> a);
+  // Asks `server` for the item's range; on any failure asks it for the
+  // whole chunk instead (FetchFrom).
+  void FetchRange(std::shared_ptr<FetchAttempt> a, ServerConn* server,
+                  transport::Connection& data);
+  // Checks a GetRange reply for the item of `a` and scatters its bytes.
+  static Status ScatterRange(const FetchAttempt& a,
+                             const transport::Message& msg);
   // Decodes `msg`, the chunk of `a` as `server` sent it, into the item's
   // place (scattered when it maps to several runs), and has the copies
   // found bad before it rewritten.

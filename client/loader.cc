@@ -78,8 +78,21 @@ void AddFetches(const SavedEntry& saved, format::ChunkPlan chunks, char* dest,
       ++plan->chunks_direct;
       continue;
     }
+    // The span of the chunk the runs read: a server that serves ranges
+    // sends only it (a reshard's slice boundary inside the chunk).
+    uint64_t lo = c.raw_length(), hi = 0;
+    for (const format::CopyRun& r : runs) {
+      lo = std::min(lo, r.src);
+      hi = std::max(hi, r.src + r.length);
+    }
     plan->scatters.push_back(std::move(runs));
-    plan->items.push_back({&c, dest, std::move(where), &plan->scatters.back()});
+    FetchItem item{&c, dest, std::move(where), &plan->scatters.back()};
+    if (lo < hi && hi - lo < c.raw_length()) {
+      item.range_offset = lo;
+      item.range_length = hi - lo;
+      ++plan->chunks_ranged;
+    }
+    plan->items.push_back(std::move(item));
     ++plan->chunks_scattered;
   }
 }

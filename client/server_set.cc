@@ -50,6 +50,7 @@ Status ServerSet::Dial(ServerConn* conn, double timeout_s,
   }
   conn->codec_count = reply.codec_count() == 0 ? 4 : reply.codec_count();
   conn->rebases_deltas = reply.rebases_deltas();
+  conn->serves_ranges = reply.serves_ranges();
   conn->SetData(std::shared_ptr<transport::Connection>(std::move(*connected)));
   return absl::OkStatus();
 }

@@ -56,6 +56,9 @@ struct ServerConn {
   // The server rebases deltas (HelloReply::rebases_deltas): chains of
   // deltas sent to it need no cut.
   std::atomic<bool> rebases_deltas{false};
+  // The server answers GetRange (HelloReply::serves_ranges): a load that
+  // needs part of a chunk may ask for that part alone.
+  std::atomic<bool> serves_ranges{false};
 
   // The data-plane connection; nullptr while the server has never been
   // reached. A caller holds its own reference for as long as it uses it.

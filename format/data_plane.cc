@@ -71,12 +71,87 @@ Result<GetChunkRequest> DecodeGetChunk(std::string_view in) {
   return r;
 }
 
-std::string EncodeReply(const Status& status, const RecordHeader* record) {
+std::string EncodeGetRange(const GetRangeRequest& r) {
+  std::string out;
+  PutJob(&out, r.job);
+  out += r.id.ToBytes();
+  char n[16];
+  PutLE<uint64_t>(n, r.offset);
+  PutLE<uint64_t>(n + 8, r.length);
+  out.append(n, sizeof n);
+  return out;
+}
+
+Result<GetRangeRequest> DecodeGetRange(std::string_view in) {
+  GetRangeRequest r;
+  STAGGER_ASSIGN_OR_RETURN(r.job, TakeJob(&in));
+  if (in.size() != 32) {
+    return Malformed("GetRange needs a 16-byte chunk id, offset and length");
+  }
+  STAGGER_ASSIGN_OR_RETURN(r.id, ChunkId::FromBytes(in.substr(0, 16)));
+  r.offset = GetLE<uint64_t>(in.data() + 16);
+  r.length = GetLE<uint64_t>(in.data() + 24);
+  if (r.length == 0 || r.length > kMaxChunkRawBytes ||
+      r.offset > kMaxChunkRawBytes - r.length) {
+    return Malformed(absl::StrCat("GetRange of ", r.length, " bytes at ",
+                                  r.offset, " (a chunk holds 1 to ",
+                                  kMaxChunkRawBytes, ")"));
+  }
+  return r;
+}
+
+namespace {
+
+std::string StatusBytes(const Status& status) {
   std::string msg(status.message().substr(0, kMaxReplyMessage));
   std::string out(6, '\0');
   PutLE<uint32_t>(out.data(), static_cast<uint32_t>(status.code()));
   PutLE<uint16_t>(out.data() + 4, static_cast<uint16_t>(msg.size()));
   out += msg;
+  return out;
+}
+
+// Takes the status off the front of a reply; advances `in`.
+Result<Status> TakeStatus(std::string_view* in) {
+  if (in->size() < 6) return Malformed("reply shorter than its status");
+  uint32_t code = GetLE<uint32_t>(in->data());
+  size_t len = GetLE<uint16_t>(in->data() + 4);
+  if (code > static_cast<uint32_t>(absl::StatusCode::kUnauthenticated) ||
+      len > kMaxReplyMessage || in->size() < 6 + len) {
+    return Malformed("bad reply status");
+  }
+  Status s(static_cast<absl::StatusCode>(code),
+           std::string(in->substr(6, len)));
+  in->remove_prefix(6 + len);
+  return s;
+}
+
+}  // namespace
+
+std::string EncodeRangeReply(const Status& status, uint32_t crc32c) {
+  std::string out = StatusBytes(status);
+  if (status.ok()) {
+    char c[4];
+    PutLE<uint32_t>(c, crc32c);
+    out.append(c, sizeof c);
+  }
+  return out;
+}
+
+Result<RangeReply> DecodeRangeReply(std::string_view in) {
+  RangeReply r;
+  STAGGER_ASSIGN_OR_RETURN(r.status, TakeStatus(&in));
+  if (!r.status.ok()) {
+    if (!in.empty()) return Malformed("unexpected bytes after reply status");
+    return r;
+  }
+  if (in.size() != 4) return Malformed("range reply without its CRC-32C");
+  r.crc32c = GetLE<uint32_t>(in.data());
+  return r;
+}
+
+std::string EncodeReply(const Status& status, const RecordHeader* record) {
+  std::string out = StatusBytes(status);
   if (status.ok() && record != nullptr) {
     char h[kRecordHeaderSize];
     EncodeRecordHeader(*record, h);
@@ -86,17 +161,8 @@ std::string EncodeReply(const Status& status, const RecordHeader* record) {
 }
 
 Result<Reply> DecodeReply(std::string_view in) {
-  if (in.size() < 6) return Malformed("reply shorter than its status");
-  uint32_t code = GetLE<uint32_t>(in.data());
-  size_t len = GetLE<uint16_t>(in.data() + 4);
-  if (code > static_cast<uint32_t>(absl::StatusCode::kUnauthenticated) ||
-      len > kMaxReplyMessage || in.size() < 6 + len) {
-    return Malformed("bad reply status");
-  }
   Reply r;
-  std::string msg(in.substr(6, len));
-  r.status = Status(static_cast<absl::StatusCode>(code), msg);
-  in.remove_prefix(6 + len);
+  STAGGER_ASSIGN_OR_RETURN(r.status, TakeStatus(&in));
   if (in.empty()) return r;
   if (!r.status.ok() || in.size() != kRecordHeaderSize) {
     return Malformed("unexpected bytes after reply status");

@@ -7,6 +7,10 @@
 //   GetChunk       header: job_len u8, job, chunk id (16 bytes)
 //   GetChunkReply  header: reply status, then on OK the record header
 //                  payload: the encoded chunk bytes
+//   GetRange       header: job_len u8, job, chunk id (16 bytes),
+//                          offset u64, length u64 (of the decoded chunk)
+//   GetRangeReply  header: reply status, then on OK crc32c u32 of the payload
+//                  payload: decoded bytes [offset, offset + length)
 //   reply status:  code u32 (absl::StatusCode), msg_len u16, msg
 //
 // Decoders validate every length and name; a malformed message is
@@ -33,6 +37,11 @@ enum class DataOp : uint16_t {
   // binds the connection to the key's grant. Reply: a status only.
   kAuth = 5,
   kAuthReply = 6,
+  // Part of a chunk's decoded bytes, decoded and checked against the chunk
+  // id by the server (HelloReply::serves_ranges): a reshard needing a few
+  // rows of a chunk moves only those.
+  kGetRange = 7,
+  kGetRangeReply = 8,
 };
 inline constexpr size_t kMaxDataKeyBytes = 128;
 
@@ -49,6 +58,26 @@ struct GetChunkRequest {
 };
 std::string EncodeGetChunk(const GetChunkRequest& r);
 Result<GetChunkRequest> DecodeGetChunk(std::string_view header);
+
+struct GetRangeRequest {
+  std::string job;
+  ChunkId id;
+  uint64_t offset = 0;
+  uint64_t length = 0;  // 1 .. kMaxChunkRawBytes
+};
+std::string EncodeGetRange(const GetRangeRequest& r);
+// INVALID_ARGUMENT for a malformed header, a length of 0 or past
+// kMaxChunkRawBytes, or a range ending past kMaxChunkRawBytes.
+Result<GetRangeRequest> DecodeGetRange(std::string_view header);
+
+// A GetRangeReply header: the status, then on OK the CRC-32C of the bytes.
+std::string EncodeRangeReply(const Status& status, uint32_t crc32c = 0);
+struct RangeReply {
+  Status status;
+  uint32_t crc32c = 0;  // on OK
+};
+// The outer Result fails only on a malformed reply.
+Result<RangeReply> DecodeRangeReply(std::string_view header);
 
 // A reply header: the status, then (optionally, on OK) a record header.
 std::string EncodeReply(const Status& status,

@@ -2,6 +2,9 @@
 
 #include <gtest/gtest.h>
 
+#include <utility>
+#include <vector>
+
 namespace stagger::format {
 namespace {
 
@@ -53,6 +56,53 @@ TEST(DataPlaneTest, ReplyCarriesStatusAndRecord) {
   EXPECT_EQ(ok->record.chunk_id, (ChunkId{5, 6}));
   EXPECT_EQ(DecodeReply("ab").status().code(),
             absl::StatusCode::kInvalidArgument);
+}
+
+TEST(DataPlaneTest, GetRangeRoundTripAndMalformed) {
+  std::string enc = EncodeGetRange({"j", ChunkId{3, 4}, 4096, 1000});
+  auto d = DecodeGetRange(enc);
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_EQ(d->job, "j");
+  EXPECT_EQ(d->id, (ChunkId{3, 4}));
+  EXPECT_EQ(d->offset, 4096u);
+  EXPECT_EQ(d->length, 1000u);
+  for (size_t n = 0; n < enc.size(); ++n) {
+    EXPECT_EQ(DecodeGetRange(enc.substr(0, n)).status().code(),
+              absl::StatusCode::kInvalidArgument);
+  }
+  EXPECT_EQ(DecodeGetRange(enc + "x").status().code(),
+            absl::StatusCode::kInvalidArgument);
+  // Empty, too long, and ranges that end past any chunk (or wrap).
+  for (auto [offset, length] :
+       std::vector<std::pair<uint64_t, uint64_t>>{{0, 0},
+                                                  {0, kMaxChunkRawBytes + 1},
+                                                  {kMaxChunkRawBytes, 1},
+                                                  {~0ull, 2}}) {
+    auto bad =
+        DecodeGetRange(EncodeGetRange({"j", ChunkId{3, 4}, offset, length}));
+    EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument)
+        << offset << "+" << length;
+  }
+  auto whole = DecodeGetRange(
+      EncodeGetRange({"j", ChunkId{3, 4}, 0, kMaxChunkRawBytes}));
+  EXPECT_TRUE(whole.ok()) << whole.status();
+}
+
+TEST(DataPlaneTest, RangeReplyCarriesStatusOrCrc) {
+  auto ok = DecodeRangeReply(EncodeRangeReply(absl::OkStatus(), 0xdeadbeef));
+  ASSERT_TRUE(ok.ok()) << ok.status();
+  EXPECT_TRUE(ok->status.ok());
+  EXPECT_EQ(ok->crc32c, 0xdeadbeefu);
+  auto e = DecodeRangeReply(EncodeRangeReply(absl::NotFoundError("gone")));
+  ASSERT_TRUE(e.ok());
+  EXPECT_EQ(e->status.code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(e->status.message(), "gone");
+  // An OK reply without its CRC, or an error with bytes after it.
+  std::string good = EncodeRangeReply(absl::OkStatus(), 7);
+  EXPECT_FALSE(DecodeRangeReply(good.substr(0, good.size() - 1)).ok());
+  EXPECT_FALSE(
+      DecodeRangeReply(EncodeRangeReply(absl::NotFoundError("x")) + "abcd")
+          .ok());
 }
 
 }  // namespace

@@ -2,7 +2,9 @@
 
 #include <sys/statvfs.h>
 
+#include <algorithm>
 #include <memory>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "format/codec.h"
@@ -70,7 +72,13 @@ DataService::DataService(SegmentStore* segments, MetaStore* meta,
       meta_(meta),
       ingest_(ingest),
       readers_(readers),
-      admission_(admission) {}
+      admission_(admission),
+      range_readers_(std::make_unique<qos::Executor>(RangeThreads())) {}
+
+int DataService::RangeThreads() {
+  return std::clamp(2 * static_cast<int>(std::thread::hardware_concurrency()),
+                    4, 16);
+}
 
 void DataService::SetIdentity(std::string server_id, std::string data_dir) {
   absl::MutexLock lock(&identity_mu_);
@@ -108,6 +116,8 @@ void DataService::OnRequest(transport::Message request,
     {
       DataOp op = request.op == static_cast<uint16_t>(DataOp::kGetChunk)
                       ? DataOp::kGetChunkReply
+                  : request.op == static_cast<uint16_t>(DataOp::kGetRange)
+                      ? DataOp::kGetRangeReply
                       : DataOp::kPutChunkReply;
       ReplyStatus(reply.get(), op,
                   absl::UnavailableError("server is shutting down"));
@@ -121,6 +131,9 @@ void DataService::OnRequest(transport::Message request,
       return;
     case DataOp::kGetChunk:
       HandleGet(std::move(request), std::move(reply));
+      return;
+    case DataOp::kGetRange:
+      HandleGetRange(std::move(request), std::move(reply));
       return;
     case DataOp::kAuth:
       HandleAuth(std::move(request), std::move(reply));

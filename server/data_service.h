@@ -32,6 +32,7 @@
 #include "format/data_plane.h"
 #include "qos/executor.h"
 #include "server/auth.h"
+#include "server/decoded_chunks.h"
 #include "server/ingest_admission.h"
 #include "server/job_counters.h"
 #include "server/meta_store.h"
@@ -52,6 +53,8 @@ struct DataServiceCounters {
   std::atomic<uint64_t> bytes_received{0};  // put payload bytes taken in
   std::atomic<uint64_t> chunks_read{0};
   std::atomic<uint64_t> bytes_read{0};  // payload bytes sent to readers
+  // GetRange replies sent (their bytes count in bytes_read).
+  std::atomic<uint64_t> ranges_read{0};
   // Reads that found a record failing its checks (DATA_LOSS).
   std::atomic<uint64_t> verify_failures{0};
   std::atomic<uint64_t> bad_requests{0};
@@ -86,6 +89,16 @@ class DataService : public transport::RequestHandler {
   // Its reads run on a pool of their own (kColdReaders threads): each is a
   // network round trip, which would hold the disk readers.
   void SetColdStore(tier::ObjectStore* cold);
+  // The cache of chunks decoded for GetRange: hits, decodes, bytes held.
+  DecodedChunks::Stats range_cache_stats() const { return decoded_.stats(); }
+  // Bytes of decoded chunks kept for GetRange (DecodedChunks): a reshard's
+  // ranks each ask for part of the same chunks.
+  static constexpr size_t kRangeCacheBytes = 256 << 20;
+  // GetRange reads and decodes on threads of their own, twice the cores (4
+  // to 16): decoding is CPU work that would hold the disk readers, and a
+  // disk read leaves a core free for another decode.
+  static int RangeThreads();
+
   // The admission's books (queue depth, credit in use, per-client bytes);
   // all zero without an admission.
   AdmissionStats admission_stats() const;
@@ -116,6 +129,20 @@ class DataService : public transport::RequestHandler {
                  std::unique_ptr<transport::ReplyChannel> reply);
   void HandleGet(transport::Message request,
                  std::unique_ptr<transport::ReplyChannel> reply);
+  // GetRange: defined in data_service_range.cc.
+  void HandleGetRange(transport::Message request,
+                      std::unique_ptr<transport::ReplyChannel> reply);
+  // Decodes chunk `r.id` (index entry `meta`), checks it against its id
+  // and replies with the range, or with the error (DATA_LOSS marks the
+  // copy for repair, as a GetChunk does).
+  // Chunk `id`'s decoded bytes, read through the index entry `meta` and
+  // checked against the id; DATA_LOSS naming the chunk when they fail.
+  Result<transport::Buffer> DecodeWhole(const std::string& job,
+                                        const format::ChunkId& id,
+                                        const ChunkMeta& meta);
+  void ReadRangeAndReply(transport::ReplyChannel* reply,
+                         const format::GetRangeRequest& r,
+                         const ChunkMeta& meta);
   void HandleAuth(transport::Message request,
                   std::unique_ptr<transport::ReplyChannel> reply);
   // OK when the server is open or connection `peer`'s grant allows `job`.
@@ -152,6 +179,7 @@ class DataService : public transport::RequestHandler {
   static constexpr int kColdReaders = 16;
   std::unique_ptr<qos::Executor> cold_readers_;
   DataServiceCounters counters_;
+  DecodedChunks decoded_{kRangeCacheBytes};
   JobCounters job_counters_;
   // The grant each authenticated connection presented (bounded: the
   // oldest connections are forgotten past Authorizer::kMaxKeys).
@@ -162,6 +190,8 @@ class DataService : public transport::RequestHandler {
   absl::Mutex mu_;
   bool accepting_ ABSL_GUARDED_BY(mu_) = true;
   int64_t in_flight_ ABSL_GUARDED_BY(mu_) = 0;
+  // Last: its threads stop before anything they use goes.
+  std::unique_ptr<qos::Executor> range_readers_;
 };
 
 }  // namespace stagger::server

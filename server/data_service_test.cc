@@ -5,7 +5,10 @@
 
 #include <filesystem>
 #include <fstream>
+#include <utility>
+#include <vector>
 
+#include "format/codec.h"
 #include "format/crc32c.h"
 #include "format/data_plane.h"
 #include "transport/inproc_transport.h"
@@ -59,6 +62,34 @@ class DataServiceTest : public ::testing::Test {
         format::Crc32c(raw.data(), raw.size()) ^ (corrupt_crc ? 1 : 0);
     return ReplyOf(conn_->CallSync(static_cast<uint16_t>(DataOp::kPutChunk),
                                    format::EncodePutChunk(req), raw));
+  }
+
+  // Sends a PutChunk of `raw` stored as `payload` in `codec`.
+  Status PutEncoded(const std::string& job, const std::string& raw,
+                    format::Codec codec, const std::string& payload) {
+    format::PutChunkRequest req;
+    req.job = job;
+    req.record.codec = codec;
+    req.record.chunk_id = format::ChunkId::Of(raw.data(), raw.size());
+    req.record.raw_length = raw.size();
+    req.record.encoded_length = payload.size();
+    req.record.payload_crc32c = format::Crc32c(payload.data(), payload.size());
+    return ReplyOf(conn_->CallSync(static_cast<uint16_t>(DataOp::kPutChunk),
+                                   format::EncodePutChunk(req), payload));
+  }
+
+  // A GetRange of chunk `id`: the bytes, or the reply's error.
+  Result<std::string> Range(const format::ChunkId& id, uint64_t offset,
+                            uint64_t length) {
+    auto m = conn_->CallSync(
+        static_cast<uint16_t>(DataOp::kGetRange),
+        format::EncodeGetRange({"job", id, offset, length}), "");
+    STAGGER_RETURN_IF_ERROR(m.status());
+    STAGGER_ASSIGN_OR_RETURN(format::RangeReply r,
+                             format::DecodeRangeReply(m->header));
+    STAGGER_RETURN_IF_ERROR(r.status);
+    EXPECT_EQ(r.crc32c, format::Crc32c(m->payload.data(), m->payload.size()));
+    return std::string(m->payload.view());
   }
 
   static Status ReplyOf(const Result<transport::Message>& m) {
@@ -139,6 +170,71 @@ TEST_F(DataServiceTest, PutRepairsAChunkFoundBadOnRead) {
   // Intact again: the next put is a duplicate.
   ASSERT_TRUE(Put("job", raw).ok());
   EXPECT_EQ(service_->counters().chunks_deduplicated.load(), 1u);
+}
+
+// GetRange decodes on the server (zstd, a delta through its base) and
+// sends only the part asked for, with its CRC.
+TEST_F(DataServiceTest, RangesOfEncodedAndDeltaChunks) {
+  std::string base(300000, '\0'), next;
+  for (size_t i = 0; i < base.size(); ++i) {
+    base[i] = static_cast<char>((i / 4) % 251);
+  }
+  next = base;
+  for (size_t i = 0; i < next.size(); i += 97) next[i] ^= 0x5a;
+  const auto base_id = format::ChunkId::Of(base.data(), base.size());
+  const auto next_id = format::ChunkId::Of(next.data(), next.size());
+  std::string zstd, delta;
+  auto c = format::Encode(format::Codec::kZstd, base, &zstd);
+  ASSERT_TRUE(c.ok() && *c == format::Codec::kZstd);
+  ASSERT_LT(zstd.size(), base.size() / 4);
+  format::EncodeOptions o;
+  o.element_size = 4;
+  auto d = format::EncodeDelta(next, base, base_id, &delta, o);
+  ASSERT_TRUE(d.ok() && format::IsDelta(*d)) << d.status();
+  ASSERT_TRUE(PutEncoded("job", base, format::Codec::kZstd, zstd).ok());
+  ASSERT_TRUE(PutEncoded("job", next, *d, delta).ok());
+
+  for (auto [offset, length] : std::vector<std::pair<uint64_t, uint64_t>>{
+           {0, 1}, {1000, 70000}, {299999, 1}, {0, 300000}}) {
+    auto got = Range(base_id, offset, length);
+    ASSERT_TRUE(got.ok()) << got.status();
+    EXPECT_TRUE(*got == base.substr(offset, length)) << offset;
+    got = Range(next_id, offset, length);
+    ASSERT_TRUE(got.ok()) << got.status();
+    EXPECT_TRUE(*got == next.substr(offset, length)) << offset;
+  }
+  EXPECT_EQ(service_->counters().ranges_read.load(), 8u);
+  EXPECT_EQ(service_->counters().bytes_read.load(),
+            2 * (1 + 70000 + 1 + 300000));
+
+  EXPECT_EQ(Range(base_id, 299999, 2).status().code(),
+            absl::StatusCode::kOutOfRange);
+  EXPECT_EQ(Range(format::ChunkId{1, 2}, 0, 1).status().code(),
+            absl::StatusCode::kNotFound);
+  EXPECT_EQ(service_->counters().bad_requests.load(), 1u);
+}
+
+// A range of a chunk whose stored copy is bad: DATA_LOSS, and the copy is
+// marked for repair as a GetChunk marks it.
+TEST_F(DataServiceTest, RangeOfABadCopyIsDataLossAndMarksIt) {
+  std::string raw(50000, '\0');
+  for (size_t i = 0; i < raw.size(); ++i) raw[i] = static_cast<char>(i * 13);
+  ASSERT_TRUE(Put("job", raw).ok());
+  const auto id = format::ChunkId::Of(raw.data(), raw.size());
+  {
+    const auto seg = dir_ / "segments" / "job" / "00000001.seg";
+    std::fstream f(seg, std::ios::in | std::ios::out | std::ios::binary);
+    ASSERT_TRUE(f.is_open()) << seg;
+    f.seekp(64 + 40000);
+    f.put('\x7f');
+  }
+  // The range asked for is intact; the chunk as a whole is not.
+  auto got = Range(id, 0, 100);
+  EXPECT_EQ(got.status().code(), absl::StatusCode::kDataLoss) << got.status();
+  EXPECT_NE(got.status().message().find(id.ToHex()), std::string::npos)
+      << got.status();
+  EXPECT_EQ(service_->counters().verify_failures.load(), 1u);
+  EXPECT_TRUE(meta_->IsMarkedBad("job", id));
 }
 
 TEST_F(DataServiceTest, BadRequestsGetErrorsAndNothingIsWritten) {

@@ -89,6 +89,21 @@ std::string RenderServerMetrics(const MetricsSources& s) {
               c.bytes_read.load());
     w.Counter("stagger_server_chunks_read_total", "Chunks sent to readers.",
               c.chunks_read.load());
+    w.Counter("stagger_server_ranges_read_total",
+              "Parts of chunks sent to readers, decoded here (resharding "
+              "loads).",
+              c.ranges_read.load());
+    const DecodedChunks::Stats rc = s.data->range_cache_stats();
+    w.Counter("stagger_server_range_decodes_total",
+              "Chunks read and decoded for range reads.",
+              static_cast<double>(rc.decodes));
+    w.Counter("stagger_server_range_cache_hits_total",
+              "Range reads of a chunk already decoded (or being decoded) "
+              "for another.",
+              static_cast<double>(rc.hits));
+    w.Gauge("stagger_server_range_cache_bytes",
+            "Bytes of decoded chunks kept for range reads.",
+            static_cast<double>(rc.bytes));
     w.Counter("stagger_server_verify_failures_total",
               "Reads that found a stored record failing its checksums.",
               c.verify_failures.load());

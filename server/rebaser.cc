@@ -51,7 +51,11 @@ Status DecodeStoredChunk(MetaStore* meta, SegmentStore* segments,
     at = base;
   }
   const size_t n = chunk.raw_length;
-  std::string below(n, '\0'), above(n, '\0');
+  std::string below, above;  // a whole chunk decodes straight into `out`
+  if (chain.size() > 1) {
+    below.resize(n);
+    above.resize(n);
+  }
   for (size_t i = chain.size(); i-- > 0;) {
     const Link& l = chain[i];
     char* dest = i == 0 ? out : above.data();

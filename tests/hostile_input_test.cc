@@ -155,8 +155,9 @@ TEST(HostileInputTest, ServerKeepsServingAGoodClient) {
         const std::string& seed = seeds[rng() % seeds.size()];
         header =
             seed.substr(0, rng() % (std::min<size_t>(seed.size(), 8192) + 1));
-        op = (i % 4 == 1) ? static_cast<uint16_t>(format::DataOp::kPutChunk)
-                          : static_cast<uint16_t>(format::DataOp::kGetChunk);
+        op = static_cast<uint16_t>(i % 4 == 1   ? format::DataOp::kPutChunk
+                                   : i % 8 == 3 ? format::DataOp::kGetRange
+                                                : format::DataOp::kGetChunk);
       }
       std::string payload =
           RandomBytes(rng, rng() % 3 == 0 ? rng() % 65536 : 0);

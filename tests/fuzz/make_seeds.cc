@@ -101,6 +101,12 @@ int main(int argc, char** argv) {
   Write(out + "/manifest/reply_error",
         std::string(1, '\3') +
             format::EncodeReply(absl::NotFoundError("no such chunk"), nullptr));
+  Write(out + "/manifest/get_range",
+        std::string(1, '\4') +
+            format::EncodeGetRange({"seed", put.record.chunk_id, 4096, 8192}));
+  Write(out + "/manifest/range_reply",
+        std::string(1, '\5') +
+            format::EncodeRangeReply(absl::OkStatus(), 0x1234abcd));
 
   for (int kind = 1; kind <= 5; ++kind) {
     transport_internal::Frame f;

@@ -1,0 +1,143 @@
+// DataService's GetRange: part of a chunk's decoded bytes. The server reads
+// the record (and its delta bases), decodes it and checks every link
+// against its chunk id, as a client checks a GetChunk reply, and sends the
+// range with its CRC-32C, which the client checks. A reshard that needs a
+// few rows of a chunk then moves only those, and the ranks that each need
+// part of one chunk have it decoded once (DecodedChunks).
+//
+// Only chunks in this server's index are served this way. NOT_FOUND (a
+// chunk only the cold tier holds) and DATA_LOSS (a copy found bad, marked
+// for repair) send the client to GetChunk, which reads the cold tier, tries
+// the other copies and repairs.
+#include <memory>
+
+#include "absl/strings/str_cat.h"
+#include "format/codec.h"
+#include "format/crc32c.h"
+#include "format/data_plane.h"
+#include "server/chunk_read.h"
+#include "server/data_service.h"
+#include "util/log.h"
+
+namespace stagger::server {
+namespace {
+
+using format::DataOp;
+
+// As a client follows them (client/chunk_io.cc): chains far longer than
+// any a writer or the rebaser leaves are corrupt.
+constexpr int kMaxDeltaDepth = 1024;
+
+void ReplyRangeStatus(transport::ReplyChannel* reply, const Status& s) {
+  reply->Send(static_cast<uint16_t>(DataOp::kGetRangeReply),
+              format::EncodeRangeReply(s), transport::Buffer());
+}
+
+}  // namespace
+
+void DataService::HandleGetRange(
+    transport::Message request,
+    std::unique_ptr<transport::ReplyChannel> reply) {
+  auto req = format::DecodeGetRange(request.header);
+  if (!req.ok()) {
+    ++counters_.bad_requests;
+    ReplyRangeStatus(reply.get(), req.status());
+    return;
+  }
+  if (Status a = Allowed(request.peer, req->job); !a.ok()) {
+    ReplyRangeStatus(reply.get(), a);
+    return;
+  }
+  std::shared_ptr<transport::ReplyChannel> shared(std::move(reply));
+  const uint64_t peer = request.peer;
+  range_readers_->Submit([this, shared, peer, r = *req] {
+    auto meta = meta_->GetChunk(r.job, r.id);
+    if (!meta.ok()) {
+      ReplyRangeStatus(shared.get(), meta.status());
+      return;
+    }
+    if (r.offset + r.length > meta->raw_length) {
+      ++counters_.bad_requests;
+      ReplyRangeStatus(
+          shared.get(),
+          absl::OutOfRangeError(absl::StrCat(
+              "range of ", r.length, " bytes at ", r.offset, " of chunk ",
+              r.id.ToHex(), " ends past its ", meta->raw_length, " bytes")));
+      return;
+    }
+    if (admission_ == nullptr) {
+      ReadRangeAndReply(shared.get(), r, *meta);
+      return;
+    }
+    // Restore traffic, as a GetChunk of the record.
+    const uint64_t bytes = meta->location.record_size;
+    admission_->RequestRestore(
+        peer, bytes, [this, shared, peer, bytes, r, m = *meta] {
+          range_readers_->Submit([this, shared, peer, bytes, r, m] {
+            ReadRangeAndReply(shared.get(), r, m);
+            admission_->Release(peer, bytes);
+          });
+        });
+  });
+}
+
+Result<transport::Buffer> DataService::DecodeWhole(const std::string& job,
+                                                   const format::ChunkId& id,
+                                                   const ChunkMeta& meta) {
+  STAGGER_ASSIGN_OR_RETURN(StoredRecord rec,
+                           ReadChunk(meta_, segments_, job, id, meta));
+  const format::Codec codec = rec.header.codec;
+  if (format::IsDelta(codec)) {
+    // Down the chain of bases (rare: the rebaser keeps the newest version
+    // of a chunk whole).
+    transport::Buffer out = decoded_.NewBuffer(meta.raw_length);
+    STAGGER_RETURN_IF_ERROR(DecodeStoredChunk(
+        meta_, segments_, job, id, meta, out.data(), nullptr, kMaxDeltaDepth));
+    return out;
+  }
+  transport::Buffer out;
+  if (codec == format::Codec::kRaw) {
+    out = std::move(rec.payload);  // the record's payload is the chunk
+  } else {
+    out = decoded_.NewBuffer(rec.header.raw_length);
+    STAGGER_RETURN_IF_ERROR(
+        format::Decode(codec, rec.payload.view(), out.data(), out.size()));
+  }
+  if (out.size() != meta.raw_length ||
+      format::ChunkId::Of(out.data(), out.size()) != id) {
+    return absl::DataLossError(absl::StrCat(
+        "chunk ", id.ToHex(), " decodes to other bytes than its id"));
+  }
+  return out;
+}
+
+void DataService::ReadRangeAndReply(transport::ReplyChannel* reply,
+                                    const format::GetRangeRequest& r,
+                                    const ChunkMeta& meta) {
+  Result<DecodedChunks::Bytes> whole =
+      decoded_.Get(r.job, r.id, meta.raw_length, r.length,
+                   [&] { return DecodeWhole(r.job, r.id, meta); });
+  if (absl::IsDataLoss(whole.status())) {
+    ++counters_.verify_failures;
+    Status marked = meta_->MarkBad(r.job, r.id);
+    log::Warning("stagger-server",
+                 absl::StrCat("job '", r.job, "': ", whole.status().message(),
+                              marked.ok() ? "; marked for repair" : "",
+                              marked.ok() ? "" : "; marking it failed: ",
+                              marked.ok() ? "" : marked.message()));
+  }
+  if (!whole.ok()) {
+    ReplyRangeStatus(reply, WithContext(whole.status(),
+                                        absl::StrCat("chunk ", r.id.ToHex())));
+    return;
+  }
+  transport::Buffer part = DecodedChunks::Slice(*whole, r.offset, r.length);
+  const uint32_t crc = format::Crc32c(part.data(), part.size());
+  ++counters_.ranges_read;
+  counters_.bytes_read += r.length;
+  job_counters_.AddRead(r.job, r.length);
+  reply->Send(static_cast<uint16_t>(DataOp::kGetRangeReply),
+              format::EncodeRangeReply(absl::OkStatus(), crc), std::move(part));
+}
+
+}  // namespace stagger::server
