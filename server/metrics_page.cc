@@ -45,6 +45,10 @@ void WriteDrainMetrics(metrics::TextWriter& w, const tier::DrainerStats& d) {
   w.Counter("stagger_server_cold_gc_bytes_freed_total",
             "Chunk bytes deleted from the cold store by --rados-keep.",
             d.gc_bytes_freed);
+  w.Counter("stagger_server_cold_steps_forgotten_total",
+            "Steps this server held only in the cold store (imported) that "
+            "were deleted there, and so are no longer listed.",
+            d.cold_steps_forgotten);
   w.Counter("stagger_server_drain_busy_wait_seconds_total",
             "Time the drain waited for client traffic to pass.", d.busy_wait_s);
 }

@@ -46,10 +46,11 @@ Status ParallelFor(size_t n, int threads,
       }
     }
   };
+  if (n == 0) return absl::OkStatus();
   std::vector<std::thread> pool;
   const size_t extra = std::min<size_t>(n, std::max(threads, 1)) - 1;
   for (size_t t = 0; t < extra; ++t) pool.emplace_back(work);
-  if (n > 0) work();
+  work();
   for (std::thread& t : pool) t.join();
   return first;
 }
@@ -123,6 +124,7 @@ Status Drainer::DrainOnce() {
 }
 
 void Drainer::DrainJob(const std::string& job, Pass* pass) {
+  if (pass->first.ok()) pass->Note(ForgetStepsGoneFromStore(job));
   Result<std::vector<pb::StepInfo>> steps = meta_->ListSteps(job, true);
   pass->Note(steps.status());
   if (steps.ok() && steps->empty()) {
@@ -187,6 +189,31 @@ void Drainer::EndPass(const Pass& pass) {
   }
   caught_up_ = pass.behind == 0 && first.ok();
   ++passes_;
+}
+
+Status Drainer::ForgetStepsGoneFromStore(const std::string& job) {
+  STAGGER_ASSIGN_OR_RETURN(std::set<int64_t> cold_only,
+                           meta_->ColdOnlySteps(job));
+  // Retention deletes the oldest steps first: from the oldest on, until
+  // one is still there (one stat per job and pass once caught up).
+  std::vector<int64_t> gone;
+  for (int64_t step : cold_only) {
+    STAGGER_ASSIGN_OR_RETURN(std::optional<ObjectInfo> info,
+                             store_->Stat(StepObject(job, step)));
+    if (info.has_value()) break;
+    gone.push_back(step);
+  }
+  if (gone.empty()) return absl::OkStatus();
+  STAGGER_RETURN_IF_ERROR_CTX(
+      meta_->DeleteSteps(job, gone, false, options_.grace_s * 1000).status(),
+      "job '", job, "': forgetting the steps gone from ", store_->Describe());
+  log::Info("stagger-server",
+            absl::StrCat("job '", job, "': ", gone.size(),
+                         " step(s) held only in ", store_->Describe(),
+                         " were deleted there (retention); no longer listed"));
+  absl::MutexLock lock(&mu_);
+  stats_.cold_steps_forgotten += gone.size();
+  return absl::OkStatus();
 }
 
 Status Drainer::CollectCold(const std::string& job) {

@@ -87,6 +87,9 @@ struct DrainerStats {
   uint64_t gc_steps_deleted = 0;
   uint64_t gc_chunks_deleted = 0;
   uint64_t gc_bytes_freed = 0;
+  // Steps this server held only in the store (imported at start) that
+  // were deleted there, by any server's retention, and so forgotten here.
+  uint64_t cold_steps_forgotten = 0;
 };
 
 class Drainer {
@@ -145,6 +148,9 @@ class Drainer {
   void EndPass(const Pass& pass);
   // Applies DrainerOptions::keep to `job` in the store; logs what it did.
   Status CollectCold(const std::string& job);
+  // Forgets the steps of `job` this server holds only in the store whose
+  // step object is gone from it (another server's retention, say).
+  Status ForgetStepsGoneFromStore(const std::string& job);
   // Drains every chunk this server indexes of `job`, a job it holds no
   // step of (its coordinator is another server).
   Status DrainChunksOf(const std::string& job);

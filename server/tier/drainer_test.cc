@@ -10,6 +10,7 @@
 #include "format/record.h"
 #include "server/internal/indexed_stores.h"
 #include "server/tier/cold_gc.h"
+#include "server/tier/cold_read.h"
 #include "server/tier/layout.h"
 #include "server/tier/memory_object_store.h"
 
@@ -270,6 +271,41 @@ TEST_F(DrainerTest, UnneededChunksWrittenWithinTheGraceStay) {
   EXPECT_TRUE(Has(ChunkObject(kJob, ib)));
   EXPECT_EQ(GcColdJob(&store_, kJob, 0, 600, now).status().code(),
             absl::StatusCode::kInvalidArgument);
+}
+
+// A server that knows steps only from the pool (imported on an empty
+// disk) forgets those another server's retention deletes there: no step is
+// listed with its bytes gone.
+TEST_F(DrainerTest, StepsThePoolDropsLeaveTheServerThatImportedThem) {
+  Commit(1, {Put(Floats(1))});
+  Commit(2, {Put(Floats(2))});
+  ASSERT_TRUE(MakeDrainer().DrainOnce().ok());
+  server_internal::IndexedStores fresh;
+  ASSERT_NO_FATAL_FAILURE(fresh.Open());
+  auto imported = ImportColdSteps(fresh.meta(), &store_);
+  ASSERT_TRUE(imported.ok()) << imported.status();
+  ASSERT_EQ(fresh.meta()->ListSteps(kJob, false)->size(), 2u);
+  Drainer importer(fresh.meta(), fresh.segments(), &store_, DrainerOptions());
+  ASSERT_TRUE(importer.DrainOnce().ok());
+  EXPECT_EQ(fresh.meta()->ListSteps(kJob, false)->size(), 2u);
+  EXPECT_EQ(importer.stats().cold_steps_forgotten, 0u);
+
+  // The first server drains step 3 keeping one step: 1 and 2 go.
+  Commit(3, {Put(Floats(3))});
+  DrainerOptions o;
+  o.keep = 1;
+  o.grace_s = 0;
+  ASSERT_TRUE(Drainer(meta_, segments_, &store_, o).DrainOnce().ok());
+  ASSERT_FALSE(Has(StepObject(kJob, 2)));
+  Status second = importer.DrainOnce();
+  ASSERT_TRUE(second.ok()) << second;
+  auto steps = fresh.meta()->ListSteps(kJob, false);
+  ASSERT_TRUE(steps.ok()) << steps.status();
+  EXPECT_TRUE(steps->empty()) << steps->size() << " still listed";
+  EXPECT_EQ(importer.stats().cold_steps_forgotten, 2u);
+  // The first server keeps all three on its disk.
+  EXPECT_EQ(meta_->ListSteps(kJob, false)->size(), 3u);
+  fresh.Close();
 }
 
 }  // namespace
