@@ -11,6 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "client/placement.h"
 #include "format/data_plane.h"
 #include "util/log.h"
 
@@ -51,6 +52,10 @@ Status ServerSet::Dial(ServerConn* conn, double timeout_s,
   conn->codec_count = reply.codec_count() == 0 ? 4 : reply.codec_count();
   conn->rebases_deltas = reply.rebases_deltas();
   conn->serves_ranges = reply.serves_ranges();
+  {
+    absl::MutexLock l(&conn->mu);
+    conn->domain = reply.domain();
+  }
   conn->SetData(std::shared_ptr<transport::Connection>(std::move(*connected)));
   return absl::OkStatus();
 }
@@ -283,8 +288,16 @@ std::vector<ServerConn*> ServerSet::Rank(std::string_view key) const {
   std::sort(scored.begin(), scored.end(), [](const auto& a, const auto& b) {
     return a.first != b.first ? a.first > b.first : a.second < b.second;
   });
+  std::vector<ServerConn*> ranked;
+  std::vector<std::string> domains;
+  for (const auto& [score, i] : scored) {
+    ServerConn* s = servers_[i].get();
+    ranked.push_back(s);
+    absl::MutexLock l(&s->mu);
+    domains.push_back(s->domain);
+  }
   std::vector<ServerConn*> out;
-  for (const auto& [score, i] : scored) out.push_back(servers_[i].get());
+  for (size_t at : SpreadOverDomains(domains)) out.push_back(ranked[at]);
   return out;
 }
 

@@ -59,6 +59,8 @@ struct ServerConn {
   // The server answers GetRange (HelloReply::serves_ranges): a load that
   // needs part of a chunk may ask for that part alone.
   std::atomic<bool> serves_ranges{false};
+  // HelloReply::domain: copies of a chunk go to distinct domains.
+  std::string domain ABSL_GUARDED_BY(mu);
 
   // The data-plane connection; nullptr while the server has never been
   // reached. A caller holds its own reference for as long as it uses it.
@@ -107,7 +109,8 @@ class ServerSet {
   ServerConn& server(size_t i) { return *servers_[i]; }
   // Every server, ranked for chunk `index` of `rank`'s tensor `tensor`:
   // every version of that chunk (and so every delta with its base) lives
-  // on the first R that are up, whatever its bytes.
+  // on the first R that are up, whatever its bytes. Rankings put servers
+  // of distinct failure domains first (placement.h).
   std::vector<ServerConn*> ForSlot(uint32_t rank, const std::string& tensor,
                                    uint64_t index) const;
   // Every server, ranked for `job`'s manifests: the first R that are up

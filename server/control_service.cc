@@ -69,6 +69,7 @@ grpc::Status ControlService::Hello(grpc::ServerContext* ctx,
   reply->set_codec_count(format::kCodecCount);
   reply->set_rebases_deltas(rebaser_ != nullptr);
   reply->set_serves_ranges(true);
+  reply->set_domain(domain_);
   reply->set_server_id(server_id_);
   return grpc::Status::OK;
 }

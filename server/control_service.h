@@ -70,6 +70,8 @@ class ControlService final : public pb::Stagger::Service {
   // this server rebases deltas (server/rebaser.h), so they need not cut
   // their delta chains.
   void SetRebaser(Rebaser* rebaser) { rebaser_ = rebaser; }
+  // Hello tells clients this server's failure domain (before serving).
+  void SetDomain(std::string domain) { domain_ = std::move(domain); }
   // With a drainer (not owned; before serving): a completed step wakes it,
   // and gc (retention and `stagger gc`) spares complete steps it has not
   // copied to the cold store yet.
@@ -122,6 +124,7 @@ class ControlService final : public pb::Stagger::Service {
   SegmentStore* segments_;  // may be null: no disk figures in ListSteps
   std::string data_address_;
   std::string server_id_;
+  std::string domain_;
   Rebaser* rebaser_ = nullptr;
   tier::Drainer* drainer_ = nullptr;
   RetentionPolicy retention_;

@@ -19,6 +19,7 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "format/names.h"
 #include "server/rebuild.h"
 #include "server/server.h"
 #include "server/tier/rados_object_store.h"
@@ -45,6 +46,14 @@ int main(int argc, char** argv) {
   app.add_option("--listen", options.listen,
                  "gRPC control-plane HOST:PORT (port 0 picks a free one)")
       ->capture_default_str();
+  app.add_option("--domain", options.domain,
+                 "this server's failure domain (its node or rack; letters, "
+                 "digits, '.', '_', '-'): clients put a chunk's copies in "
+                 "distinct domains")
+      ->check([](const std::string& d) {
+        stagger::Status s = stagger::format::ValidateName("domain", d);
+        return s.ok() ? std::string() : std::string(s.message());
+      });
   app.add_option("--read-threads", options.read_threads,
                  "threads serving chunk reads")
       ->check(CLI::Range(1, 64))

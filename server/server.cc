@@ -296,6 +296,7 @@ Status Server::Impl::StartControlPlane(
       RetentionPolicy{options.keep_last, options.gc_grace_ms}, compactor.get(),
       auth.get(), manifest_log.get(), segments.get());
   control->SetRebaser(rebaser.get());
+  control->SetDomain(options.domain);
   control->SetDrainer(drainer.get());
   grpc::ServerBuilder builder;
   int bound_port = 0;

@@ -46,6 +46,10 @@ struct ServerOptions {
   // Data-plane transport; nullptr = UCX, owned by the server.
   transport::Transport* transport = nullptr;
   int read_threads = 2;
+  // The failure domain this server is in (a node, a rack), told to clients
+  // in Hello: they place a chunk's copies in distinct domains. Empty: a
+  // domain of its own.
+  std::string domain;
   uint64_t segment_bytes = 1ull << 30;
   // Retention: when a step completes, keep only the newest `keep_last`
   // complete steps of its job (0: keep everything), as `stagger gc` does,

@@ -93,6 +93,55 @@ class ReplicationTest : public ::testing::Test {
   std::vector<char> w_, b_;
 };
 
+// Four servers in two failure domains (--domain x, x, y, y), two copies:
+// every chunk has one copy in each domain, so a whole domain lost (both
+// its servers killed) leaves every step loadable from the other.
+TEST(ReplicationDomainTest, CopiesGoToDistinctDomains) {
+  testutil::TempDir dir;
+  std::vector<std::unique_ptr<ServerProcess>> servers;
+  std::string list;
+  for (const char* domain : {"x", "x", "y", "y"}) {
+    auto s = ServerProcess::Start(
+        dir.path() + "/" + std::to_string(servers.size()),
+        {"--domain", domain, "--metrics-listen", "127.0.0.1:0"});
+    ASSERT_TRUE(s.ok()) << s.status();
+    list += (list.empty() ? "" : ",") + (*s)->grpc();
+    servers.push_back(std::move(*s));
+  }
+  CheckpointerOptions o;
+  o.servers = list;
+  o.job = "dom";
+  o.replicas = 2;
+  o.chunk_size = 64 << 10;
+  auto ck = Checkpointer::Open(o);
+  ASSERT_TRUE(ck.ok()) << ck.status();
+  std::vector<char> w(40 * o.chunk_size);
+  testutil::FillPattern(w, testutil::WeightSeed(0, 1));
+  ASSERT_TRUE((*ck)->Register({"w", "U8", {int64_t(w.size())}, w.data()}).ok());
+  auto h = (*ck)->Save(1);
+  ASSERT_TRUE(h.ok()) << h.status();
+  ASSERT_TRUE(h->Wait().ok()) << h->Wait();
+  double written[4];
+  for (size_t i = 0; i < 4; ++i) {
+    auto page = metrics::HttpGet(servers[i]->metrics(), "/metrics");
+    ASSERT_TRUE(page.ok()) << page.status();
+    auto v = metrics::SampleValue(*page, "stagger_server_chunks_written_total");
+    ASSERT_TRUE(v.ok()) << v.status();
+    written[i] = *v;
+  }
+  EXPECT_EQ(written[0] + written[1], 40) << "copies in domain x";
+  EXPECT_EQ(written[2] + written[3], 40) << "copies in domain y";
+  // Domain x lost: step 1 loads from y.
+  servers[0]->Stop(SIGKILL);
+  servers[1]->Stop(SIGKILL);
+  std::fill(w.begin(), w.end(), 0);
+  auto got = (*ck)->Load(1);
+  ASSERT_TRUE(got.ok()) << got.status();
+  std::vector<char> want(w.size());
+  testutil::FillPattern(want, testutil::WeightSeed(0, 1));
+  EXPECT_TRUE(w == want);
+}
+
 TEST_F(ReplicationTest, SaveFailsOverAndEveryStepLoadsFromTheSurvivors) {
   auto ck = Open();
   ASSERT_TRUE(ck.ok()) << ck.status();
