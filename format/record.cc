@@ -129,7 +129,7 @@ Status VerifyPayload(const RecordHeader& h, std::string_view payload) {
   return absl::OkStatus();
 }
 
-Result<RecordHeader> VerifyRecord(std::string_view record) {
+Result<RecordHeader> VerifyRecord(std::string_view record, bool check_payload) {
   STAGGER_ASSIGN_OR_RETURN(RecordHeader h, DecodeRecordHeader(record));
   uint64_t total = RecordSize(h.encoded_length);
   if (record.size() < total) {
@@ -137,8 +137,10 @@ Result<RecordHeader> VerifyRecord(std::string_view record) {
                                 total, " bytes) for chunk ",
                                 h.chunk_id.ToHex()));
   }
-  STAGGER_RETURN_IF_ERROR(
-      VerifyPayload(h, record.substr(kRecordHeaderSize, h.encoded_length)));
+  if (check_payload) {
+    STAGGER_RETURN_IF_ERROR(
+        VerifyPayload(h, record.substr(kRecordHeaderSize, h.encoded_length)));
+  }
   for (uint64_t i = kRecordHeaderSize + h.encoded_length; i < total; ++i) {
     if (record[i] != 0) {
       return Corrupt(

@@ -98,8 +98,11 @@ void EncodeRecord(RecordHeader h, std::string_view payload, char* out);
 // Parses a whole record (header, payload, padding): checks the header, the
 // payload checksum and that padding is zero. Returns the header; the payload
 // is record.substr(kRecordHeaderSize, encoded_length). DATA_LOSS on any
-// corruption, including a truncated record.
-Result<RecordHeader> VerifyRecord(std::string_view record);
+// corruption, including a truncated record. With `check_payload` false the
+// payload checksum is not computed: for a reader that checks the payload
+// another way (a raw chunk hashed against its id).
+Result<RecordHeader> VerifyRecord(std::string_view record,
+                                  bool check_payload = true);
 
 // Checks `payload` against `h` (length and crc32c). DATA_LOSS on mismatch.
 Status VerifyPayload(const RecordHeader& h, std::string_view payload);

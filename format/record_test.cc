@@ -144,6 +144,21 @@ TEST(RecordTest, EveryCorruptedByteIsDetected) {
   }
 }
 
+// Without the payload check, a flipped payload byte passes (the caller
+// hashes the payload itself); the header and the padding are still checked.
+TEST(RecordTest, PayloadCheckCanBeLeftToTheCaller) {
+  std::string payload = RandomBytes(5000, 5);
+  const std::string rec = MakeRecord(payload, Codec::kRaw, payload.size());
+  for (size_t i = 0; i < rec.size(); ++i) {
+    std::string bad = rec;
+    bad[i] = static_cast<char>(bad[i] ^ 0x01);
+    const bool in_payload =
+        i >= kRecordHeaderSize && i < kRecordHeaderSize + payload.size();
+    EXPECT_EQ(VerifyRecord(bad, /*check_payload=*/false).ok(), in_payload)
+        << "byte " << i;
+  }
+}
+
 TEST(RecordTest, TruncatedRecordsAreRejected) {
   std::string payload = RandomBytes(6000, 4);
   const std::string rec = MakeRecord(payload, Codec::kRaw, payload.size());

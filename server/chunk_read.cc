@@ -13,13 +13,14 @@ constexpr int kMaxLookups = 4;
 Result<StoredRecord> ReadChunk(MetaStore* meta, SegmentStore* segments,
                                const std::string& job,
                                const format::ChunkId& id,
-                               std::optional<ChunkMeta> known) {
+                               std::optional<ChunkMeta> known,
+                               const IOOptions& io) {
   if (!known) {
     STAGGER_ASSIGN_OR_RETURN(known, meta->GetChunk(job, id));
   }
   ChunkLocation loc = known->location;
   for (int lookups = 1;; ++lookups) {
-    Result<StoredRecord> rec = segments->Read(job, loc);
+    Result<StoredRecord> rec = segments->Read(job, loc, io);
     if (absl::IsNotFound(rec.status()) && lookups < kMaxLookups) {
       STAGGER_ASSIGN_OR_RETURN(ChunkMeta now, meta->GetChunk(job, id));
       if (!(now.location == loc)) {

@@ -22,10 +22,12 @@ namespace stagger::server {
 // the location keeps changing). Errors: the index's NOT_FOUND when the job
 // has no such chunk; DATA_LOSS for a corrupt record or one of another
 // chunk, naming the chunk.
+// `io` goes to the segment store (its check_payload, say).
 Result<StoredRecord> ReadChunk(MetaStore* meta, SegmentStore* segments,
                                const std::string& job,
                                const format::ChunkId& id,
-                               std::optional<ChunkMeta> known = std::nullopt);
+                               std::optional<ChunkMeta> known = std::nullopt,
+                               const IOOptions& io = {});
 
 }  // namespace stagger::server
 

@@ -84,9 +84,20 @@ void DataService::HandleGetRange(
 Result<transport::Buffer> DataService::DecodeWhole(const std::string& job,
                                                    const format::ChunkId& id,
                                                    const ChunkMeta& meta) {
+  // A raw chunk is hashed against its id below: its CRC would be a second
+  // pass over the same bytes.
+  IOOptions io;
+  io.check_payload = meta.codec != format::Codec::kRaw;
   STAGGER_ASSIGN_OR_RETURN(StoredRecord rec,
-                           ReadChunk(meta_, segments_, job, id, meta));
+                           ReadChunk(meta_, segments_, job, id, meta, io));
   const format::Codec codec = rec.header.codec;
+  if (!io.check_payload && codec != format::Codec::kRaw) {
+    // The record changed since the index was read (a rebase): check it
+    // before a decoder sees it.
+    STAGGER_RETURN_IF_ERROR_CTX(
+        format::VerifyPayload(rec.header, rec.payload.view()), "chunk ",
+        id.ToHex());
+  }
   if (format::IsDelta(codec)) {
     // Down the chain of bases (rare: the rebaser keeps the newest version
     // of a chunk whole).

@@ -37,6 +37,9 @@ enum class IOPriority { kHigh, kLow };
 
 struct IOOptions {
   IOPriority priority = IOPriority::kHigh;
+  // SegmentStore::Read: check the payload's CRC-32C. A reader that hashes
+  // the payload against the chunk id anyway (a raw chunk) may skip it.
+  bool check_payload = true;
 };
 
 // One positional write: `len` bytes from `data` at file offset `offset`.

@@ -83,7 +83,7 @@ Result<StoredRecord> SegmentStore::Impl::Read(const std::string& job,
         absl::StrCat(where, ": truncated record (", r.bytes_read, " of ", r.len,
                      " bytes in ", (*file)->path(), ")"));
   }
-  auto h = format::VerifyRecord(buf.view());
+  auto h = format::VerifyRecord(buf.view(), io.check_payload);
   if (!h.ok()) {
     return absl::DataLossError(absl::StrCat(where, " (", (*file)->path(),
                                             "): ", h.status().message()));
