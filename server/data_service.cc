@@ -306,22 +306,43 @@ void DataService::HandleGet(transport::Message request,
       ReplyStatus(shared.get(), DataOp::kGetChunkReply, meta.status());
       return;
     }
-    if (admission_ == nullptr) {
-      ReadAndReply(shared.get(), r, *meta);
-      return;
-    }
-    // Restore traffic first: once this reservation is queued, no checkpoint
-    // pull is granted before it. The grant comes on whichever thread freed
-    // the credit; the read goes back to the reader threads.
-    const uint64_t bytes = meta->location.record_size;
-    admission_->RequestRestore(
-        peer, bytes, [this, shared, peer, bytes, r, m = *meta] {
-          readers_->Submit([this, shared, peer, bytes, r, m] {
-            ReadAndReply(shared.get(), r, m);
-            admission_->Release(peer, bytes);
-          });
-        });
+    AdmitRead(
+        peer, meta->location.record_size, readers_,
+        [this, shared, r, m = *meta] { ReadAndReply(shared.get(), r, m); });
   });
+}
+
+void DataService::AdmitRead(uint64_t peer, uint64_t bytes, qos::Executor* on,
+                            std::function<void()> read) {
+  if (admission_ == nullptr) {
+    read();
+    return;
+  }
+  // Restore traffic first: once this reservation is queued, no checkpoint
+  // pull is granted before it. The grant comes on whichever thread freed
+  // the credit; the read goes back to `on`.
+  admission_->RequestRestore(peer, bytes,
+                             [this, on, peer, bytes, read = std::move(read)] {
+                               on->Submit([this, peer, bytes, read] {
+                                 read();
+                                 admission_->Release(peer, bytes);
+                               });
+                             });
+}
+
+void DataService::NoteBadCopy(const std::string& job, const format::ChunkId& id,
+                              const Status& bad, bool reading_cold) {
+  ++counters_.verify_failures;
+  // The next put of this chunk (a client's repair, a later save) rewrites
+  // it.
+  Status marked = meta_->MarkBad(job, id);
+  log::Warning("stagger-server",
+               absl::StrCat("job '", job, "': ", bad.message(),
+                            marked.ok() ? "; marked for repair" : "",
+                            marked.ok() ? "" : "; marking it failed: ",
+                            marked.ok() ? "" : marked.message(),
+                            reading_cold ? "; reading it from " : "",
+                            reading_cold ? cold_->Describe() : ""));
 }
 
 void DataService::ReadAndReply(transport::ReplyChannel* reply,
@@ -330,17 +351,7 @@ void DataService::ReadAndReply(transport::ReplyChannel* reply,
   // Follows the record if compaction moves it during the read.
   auto rec = ReadChunk(meta_, segments_, r.job, r.id, meta);
   if (absl::IsDataLoss(rec.status())) {
-    ++counters_.verify_failures;
-    // The next put of this chunk (a client's repair, a later save)
-    // rewrites it.
-    Status marked = meta_->MarkBad(r.job, r.id);
-    log::Warning("stagger-server",
-                 absl::StrCat("job '", r.job, "': ", rec.status().message(),
-                              marked.ok() ? "; marked for repair" : "",
-                              marked.ok() ? "" : "; marking it failed: ",
-                              marked.ok() ? "" : marked.message(),
-                              cold_ != nullptr ? "; reading it from " : "",
-                              cold_ != nullptr ? cold_->Describe() : ""));
+    NoteBadCopy(r.job, r.id, rec.status(), cold_ != nullptr);
     if (cold_ != nullptr) {
       Result<StoredRecord> copy = tier::ReadColdChunk(cold_, r.job, r.id);
       // No good copy there either: the client hears of the bad one here.

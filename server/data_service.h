@@ -22,6 +22,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -145,6 +146,15 @@ class DataService : public transport::RequestHandler {
                          const ChunkMeta& meta);
   void HandleAuth(transport::Message request,
                   std::unique_ptr<transport::ReplyChannel> reply);
+  // Runs `read` once `bytes` of restore traffic for `peer` are admitted
+  // (at once without an admission; else on `on`), then releases them.
+  void AdmitRead(uint64_t peer, uint64_t bytes, qos::Executor* on,
+                 std::function<void()> read);
+  // A read found chunk `id`'s copy bad (`bad`): counts it, marks it for
+  // repair and logs it (and that the cold store is read instead, with
+  // `reading_cold`).
+  void NoteBadCopy(const std::string& job, const format::ChunkId& id,
+                   const Status& bad, bool reading_cold);
   // OK when the server is open or connection `peer`'s grant allows `job`.
   Status Allowed(uint64_t peer, const std::string& job);
   // Reads the record the index entry `meta` places and sends it.

@@ -65,19 +65,11 @@ void DataService::HandleGetRange(
               r.id.ToHex(), " ends past its ", meta->raw_length, " bytes")));
       return;
     }
-    if (admission_ == nullptr) {
-      ReadRangeAndReply(shared.get(), r, *meta);
-      return;
-    }
     // Restore traffic, as a GetChunk of the record.
-    const uint64_t bytes = meta->location.record_size;
-    admission_->RequestRestore(
-        peer, bytes, [this, shared, peer, bytes, r, m = *meta] {
-          range_readers_->Submit([this, shared, peer, bytes, r, m] {
-            ReadRangeAndReply(shared.get(), r, m);
-            admission_->Release(peer, bytes);
-          });
-        });
+    AdmitRead(peer, meta->location.record_size, range_readers_.get(),
+              [this, shared, r, m = *meta] {
+                ReadRangeAndReply(shared.get(), r, m);
+              });
   });
 }
 
@@ -128,15 +120,10 @@ void DataService::ReadRangeAndReply(transport::ReplyChannel* reply,
   Result<DecodedChunks::Bytes> whole =
       decoded_.Get(r.job, r.id, meta.raw_length, r.length,
                    [&] { return DecodeWhole(r.job, r.id, meta); });
-  if (absl::IsDataLoss(whole.status())) {
-    ++counters_.verify_failures;
-    Status marked = meta_->MarkBad(r.job, r.id);
-    log::Warning("stagger-server",
-                 absl::StrCat("job '", r.job, "': ", whole.status().message(),
-                              marked.ok() ? "; marked for repair" : "",
-                              marked.ok() ? "" : "; marking it failed: ",
-                              marked.ok() ? "" : marked.message()));
-  }
+  // The client then asks for the whole chunk, which the cold tier may
+  // serve.
+  if (absl::IsDataLoss(whole.status()))
+    NoteBadCopy(r.job, r.id, whole.status(), false);
   if (!whole.ok()) {
     ReplyRangeStatus(reply, WithContext(whole.status(),
                                         absl::StrCat("chunk ", r.id.ToHex())));

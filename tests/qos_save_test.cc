@@ -252,31 +252,43 @@ TEST(QosAdmissionTest, SixteenClientsWithSmallCreditsAllFinishFairly) {
   // one after another, the first would have the server to itself for the
   // others' snapshot time and could finish before they began.
   std::vector<std::optional<Result<SaveHandle>>> handles(kClients);
+  std::vector<double> started(kClients);  // s after the release
   absl::Notification go;
   std::vector<std::thread> starters;
+  const auto release =
+      std::chrono::steady_clock::now() + std::chrono::milliseconds(50);
   for (int i = 0; i < kClients; ++i) {
     starters.emplace_back([&, i] {
       go.WaitForNotification();
+      std::this_thread::sleep_until(release);
+      started[i] = std::chrono::duration<double>(
+                       std::chrono::steady_clock::now() - release)
+                       .count();
       handles[i] = cks[i]->Save(1);
     });
   }
   go.Notify();
   for (auto& t : starters) t.join();
-  std::vector<double> durable;
-  for (auto& h : handles) {
+  // When each save was durable, counted from the common release: a save
+  // whose thread the scheduler started late (two cores, other tests
+  // running) ends late too, and is not taken for one served unfairly.
+  std::vector<double> done;
+  for (int i = 0; i < kClients; ++i) {
+    auto& h = handles[i];
     ASSERT_TRUE((*h).ok()) << (*h).status();
     ASSERT_TRUE((*h)->Wait().ok()) << (*h)->Wait();
-    durable.push_back((*h)->stats().durable_s);
+    done.push_back(started[i] + (*h)->stats().durable_s);
   }
-  std::vector<double> sorted = durable;
+  std::vector<double> sorted = done;
   std::sort(sorted.begin(), sorted.end());
   const double median = sorted[kClients / 2];
   // Fair shares progress together and finish close together; served in
   // arrival order (or with one starved), the first would finish a
-  // sixteenth of the way through and the last trail by the whole queue.
-  EXPECT_GE(sorted.front(), 0.3 * sorted.back())
-      << "fastest " << sorted.front() << " s, slowest " << sorted.back()
-      << " s, median " << median << " s";
+  // sixteenth of the way through (0.06 of the last) and the last trail by
+  // the whole queue.
+  EXPECT_GE(sorted.front(), 0.2 * sorted.back())
+      << "first durable at " << sorted.front() << " s, last at "
+      << sorted.back() << " s, median " << median << " s";
   for (int i = 0; i < kClients; ++i) {
     std::vector<char> out(kEach, 0);
     cks[i]->ClearRegistrations();
