@@ -24,18 +24,16 @@ using format::DataOp;
 // deltas not yet rebased add a few.
 constexpr int kMaxDeltaDepth = 1024;
 
-// Copies the runs of a decoded chunk to their places in `dest`; `bytes`
-// holds the chunk's decoded bytes from offset `at` on.
-Status Scatter(std::string_view bytes, uint64_t at,
-               const std::vector<format::CopyRun>& runs, char* dest) {
+// Copies the runs of a decoded chunk to their places in `dest`.
+Status Scatter(std::string_view chunk, const std::vector<format::CopyRun>& runs,
+               char* dest) {
   for (const format::CopyRun& r : runs) {
-    if (r.src < at || r.src - at > bytes.size() ||
-        r.length > bytes.size() - (r.src - at)) {
-      return absl::InternalError(absl::StrCat(
-          "copy of ", r.length, " bytes at ", r.src, " leaves the ",
-          bytes.size(), " bytes of the chunk held from ", at));
+    if (r.src > chunk.size() || r.length > chunk.size() - r.src) {
+      return absl::InternalError(
+          absl::StrCat("copy of ", r.length, " bytes at ", r.src,
+                       " leaves the ", chunk.size(), "-byte chunk"));
     }
-    std::memcpy(dest + r.dst, bytes.data() + (r.src - at), r.length);
+    std::memcpy(dest + r.dst, chunk.data() + r.src, r.length);
   }
   return absl::OkStatus();
 }
@@ -140,8 +138,8 @@ void ChunkIo::FetchFrom(std::shared_ptr<FetchAttempt> a) {
     FetchFrom(std::move(a));  // the next server, or the error
     return;
   }
-  if (item.range_length > 0 && item.scatter != nullptr &&
-      item.dest != nullptr && !a->whole && server->serves_ranges.load()) {
+  if (!item.parts.empty() && item.scatter != nullptr && item.dest != nullptr &&
+      !a->whole && server->serves_ranges.load()) {
     FetchRange(std::move(a), server, *data);
     return;
   }
@@ -184,12 +182,10 @@ void ChunkIo::FetchFrom(std::shared_ptr<FetchAttempt> a) {
 
 void ChunkIo::FetchRange(std::shared_ptr<FetchAttempt> a, ServerConn* server,
                          transport::Connection& data) {
-  const FetchItem& item = *a->item;
   data.Call(
       static_cast<uint16_t>(DataOp::kGetRange),
-      format::EncodeGetRange(
-          {job_, a->id, item.range_offset, item.range_length}),
-      std::string_view(), [this, a, server](Result<transport::Message> reply) {
+      format::EncodeGetRange({job_, a->id, a->item->parts}), std::string_view(),
+      [this, a, server](Result<transport::Message> reply) {
         // Whatever went wrong, the whole chunk from the same server next:
         // that path reads the cold tier, reports, tries other copies and
         // repairs; a server gone is skipped there.
@@ -221,17 +217,40 @@ Status ChunkIo::ScatterRange(const FetchAttempt& a,
   STAGGER_ASSIGN_OR_RETURN(format::RangeReply r,
                            format::DecodeRangeReply(msg.header));
   STAGGER_RETURN_IF_ERROR(r.status);
-  if (msg.payload.size() != item.range_length) {
-    return absl::DataLossError(absl::StrCat(
-        "range of chunk ", a.id.ToHex(), " is ", msg.payload.size(),
-        " bytes, asked for ", item.range_length));
+  uint64_t total = 0;
+  for (const format::ChunkPart& p : item.parts) total += p.length;
+  if (msg.payload.size() != total) {
+    return absl::DataLossError(absl::StrCat("parts of chunk ", a.id.ToHex(),
+                                            " are ", msg.payload.size(),
+                                            " bytes, asked for ", total));
   }
   if (format::Crc32c(msg.payload.data(), msg.payload.size()) != r.crc32c) {
     return absl::DataLossError(
-        absl::StrCat("range of chunk ", a.id.ToHex(), " fails its CRC-32C"));
+        absl::StrCat("parts of chunk ", a.id.ToHex(), " fail their CRC-32C"));
   }
-  return Scatter(msg.payload.view(), item.range_offset, *item.scatter,
-                 item.dest);
+  // Each run lies in one part (the parts were cut around the runs).
+  std::vector<uint64_t> at(item.parts.size());  // where each part starts
+  for (size_t i = 1; i < at.size(); ++i) {
+    at[i] = at[i - 1] + item.parts[i - 1].length;
+  }
+  for (const format::CopyRun& run : *item.scatter) {
+    auto it = std::upper_bound(item.parts.begin(), item.parts.end(), run.src,
+                               [](uint64_t src, const format::ChunkPart& p) {
+                                 return src < p.offset;
+                               });
+    const size_t k = static_cast<size_t>(it - item.parts.begin());
+    if (k == 0 || run.src + run.length >
+                      item.parts[k - 1].offset + item.parts[k - 1].length) {
+      return absl::InternalError(
+          absl::StrCat("copy of ", run.length, " bytes at ", run.src,
+                       " of chunk ", a.id.ToHex(), " is in no part asked for"));
+    }
+    std::memcpy(
+        item.dest + run.dst,
+        msg.payload.data() + at[k - 1] + (run.src - item.parts[k - 1].offset),
+        run.length);
+  }
+  return absl::OkStatus();
 }
 
 Status ChunkIo::DecodeFetched(const FetchAttempt& a, ServerConn* server,
@@ -247,7 +266,7 @@ Status ChunkIo::DecodeFetched(const FetchAttempt& a, ServerConn* server,
   STAGGER_RETURN_IF_ERROR(
       DecodeReply(server, a.id, raw, msg, dest, kMaxDeltaDepth, item.servers));
   if (item.scatter != nullptr && item.dest != nullptr) {
-    STAGGER_RETURN_IF_ERROR(Scatter(scratch, 0, *item.scatter, item.dest));
+    STAGGER_RETURN_IF_ERROR(Scatter(scratch, *item.scatter, item.dest));
   }
   // Read repair: the copies found bad get these good bytes (the servers
   // marked them on the read, so the puts rewrite them).

@@ -88,14 +88,13 @@ struct FetchItem {
   // each run copies `length` bytes at `src` to `dest` + `dst`; `dest` is then
   // the base of the destination buffer.
   const std::vector<format::CopyRun>* scatter = nullptr;
-  // With `scatter` and range_length > 0: the runs read only the chunk's
-  // decoded bytes [range_offset, range_offset + range_length). A server
-  // that serves ranges (ServerConn::serves_ranges) sends those alone,
-  // decoded and checked against the chunk id on its side, with a CRC-32C
-  // checked here; where it cannot (the chunk only in its cold tier, a bad
-  // copy), or from other servers, the whole chunk is fetched as usual.
-  uint64_t range_offset = 0;
-  uint64_t range_length = 0;
+  // With `scatter` and `parts`: the runs read only these parts of the
+  // chunk's decoded bytes (increasing, disjoint). A server that serves
+  // ranges (ServerConn::serves_ranges) sends those alone, decoded and
+  // checked against the chunk id on its side, with a CRC-32C checked here;
+  // where it cannot (the chunk only in its cold tier, a bad copy), or from
+  // other servers, the whole chunk is fetched as usual.
+  std::vector<format::ChunkPart> parts;
 };
 
 class ChunkIo {

@@ -63,6 +63,32 @@ Status CheckChunkLayout(const pb::ShardManifest& shard,
   return absl::OkStatus();
 }
 
+// Parts asked for by range average at least this: each costs 16 bytes of
+// request, and a server's copy.
+constexpr uint64_t kMinPartBytes = 256;
+
+// The parts of a chunk `runs` read, in increasing order, touching or
+// overlapping ones merged.
+std::vector<format::ChunkPart> PartsRead(
+    const std::vector<format::CopyRun>& runs) {
+  std::vector<format::ChunkPart> spans;
+  for (const format::CopyRun& r : runs) spans.push_back({r.src, r.length});
+  std::sort(spans.begin(), spans.end(),
+            [](const format::ChunkPart& a, const format::ChunkPart& b) {
+              return a.offset < b.offset;
+            });
+  std::vector<format::ChunkPart> out;
+  for (const format::ChunkPart& s : spans) {
+    if (!out.empty() && s.offset <= out.back().offset + out.back().length) {
+      out.back().length =
+          std::max(out.back().length, s.offset + s.length - out.back().offset);
+    } else {
+      out.push_back(s);
+    }
+  }
+  return out;
+}
+
 // Turns the chunk plan of one saved entry into fetches.
 void AddFetches(const SavedEntry& saved, format::ChunkPlan chunks, char* dest,
                 ServerSet& servers, LoadPlan* plan) {
@@ -78,18 +104,17 @@ void AddFetches(const SavedEntry& saved, format::ChunkPlan chunks, char* dest,
       ++plan->chunks_direct;
       continue;
     }
-    // The span of the chunk the runs read: a server that serves ranges
-    // sends only it (a reshard's slice boundary inside the chunk).
-    uint64_t lo = c.raw_length(), hi = 0;
-    for (const format::CopyRun& r : runs) {
-      lo = std::min(lo, r.src);
-      hi = std::max(hi, r.src + r.length);
-    }
+    // The parts of the chunk the runs read: a server that serves ranges
+    // sends only them (a reshard's slice boundary inside the chunk, or a
+    // strided part of every row).
+    std::vector<format::ChunkPart> parts = PartsRead(runs);
     plan->scatters.push_back(std::move(runs));
     FetchItem item{&c, dest, std::move(where), &plan->scatters.back()};
-    if (lo < hi && hi - lo < c.raw_length()) {
-      item.range_offset = lo;
-      item.range_length = hi - lo;
+    uint64_t total = 0;
+    for (const format::ChunkPart& p : parts) total += p.length;
+    if (total < c.raw_length() && parts.size() <= format::kMaxRangeParts &&
+        total >= kMinPartBytes * parts.size()) {
+      item.parts = std::move(parts);
       ++plan->chunks_ranged;
     }
     plan->items.push_back(std::move(item));

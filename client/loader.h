@@ -8,7 +8,7 @@
 //                │   chunk becomes one FetchItem, from ForSlot(saved rank,
 //                │   tensor, chunk index), decoded straight into place when
 //                │   it maps to one contiguous run, else scattered
-//                │   (only the span it reads asked for: FetchItem's range)
+//                │   (only the parts it reads asked for: FetchItem::parts)
 //                └─ ChunkIo::Fetch (parallel, bounded window)
 //
 // A tensor registered without a global shape is a per-rank tensor: its
@@ -50,7 +50,7 @@ struct LoadPlan {
   std::deque<std::vector<format::CopyRun>> scatters;  // items point here
   uint64_t chunks_direct = 0;     // decoded straight into place
   uint64_t chunks_scattered = 0;  // decoded into scratch, then copied
-  // Of those, the ones only a part of which is read (FetchItem's range).
+  // Of those, the ones of which only parts are read (FetchItem::parts).
   uint64_t chunks_ranged = 0;
 };
 

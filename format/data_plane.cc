@@ -76,26 +76,50 @@ std::string EncodeGetRange(const GetRangeRequest& r) {
   PutJob(&out, r.job);
   out += r.id.ToBytes();
   char n[16];
-  PutLE<uint64_t>(n, r.offset);
-  PutLE<uint64_t>(n + 8, r.length);
-  out.append(n, sizeof n);
+  PutLE<uint32_t>(n, static_cast<uint32_t>(r.parts.size()));
+  out.append(n, 4);
+  for (const ChunkPart& p : r.parts) {
+    PutLE<uint64_t>(n, p.offset);
+    PutLE<uint64_t>(n + 8, p.length);
+    out.append(n, 16);
+  }
   return out;
 }
 
 Result<GetRangeRequest> DecodeGetRange(std::string_view in) {
   GetRangeRequest r;
   STAGGER_ASSIGN_OR_RETURN(r.job, TakeJob(&in));
-  if (in.size() != 32) {
-    return Malformed("GetRange needs a 16-byte chunk id, offset and length");
+  if (in.size() < 20) {
+    return Malformed("GetRange needs a 16-byte chunk id and a part count");
   }
   STAGGER_ASSIGN_OR_RETURN(r.id, ChunkId::FromBytes(in.substr(0, 16)));
-  r.offset = GetLE<uint64_t>(in.data() + 16);
-  r.length = GetLE<uint64_t>(in.data() + 24);
-  if (r.length == 0 || r.length > kMaxChunkRawBytes ||
-      r.offset > kMaxChunkRawBytes - r.length) {
-    return Malformed(absl::StrCat("GetRange of ", r.length, " bytes at ",
-                                  r.offset, " (a chunk holds 1 to ",
-                                  kMaxChunkRawBytes, ")"));
+  const uint32_t count = GetLE<uint32_t>(in.data() + 16);
+  if (count == 0 || count > kMaxRangeParts) {
+    return Malformed(absl::StrCat("GetRange of ", count, " parts (1 to ",
+                                  kMaxRangeParts, ")"));
+  }
+  const std::string_view payload = in.substr(20);
+  if (payload.size() != 16ull * count) {
+    return Malformed(absl::StrCat("GetRange of ", count, " parts carries ",
+                                  payload.size(), " bytes of them"));
+  }
+  uint64_t total = 0;
+  r.parts.resize(count);
+  for (uint32_t i = 0; i < count; ++i) {
+    ChunkPart& p = r.parts[i];
+    p.offset = GetLE<uint64_t>(payload.data() + 16 * i);
+    p.length = GetLE<uint64_t>(payload.data() + 16 * i + 8);
+    if (p.length == 0 || p.length > kMaxChunkRawBytes ||
+        p.offset > kMaxChunkRawBytes - p.length) {
+      return Malformed(absl::StrCat(
+          "GetRange part ", i, " of ", p.length, " bytes at ", p.offset,
+          " (a chunk holds 1 to ", kMaxChunkRawBytes, ")"));
+    }
+    total += p.length;
+    if (total > kMaxChunkRawBytes) {
+      return Malformed(absl::StrCat("GetRange parts add up to more than ",
+                                    kMaxChunkRawBytes, " bytes"));
+    }
   }
   return r;
 }

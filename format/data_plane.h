@@ -7,10 +7,11 @@
 //   GetChunk       header: job_len u8, job, chunk id (16 bytes)
 //   GetChunkReply  header: reply status, then on OK the record header
 //                  payload: the encoded chunk bytes
-//   GetRange       header: job_len u8, job, chunk id (16 bytes),
-//                          offset u64, length u64 (of the decoded chunk)
+//   GetRange       header: job_len u8, job, chunk id (16 bytes), count u32,
+//                          count x (offset u64, length u64): parts of the
+//                          decoded chunk
 //   GetRangeReply  header: reply status, then on OK crc32c u32 of the payload
-//                  payload: decoded bytes [offset, offset + length)
+//                  payload: the parts' decoded bytes, one after another
 //   reply status:  code u32 (absl::StatusCode), msg_len u16, msg
 //
 // Decoders validate every length and name; a malformed message is
@@ -21,6 +22,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "format/chunk_id.h"
 #include "format/record.h"
@@ -59,15 +61,26 @@ struct GetChunkRequest {
 std::string EncodeGetChunk(const GetChunkRequest& r);
 Result<GetChunkRequest> DecodeGetChunk(std::string_view header);
 
+// A part of a chunk's decoded bytes: [offset, offset + length).
+struct ChunkPart {
+  uint64_t offset = 0;
+  uint64_t length = 0;
+  bool operator==(const ChunkPart& o) const {
+    return offset == o.offset && length == o.length;
+  }
+};
+// What fits in a transport header (8 KiB) with the longest job name.
+inline constexpr size_t kMaxRangeParts = 480;
+
 struct GetRangeRequest {
   std::string job;
   ChunkId id;
-  uint64_t offset = 0;
-  uint64_t length = 0;  // 1 .. kMaxChunkRawBytes
+  std::vector<ChunkPart> parts;
 };
 std::string EncodeGetRange(const GetRangeRequest& r);
-// INVALID_ARGUMENT for a malformed header, a length of 0 or past
-// kMaxChunkRawBytes, or a range ending past kMaxChunkRawBytes.
+// INVALID_ARGUMENT for a malformed header, no part or more than
+// kMaxRangeParts, an empty part, or parts ending past kMaxChunkRawBytes or
+// adding up to more.
 Result<GetRangeRequest> DecodeGetRange(std::string_view header);
 
 // A GetRangeReply header: the status, then on OK the CRC-32C of the bytes.

@@ -59,33 +59,47 @@ TEST(DataPlaneTest, ReplyCarriesStatusAndRecord) {
 }
 
 TEST(DataPlaneTest, GetRangeRoundTripAndMalformed) {
-  std::string enc = EncodeGetRange({"j", ChunkId{3, 4}, 4096, 1000});
-  auto d = DecodeGetRange(enc);
+  GetRangeRequest r{"j", ChunkId{3, 4}, {{4096, 1000}, {8192, 24}}};
+  const std::string header = EncodeGetRange(r);
+  auto d = DecodeGetRange(header);
   ASSERT_TRUE(d.ok()) << d.status();
   EXPECT_EQ(d->job, "j");
   EXPECT_EQ(d->id, (ChunkId{3, 4}));
-  EXPECT_EQ(d->offset, 4096u);
-  EXPECT_EQ(d->length, 1000u);
-  for (size_t n = 0; n < enc.size(); ++n) {
-    EXPECT_EQ(DecodeGetRange(enc.substr(0, n)).status().code(),
+  EXPECT_EQ(d->parts, r.parts);
+  for (size_t n = 0; n < header.size(); ++n) {
+    EXPECT_EQ(DecodeGetRange(header.substr(0, n)).status().code(),
               absl::StatusCode::kInvalidArgument);
   }
-  EXPECT_EQ(DecodeGetRange(enc + "x").status().code(),
+  EXPECT_EQ(DecodeGetRange(header + "x").status().code(),
             absl::StatusCode::kInvalidArgument);
-  // Empty, too long, and ranges that end past any chunk (or wrap).
-  for (auto [offset, length] :
-       std::vector<std::pair<uint64_t, uint64_t>>{{0, 0},
-                                                  {0, kMaxChunkRawBytes + 1},
-                                                  {kMaxChunkRawBytes, 1},
-                                                  {~0ull, 2}}) {
-    auto bad =
-        DecodeGetRange(EncodeGetRange({"j", ChunkId{3, 4}, offset, length}));
-    EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument)
-        << offset << "+" << length;
+  // No part, an empty part, one too long, one ending past any chunk (or
+  // wrapping), parts adding up to more than a chunk.
+  for (const std::vector<ChunkPart>& parts :
+       std::vector<std::vector<ChunkPart>>{{},
+                                           {{0, 0}},
+                                           {{0, kMaxChunkRawBytes + 1}},
+                                           {{kMaxChunkRawBytes, 1}},
+                                           {{~0ull, 2}},
+                                           {{0, kMaxChunkRawBytes}, {0, 1}}}) {
+    EXPECT_EQ(DecodeGetRange(EncodeGetRange({"j", ChunkId{3, 4}, parts}))
+                  .status()
+                  .code(),
+              absl::StatusCode::kInvalidArgument)
+        << parts.size() << " parts";
   }
-  auto whole = DecodeGetRange(
-      EncodeGetRange({"j", ChunkId{3, 4}, 0, kMaxChunkRawBytes}));
-  EXPECT_TRUE(whole.ok()) << whole.status();
+  std::vector<ChunkPart> many(kMaxRangeParts + 1, ChunkPart{0, 1});
+  EXPECT_EQ(DecodeGetRange(EncodeGetRange({"j", ChunkId{3, 4}, many}))
+                .status()
+                .code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(
+      DecodeGetRange(
+          EncodeGetRange({"j", ChunkId{3, 4}, {{0, kMaxChunkRawBytes}}}))
+          .ok());
+  // The most parts, with the longest job name, fit a transport header.
+  std::vector<ChunkPart> most(kMaxRangeParts, ChunkPart{0, 1});
+  EXPECT_LE(EncodeGetRange({std::string(255, 'j'), ChunkId{3, 4}, most}).size(),
+            8192u);
 }
 
 TEST(DataPlaneTest, RangeReplyCarriesStatusOrCrc) {

@@ -9,6 +9,7 @@
 // chunk only the cold tier holds) and DATA_LOSS (a copy found bad, marked
 // for repair) send the client to GetChunk, which reads the cold tier, tries
 // the other copies and repairs.
+#include <cstring>
 #include <memory>
 
 #include "absl/strings/str_cat.h"
@@ -56,14 +57,16 @@ void DataService::HandleGetRange(
       ReplyRangeStatus(shared.get(), meta.status());
       return;
     }
-    if (r.offset + r.length > meta->raw_length) {
-      ++counters_.bad_requests;
-      ReplyRangeStatus(
-          shared.get(),
-          absl::OutOfRangeError(absl::StrCat(
-              "range of ", r.length, " bytes at ", r.offset, " of chunk ",
-              r.id.ToHex(), " ends past its ", meta->raw_length, " bytes")));
-      return;
+    for (const format::ChunkPart& p : r.parts) {
+      if (p.offset + p.length > meta->raw_length) {
+        ++counters_.bad_requests;
+        ReplyRangeStatus(
+            shared.get(),
+            absl::OutOfRangeError(absl::StrCat(
+                "part of ", p.length, " bytes at ", p.offset, " of chunk ",
+                r.id.ToHex(), " ends past its ", meta->raw_length, " bytes")));
+        return;
+      }
     }
     // Restore traffic, as a GetChunk of the record.
     AdmitRead(peer, meta->location.record_size, range_readers_.get(),
@@ -117,8 +120,10 @@ Result<transport::Buffer> DataService::DecodeWhole(const std::string& job,
 void DataService::ReadRangeAndReply(transport::ReplyChannel* reply,
                                     const format::GetRangeRequest& r,
                                     const ChunkMeta& meta) {
+  uint64_t total = 0;
+  for (const format::ChunkPart& p : r.parts) total += p.length;
   Result<DecodedChunks::Bytes> whole =
-      decoded_.Get(r.job, r.id, meta.raw_length, r.length,
+      decoded_.Get(r.job, r.id, meta.raw_length, total,
                    [&] { return DecodeWhole(r.job, r.id, meta); });
   // The client then asks for the whole chunk, which the cold tier may
   // serve.
@@ -129,13 +134,25 @@ void DataService::ReadRangeAndReply(transport::ReplyChannel* reply,
                                         absl::StrCat("chunk ", r.id.ToHex())));
     return;
   }
-  transport::Buffer part = DecodedChunks::Slice(*whole, r.offset, r.length);
-  const uint32_t crc = format::Crc32c(part.data(), part.size());
+  // One part is sent from the decoded chunk itself; several are gathered.
+  transport::Buffer parts;
+  if (r.parts.size() == 1) {
+    parts = DecodedChunks::Slice(*whole, r.parts[0].offset, total);
+  } else {
+    parts = decoded_.NewBuffer(total);
+    char* at = parts.data();
+    for (const format::ChunkPart& p : r.parts) {
+      std::memcpy(at, (*whole)->data() + p.offset, p.length);
+      at += p.length;
+    }
+  }
+  const uint32_t crc = format::Crc32c(parts.data(), parts.size());
   ++counters_.ranges_read;
-  counters_.bytes_read += r.length;
-  job_counters_.AddRead(r.job, r.length);
+  counters_.bytes_read += total;
+  job_counters_.AddRead(r.job, total);
   reply->Send(static_cast<uint16_t>(DataOp::kGetRangeReply),
-              format::EncodeRangeReply(absl::OkStatus(), crc), std::move(part));
+              format::EncodeRangeReply(absl::OkStatus(), crc),
+              std::move(parts));
 }
 
 }  // namespace stagger::server

@@ -81,9 +81,12 @@ class DataServiceTest : public ::testing::Test {
   // A GetRange of chunk `id`: the bytes, or the reply's error.
   Result<std::string> Range(const format::ChunkId& id, uint64_t offset,
                             uint64_t length) {
-    auto m = conn_->CallSync(
-        static_cast<uint16_t>(DataOp::kGetRange),
-        format::EncodeGetRange({"job", id, offset, length}), "");
+    return Parts(id, {{offset, length}});
+  }
+  Result<std::string> Parts(const format::ChunkId& id,
+                            std::vector<format::ChunkPart> parts) {
+    auto m = conn_->CallSync(static_cast<uint16_t>(DataOp::kGetRange),
+                             format::EncodeGetRange({"job", id, parts}), "");
     STAGGER_RETURN_IF_ERROR(m.status());
     STAGGER_ASSIGN_OR_RETURN(format::RangeReply r,
                              format::DecodeRangeReply(m->header));
@@ -207,11 +210,18 @@ TEST_F(DataServiceTest, RangesOfEncodedAndDeltaChunks) {
   EXPECT_EQ(service_->counters().bytes_read.load(),
             2 * (1 + 70000 + 1 + 300000));
 
+  // Several parts come back one after another.
+  auto parts = Parts(next_id, {{5, 10}, {200000, 3}, {0, 2}});
+  ASSERT_TRUE(parts.ok()) << parts.status();
+  EXPECT_TRUE(*parts ==
+              next.substr(5, 10) + next.substr(200000, 3) + next.substr(0, 2));
   EXPECT_EQ(Range(base_id, 299999, 2).status().code(),
+            absl::StatusCode::kOutOfRange);
+  EXPECT_EQ(Parts(base_id, {{0, 1}, {299999, 2}}).status().code(),
             absl::StatusCode::kOutOfRange);
   EXPECT_EQ(Range(format::ChunkId{1, 2}, 0, 1).status().code(),
             absl::StatusCode::kNotFound);
-  EXPECT_EQ(service_->counters().bad_requests.load(), 1u);
+  EXPECT_EQ(service_->counters().bad_requests.load(), 2u);
 }
 
 // A range of a chunk whose stored copy is bad: DATA_LOSS, and the copy is

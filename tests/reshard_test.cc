@@ -435,6 +435,28 @@ int CorruptEveryRecord(const std::string& data) {
   return n;
 }
 
+// A load by columns of what was saved by rows: each rank needs a strided
+// part of every row of w (400 of each 800 bytes), asked for as parts of
+// each chunk, so w is sent about once (a chunk whose parts are too short
+// on average goes whole), not twice. e's rows are too short to pay
+// (40-byte parts): each rank is sent all of e.
+TEST_F(ReshardTest, ColumnReshardIsSentTheRowPartsItNeeds) {
+  auto a = testutil::ServerProcess::Start(dir_.path() + "/a",
+                                          {"--metrics-listen", "127.0.0.1:0"});
+  ASSERT_TRUE(a.ok()) << a.status();
+  servers_ = (*a)->grpc();
+  SaveFourRanks();
+  const double before = ReadBytes(**a, "stagger_server_read_bytes_total");
+  LoadAndCheck(2, true);
+  const double sent = ReadBytes(**a, "stagger_server_read_bytes_total");
+  const double want =
+      static_cast<double>(w_.bytes.size() + 2 * e_.bytes.size() +
+                          2 * (norm_.bytes.size() + 40 + 8));
+  EXPECT_GE(sent - before, want);
+  EXPECT_LT(sent - before, want + kChunk)
+      << "w sent twice would be " << want + w_.bytes.size();
+}
+
 // Two copies of every chunk, every record of one server's copy bad: its
 // range reads fail (DATA_LOSS), and the load falls back to whole chunks,
 // from the other server, bit-exact; the bad copies read are repaired.

@@ -103,7 +103,8 @@ int main(int argc, char** argv) {
             format::EncodeReply(absl::NotFoundError("no such chunk"), nullptr));
   Write(out + "/manifest/get_range",
         std::string(1, '\4') +
-            format::EncodeGetRange({"seed", put.record.chunk_id, 4096, 8192}));
+            format::EncodeGetRange(
+                {"seed", put.record.chunk_id, {{4096, 8192}, {0, 64}}}));
   Write(out + "/manifest/range_reply",
         std::string(1, '\5') +
             format::EncodeRangeReply(absl::OkStatus(), 0x1234abcd));
