@@ -94,8 +94,8 @@ Result<transport::Buffer> DataService::DecodeWhole(const std::string& job,
         id.ToHex());
   }
   if (format::IsDelta(codec)) {
-    // Down the chain of bases (rare: the rebaser keeps the newest version
-    // of a chunk whole).
+    // Down the chain of bases, reading this record again (rare: the
+    // rebaser keeps the newest version of a chunk whole).
     transport::Buffer out = decoded_.NewBuffer(meta.raw_length);
     STAGGER_RETURN_IF_ERROR(DecodeStoredChunk(
         meta_, segments_, job, id, meta, out.data(), nullptr, kMaxDeltaDepth));
@@ -106,8 +106,9 @@ Result<transport::Buffer> DataService::DecodeWhole(const std::string& job,
     out = std::move(rec.payload);  // the record's payload is the chunk
   } else {
     out = decoded_.NewBuffer(rec.header.raw_length);
-    STAGGER_RETURN_IF_ERROR(
-        format::Decode(codec, rec.payload.view(), out.data(), out.size()));
+    STAGGER_RETURN_IF_ERROR_CTX(
+        format::Decode(codec, rec.payload.view(), out.data(), out.size()),
+        "chunk ", id.ToHex());
   }
   if (out.size() != meta.raw_length ||
       format::ChunkId::Of(out.data(), out.size()) != id) {
@@ -130,8 +131,7 @@ void DataService::ReadRangeAndReply(transport::ReplyChannel* reply,
   if (absl::IsDataLoss(whole.status()))
     NoteBadCopy(r.job, r.id, whole.status(), false);
   if (!whole.ok()) {
-    ReplyRangeStatus(reply, WithContext(whole.status(),
-                                        absl::StrCat("chunk ", r.id.ToHex())));
+    ReplyRangeStatus(reply, whole.status());  // it names the chunk
     return;
   }
   // One part is sent from the decoded chunk itself; several are gathered.
