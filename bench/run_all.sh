@@ -16,7 +16,7 @@ set -u -o pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 bin_dir="${STAGGER_BIN_DIR:-$here/../build/bin}"
-drivers=(stall throughput incremental restore scale)
+drivers=(stall throughput incremental restore recovery scale)
 
 smoke=0
 size=""

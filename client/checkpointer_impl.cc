@@ -10,8 +10,11 @@
 #include <list>
 #include <map>
 #include <optional>
+#include <set>
 #include <thread>
+#include <utility>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
@@ -24,6 +27,7 @@
 #include "client/internal/save_state.h"
 #include "client/loader.h"
 #include "client/memory.h"
+#include "client/promote.h"
 #include "client/save_job.h"
 #include "client/save_plan.h"
 #include "client/server_set.h"
@@ -179,6 +183,11 @@ class CheckpointerImpl : public Checkpointer {
     auto start = std::chrono::steady_clock::now();
     STAGGER_RETURN_IF_ERROR(CheckSaveArguments(step, so));
     STAGGER_RETURN_IF_ERROR(AwaitServers(step, so));
+    const Durability durability = so.durability == Durability::kDefault
+                                      ? options_.durability
+                                      : so.durability;
+    const bool in_memory = durability == Durability::kMemory;
+    if (in_memory) STAGGER_RETURN_IF_ERROR(CheckDomains(step));
     // Before anything is copied: a step this rank committed is final.
     STAGGER_RETURN_IF_ERROR(step_guard_.Check(step));
     STAGGER_RETURN_IF_ERROR(TakeSaveSlot(step));
@@ -189,17 +198,25 @@ class CheckpointerImpl : public Checkpointer {
                                               ? so.deadline_s
                                               : options_.qos_deadline_s);
     const bool overlap = ShipWhileSnapshotting(plan.chunks);
-    auto job = std::make_shared<SaveJob>(
-        SaveJobDeps{servers_.get(), &io_, staging_.pool(), &executor_,
-                    shaping_.get(), options_.replicas, overlap,
-                    2 * options_.max_inflight_chunks,
-                    [this, step](const Status& s, const SaveStats& st) {
-                      // Before Wait() returns: a save of the same step
-                      // right after it is refused.
-                      if (s.ok()) step_guard_.Committed(step);
-                      CountFinished(s, st);
-                    }},
-        std::move(*plan.manifest), std::move(plan.chunks), start);
+    SaveJobDeps deps{servers_.get(),
+                     &io_,
+                     staging_.pool(),
+                     &executor_,
+                     shaping_.get(),
+                     options_.replicas,
+                     overlap,
+                     2 * options_.max_inflight_chunks,
+                     [this, step](const Status& s, const SaveStats& st) {
+                       // Before Wait() returns: a save of the same step
+                       // right after it is refused.
+                       if (s.ok()) step_guard_.Committed(step);
+                       CountFinished(s, st);
+                     }};
+    deps.in_memory = in_memory;
+    plan.manifest->set_in_memory(in_memory);
+    auto job =
+        std::make_shared<SaveJob>(std::move(deps), std::move(*plan.manifest),
+                                  std::move(plan.chunks), start);
     slot.HandOver();  // the driver gives it back when the save ends
     Launch(job);
     if (!so.lazy) job->WaitSnapshot().IgnoreError();  // the handle reports it
@@ -250,12 +267,59 @@ class CheckpointerImpl : public Checkpointer {
     }
     driver_.Submit([this, job] {
       job->Run();
+      if (job->status().ok() && job->manifest().in_memory()) {
+        QueuePromotion(job->manifest());
+      }
       absl::MutexLock lock(&save_mu_);
       if (job->status().ok()) {
         RememberOutcomes(job->manifest(), job->outcomes(), &previous_);
+      } else if (absl::IsFailedPrecondition(job->status()) &&
+                 absl::StrContains(job->status().message(),
+                                   "which is not stored")) {
+        // A delta's base is gone from its server (one that restarted
+        // without chunks it held in memory only): the next save sends
+        // every changed chunk whole instead of failing the same way.
+        previous_.clear();
       }
       --outstanding_;
     });
+  }
+
+  // A memory-level save is made disk-level on the promoter thread, once
+  // the servers wrote it behind (promote.h), in the order saved.
+  void QueuePromotion(pb::ShardManifest manifest) {
+    {
+      absl::MutexLock lock(&promote_mu_);
+      ++promotions_pending_;
+    }
+    promoter_.Submit([this, m = std::move(manifest)] {
+      Status s =
+          PromoteShard(*servers_, options_.replicas, m, options_.rpc_timeout_s);
+      if (!s.ok()) {
+        log::Warning("stagger", std::string(s.message()));
+      }
+      absl::MutexLock lock(&promote_mu_);
+      --promotions_pending_;
+      if (s.ok()) {
+        ++metrics_promoted_;
+      } else if (promote_error_.ok()) {
+        promote_error_ = s;
+      }
+    });
+  }
+
+  Status WaitDisk(absl::Duration timeout) override {
+    absl::MutexLock lock(&promote_mu_);
+    promote_mu_.AwaitWithTimeout(
+        absl::Condition(
+            +[](int* n) { return *n == 0; }, &promotions_pending_),
+        timeout);
+    if (!promote_error_.ok()) return std::exchange(promote_error_, Status());
+    if (promotions_pending_ > 0) {
+      return absl::DeadlineExceededError(absl::StrCat(
+          promotions_pending_, " memory-level save(s) not yet known on disk"));
+    }
+    return absl::OkStatus();
   }
 
   // A server that restarted since the last save is found now, not by a
@@ -272,6 +336,20 @@ class CheckpointerImpl : public Checkpointer {
     return WithContext(
         servers_->AwaitUp(options_.replicas, absl::Seconds(wait_s)),
         absl::StrCat("save of step ", step));
+  }
+
+  // Durability "memory" needs `replicas` failure domains among the servers
+  // up: a copy in each, so that losing all but one of them keeps the step.
+  Status CheckDomains(int64_t step) const {
+    const std::set<std::string> domains = servers_->DomainsUp();
+    if (domains.size() >= options_.replicas) return absl::OkStatus();
+    return absl::FailedPreconditionError(absl::StrCat(
+        "save of step ", step, " with durability \"memory\" needs its ",
+        options_.replicas, " copies in ", options_.replicas,
+        " failure domains, and the servers up are in ", domains.size(), " (",
+        absl::StrJoin(domains, ", "),
+        "): name each node's server with stagger-server --domain, bring "
+        "more up, or save with durability \"disk\""));
   }
 
   // Takes one of the max_outstanding_saves slots, waiting for a save in
@@ -319,6 +397,14 @@ class CheckpointerImpl : public Checkpointer {
     std::vector<PlanTensor> stored;
     {
       absl::MutexLock lock(&save_mu_);  // a save may finish meanwhile
+      const uint64_t restarts = servers_->memory_restarts();
+      if (restarts != memory_restarts_seen_) {
+        // A server with a memory tier restarted: chunks earlier saves left
+        // in its RAM only may be gone. Neither referenced as unchanged nor
+        // used as delta bases: this save sends every chunk.
+        memory_restarts_seen_ = restarts;
+        previous_.clear();
+      }
       for (const auto& [name, reg] : tensors_) {
         if (!Stores(reg)) continue;
         PlanTensor t{&reg.spec, reg.bytes, SourceFor(reg.spec), {}};
@@ -482,6 +568,7 @@ class CheckpointerImpl : public Checkpointer {
       x.raw_bytes = s.raw_bytes();
       x.stored_bytes = s.stored_bytes();
       x.new_bytes = s.shipped_bytes();
+      x.in_memory = !s.memory_ranks().empty();
       out.push_back(x);
     }
     return out;
@@ -559,6 +646,13 @@ class CheckpointerImpl : public Checkpointer {
   std::unique_ptr<Shaping> shaping_;
   qos::Executor executor_;  // fingerprint, encode
   qos::Executor driver_;    // one thread per outstanding save
+  absl::Mutex promote_mu_;
+  int promotions_pending_ ABSL_GUARDED_BY(promote_mu_) = 0;
+  uint64_t metrics_promoted_ ABSL_GUARDED_BY(promote_mu_) = 0;
+  Status promote_error_ ABSL_GUARDED_BY(promote_mu_);
+  // Makes memory-level saves disk-level (QueuePromotion); its queue runs
+  // out before the members above and the connections go.
+  qos::Executor promoter_{1};
   // Loads: decode fetched chunks, and fetch a delta's bases (blocking), so
   // more threads than cores.
   qos::Executor fetch_executor_;
@@ -598,6 +692,7 @@ class CheckpointerImpl : public Checkpointer {
   int outstanding_ ABSL_GUARDED_BY(save_mu_) = 0;
   std::shared_ptr<SaveJob> last_job_ ABSL_GUARDED_BY(save_mu_);
   std::map<std::string, PreviousChunks> previous_ ABSL_GUARDED_BY(save_mu_);
+  uint64_t memory_restarts_seen_ ABSL_GUARDED_BY(save_mu_) = 0;
   mutable absl::Mutex metrics_mu_;
   ClientMetrics metrics_ ABSL_GUARDED_BY(metrics_mu_);
   // Last: stopped first, while everything it reads still exists.

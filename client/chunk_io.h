@@ -75,6 +75,9 @@ struct PutRequest {
   const DeltaBase* delta = nullptr;
   pb::ChunkRef* ref = nullptr;  // filled: id, lengths, codec, base
   PutStats* stats = nullptr;    // counted into
+  // A save with durability "memory": servers with a memory tier may
+  // acknowledge the copy once it is in their RAM.
+  bool in_memory = false;
 };
 
 struct FetchItem {

@@ -30,8 +30,8 @@ format::Codec ChunkIo::CodecFor(int element_size) const {
 // One chunk's put: its encodings and the copies still owed.
 struct ChunkIo::PutState {
   std::vector<ServerConn*> ranked;
-  size_t home = 0;     // ranked[0, home) hold every version of the slot
-  std::string header;  // the put as encoded (maybe a delta)
+  size_t home = 0;  // ranked[0, home) hold every version of the slot
+  format::PutChunkRequest req;  // the put (maybe a delta)
   std::string_view payload;
   std::shared_ptr<std::string> owned;
   bool delta = false;
@@ -207,7 +207,9 @@ void ChunkIo::PutAsync(const PutRequest& r,
   ++r.stats->chunks;
   ++r.stats->codec_chunks[static_cast<int>(req.record.codec)];
   ++r.stats->codec_reasons[static_cast<int>(reason)];
-  st->header = format::EncodePutChunk(req);
+  req.in_memory = r.in_memory;
+  st->raw_req.in_memory = r.in_memory;
+  st->req = req;
   st->raw_bytes = r.len;
   st->hex = req.record.chunk_id.ToHex();
   st->stats = r.stats;
@@ -225,12 +227,18 @@ void ChunkIo::SendCopy(std::shared_ptr<PutState> st, ServerConn* server) {
   p.server = server;
   const bool home = std::find(st->ranked.begin(), st->ranked.begin() + st->home,
                               server) != st->ranked.begin() + st->home;
+  // The memory flag only for a server with a memory tier (others refuse
+  // it; they store the chunk durably, which is more than was asked).
+  auto encode = [server](format::PutChunkRequest req) {
+    req.in_memory = req.in_memory && server->memory_tier.load();
+    return format::EncodePutChunk(req);
+  };
   if (st->delta && !home) {
     // Outside the home servers the base is missing: send the bytes whole.
-    p.header = format::EncodePutChunk(st->raw_req);
+    p.header = encode(st->raw_req);
     p.payload = std::string_view(st->data, st->len);
   } else {
-    p.header = st->header;
+    p.header = encode(st->req);
     p.payload = st->payload;
     p.owned = st->owned;
   }

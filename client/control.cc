@@ -141,7 +141,11 @@ bool Better(const pb::GetStepReply& a, const pb::GetStepReply& b) {
   if (a.step().step() != b.step().step()) {
     return a.step().step() > b.step().step();
   }
-  return a.step().committed_ranks_size() > b.step().committed_ranks_size();
+  if (a.step().committed_ranks_size() != b.step().committed_ranks_size()) {
+    return a.step().committed_ranks_size() > b.step().committed_ranks_size();
+  }
+  // A coordinator that saw a rank made disk-level knows more.
+  return a.step().memory_ranks_size() < b.step().memory_ranks_size();
 }
 
 }  // namespace

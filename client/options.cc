@@ -29,6 +29,11 @@ constexpr Names<QosYield, 3> kYields = {{
     {QosYield::kPause, "pause"},
     {QosYield::kLearn, "learn"},
 }};
+constexpr Names<Durability, 3> kDurabilities = {{
+    {Durability::kDefault, "default"},
+    {Durability::kDisk, "disk"},
+    {Durability::kMemory, "memory"},
+}};
 
 template <typename E, size_t N>
 Result<E> Parse(const Names<E, N>& names, std::string_view option,
@@ -64,5 +69,9 @@ Result<QosYield> ParseQosYield(std::string_view name) {
 std::string_view NameOf(CodecChoice c) { return Name(kCodecs, c); }
 std::string_view NameOf(SnapshotOverlap s) { return Name(kOverlaps, s); }
 std::string_view NameOf(QosYield y) { return Name(kYields, y); }
+Result<Durability> ParseDurability(std::string_view name) {
+  return Parse(kDurabilities, "durability", name);
+}
+std::string_view NameOf(Durability d) { return Name(kDurabilities, d); }
 
 }  // namespace stagger

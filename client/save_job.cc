@@ -393,6 +393,7 @@ void SaveJob::Ship(size_t i, char* slab) {
     r.delta = delta ? &*delta : nullptr;
     r.ref = c.ref;
     r.stats = &self->put_stats_;
+    r.in_memory = self->deps_.in_memory;
     self->deps_.io->PutAsync(
         r,
         [self, slab, released](bool still_in_use) {

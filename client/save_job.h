@@ -100,6 +100,9 @@ struct SaveJobDeps {
   // them, so that counters (Checkpointer::Metrics) include the save by the
   // time a Wait() returns. Optional.
   std::function<void(const Status&, const SaveStats&)> on_finished;
+  // Durability "memory": puts may be acknowledged from servers' RAM (the
+  // manifest says in_memory, and is committed memory-level).
+  bool in_memory = false;
 };
 
 class SaveJob : public std::enable_shared_from_this<SaveJob> {

@@ -52,6 +52,11 @@ Status ServerSet::Dial(ServerConn* conn, double timeout_s,
   conn->codec_count = reply.codec_count() == 0 ? 4 : reply.codec_count();
   conn->rebases_deltas = reply.rebases_deltas();
   conn->serves_ranges = reply.serves_ranges();
+  conn->memory_tier = reply.memory_bytes() > 0;
+  const uint64_t was = conn->instance.exchange(reply.instance());
+  if (was != 0 && was != reply.instance() && conn->memory_tier) {
+    ++memory_restarts_;
+  }
   {
     absl::MutexLock l(&conn->mu);
     conn->domain = reply.domain();
@@ -321,6 +326,16 @@ void ServerSet::MarkDown(ServerConn* s, const Status& why) {
   s->down = true;
   log::Warning("stagger", absl::StrCat("server ", s->address,
                                        " marked down: ", why.message()));
+}
+
+std::set<std::string> ServerSet::DomainsUp() const {
+  std::set<std::string> domains;
+  for (const auto& s : servers_) {
+    if (s->down) continue;
+    absl::MutexLock l(&s->mu);
+    domains.insert(s->domain.empty() ? s->address : s->domain);
+  }
+  return domains;
 }
 
 size_t ServerSet::up() const {

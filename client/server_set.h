@@ -21,6 +21,7 @@
 
 #include <atomic>
 #include <memory>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -59,6 +60,11 @@ struct ServerConn {
   // The server answers GetRange (HelloReply::serves_ranges): a load that
   // needs part of a chunk may ask for that part alone.
   std::atomic<bool> serves_ranges{false};
+  // HelloReply::memory_bytes > 0: puts of saves with durability "memory"
+  // carry the flag that lets it acknowledge them from RAM.
+  std::atomic<bool> memory_tier{false};
+  // HelloReply::instance of the server process last said Hello to.
+  std::atomic<uint64_t> instance{0};
   // HelloReply::domain: copies of a chunk go to distinct domains.
   std::string domain ABSL_GUARDED_BY(mu);
 
@@ -130,6 +136,13 @@ class ServerSet {
   // down and why, and that it is being retried in the background.
   Status AwaitUp(size_t needed, absl::Duration wait);
   size_t up() const;
+  // How many times a server with a memory tier answered Hello as a new
+  // process (HelloReply::instance changed): chunks it held in memory only
+  // may be gone, and so may the bases of deltas against them.
+  uint64_t memory_restarts() const { return memory_restarts_.load(); }
+  // The failure domains of the servers up, by name (a server without a
+  // domain is one of its own, named by its address).
+  std::set<std::string> DomainsUp() const;
   // "a (reason), b (reason)": the servers marked down.
   std::string DownList() const;
   double timeout_s() const { return timeout_s_; }
@@ -154,6 +167,7 @@ class ServerSet {
 
   std::vector<std::unique_ptr<ServerConn>> servers_;
   double timeout_s_ = 60;
+  std::atomic<uint64_t> memory_restarts_{0};
   absl::Duration wait_ = absl::ZeroDuration();
   transport::Transport* transport_ = nullptr;
 

@@ -41,12 +41,22 @@ std::string EncodePutChunk(const PutChunkRequest& r) {
   char h[kRecordHeaderSize];
   EncodeRecordHeader(r.record, h);
   out.append(h, sizeof h);
+  if (r.in_memory) out.push_back(static_cast<char>(kPutInMemory));
   return out;
 }
 
 Result<PutChunkRequest> DecodePutChunk(std::string_view in) {
   PutChunkRequest r;
   STAGGER_ASSIGN_OR_RETURN(r.job, TakeJob(&in));
+  if (in.size() == kRecordHeaderSize + 1) {
+    const uint8_t flags = static_cast<uint8_t>(in.back());
+    if ((flags & ~kPutInMemory) != 0) {
+      return Malformed(
+          absl::StrCat("unknown PutChunk flags 0x", absl::Hex(flags)));
+    }
+    r.in_memory = (flags & kPutInMemory) != 0;
+    in.remove_suffix(1);
+  }
   if (in.size() != kRecordHeaderSize) {
     return Malformed("PutChunk needs exactly one record header");
   }

@@ -1,7 +1,8 @@
 // Data-plane messages between client and server, carried by transport/ as
 // {op, header, payload}. docs/format.md §"Data plane" is normative.
 //
-//   PutChunk       header: job_len u8, job, record header (64 bytes)
+//   PutChunk       header: job_len u8, job, record header (64 bytes),
+//                          optionally flags u8 (kPutInMemory)
 //                  payload: the encoded chunk bytes
 //   PutChunkReply  header: reply status (below)
 //   GetChunk       header: job_len u8, job, chunk id (16 bytes)
@@ -47,9 +48,16 @@ enum class DataOp : uint16_t {
 };
 inline constexpr size_t kMaxDataKeyBytes = 128;
 
+// PutChunk flag: the client saves with durability "memory": the server may
+// acknowledge once the chunk is held in its memory tier, and writes it to
+// disk behind (HelloReply::memory_bytes). Sent only to servers with one:
+// older servers refuse the flags byte.
+inline constexpr uint8_t kPutInMemory = 1;
+
 struct PutChunkRequest {
   std::string job;
   RecordHeader record;
+  bool in_memory = false;  // kPutInMemory
 };
 std::string EncodePutChunk(const PutChunkRequest& r);
 Result<PutChunkRequest> DecodePutChunk(std::string_view header);

@@ -22,6 +22,24 @@ TEST(DataPlaneTest, PutChunkRoundTrip) {
   EXPECT_EQ(d->record.chunk_id, (ChunkId{1, 2}));
   EXPECT_EQ(d->record.encoded_length, 50u);
   EXPECT_EQ(d->record.payload_crc32c, 77u);
+  EXPECT_FALSE(d->in_memory);
+}
+
+TEST(DataPlaneTest, PutChunkCarriesTheMemoryFlagAndRefusesUnknownOnes) {
+  PutChunkRequest r;
+  r.job = "j";
+  r.record.chunk_id = ChunkId{1, 2};
+  r.in_memory = true;
+  std::string enc = EncodePutChunk(r);
+  auto d = DecodePutChunk(enc);
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_TRUE(d->in_memory);
+  EXPECT_EQ(d->record.chunk_id, (ChunkId{1, 2}));
+  enc.back() = 3;
+  EXPECT_EQ(DecodePutChunk(enc).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(DecodePutChunk(enc + "x").status().code(),
+            absl::StatusCode::kInvalidArgument);
 }
 
 TEST(DataPlaneTest, GetChunkRoundTripAndMalformed) {

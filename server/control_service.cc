@@ -3,6 +3,7 @@
 #include <chrono>
 #include <cstdio>
 #include <functional>
+#include <random>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
@@ -23,6 +24,10 @@ namespace {
 
 // Longest a Gc or Sweep waits for its compaction pass.
 constexpr std::chrono::minutes kMaxCompactionWait(5);
+// Longest a Flush waits for chunks to be written behind.
+constexpr std::chrono::minutes kMaxFlushWait(10);
+// Chunk ids one Flush may name.
+constexpr int kMaxFlushIds = 1 << 20;
 // Left of the caller's deadline for the reply to get back.
 constexpr std::chrono::seconds kReplyMargin(1);
 
@@ -39,7 +44,11 @@ ControlService::ControlService(MetaStore* meta, std::string data_address,
       segments_(segments),
       data_address_(std::move(data_address)),
       server_id_(std::move(server_id)),
-      retention_(retention) {}
+      retention_(retention),
+      instance_(
+          std::random_device()() * uint64_t{0x100000001} ^
+          static_cast<uint64_t>(
+              std::chrono::steady_clock::now().time_since_epoch().count())) {}
 
 Result<const Grant*> ControlService::Caller(grpc::ServerContext* ctx) const {
   if (auth_ == nullptr) return nullptr;
@@ -70,6 +79,8 @@ grpc::Status ControlService::Hello(grpc::ServerContext* ctx,
   reply->set_rebases_deltas(rebaser_ != nullptr);
   reply->set_serves_ranges(true);
   reply->set_domain(domain_);
+  if (memory_ != nullptr) reply->set_memory_bytes(memory_->limit_bytes());
+  reply->set_instance(instance_);
   reply->set_server_id(server_id_);
   return grpc::Status::OK;
 }
@@ -80,7 +91,22 @@ grpc::Status ControlService::CommitShard(grpc::ServerContext* ctx,
   if (Status a = Authorize(ctx, req->manifest().job()); !a.ok()) {
     return ToGrpc(a);
   }
-  auto info = meta_->CommitShard(req->manifest(), req->chunks_elsewhere());
+  MetaStore::HeldLookup held;
+  if (memory_ != nullptr) {
+    held = [this](const std::string& job,
+                  const format::ChunkId& id) -> std::optional<ChunkMeta> {
+      std::optional<MemoryTier::Record> rec = memory_->Peek(job, id);
+      if (!rec) return std::nullopt;
+      ChunkMeta m;
+      m.raw_length = rec->header.raw_length;
+      m.stored_length = rec->header.encoded_length;
+      m.codec = rec->header.codec;
+      m.base = rec->base;
+      return m;
+    };
+  }
+  auto info =
+      meta_->CommitShard(req->manifest(), req->chunks_elsewhere(), held);
   if (!info.ok()) {
     ++counters_.failed_commits;
     return ToGrpc(WithContext(
@@ -90,7 +116,10 @@ grpc::Status ControlService::CommitShard(grpc::ServerContext* ctx,
   }
   *reply->mutable_step() = *info;
   ++counters_.shard_commits;
-  if (log_ != nullptr) {
+  // A memory-level shard is logged once it is disk-level (its commit
+  // again without in_memory): a rebuild must not bring back a step whose
+  // chunks a crash may have taken.
+  if (log_ != nullptr && !req->manifest().in_memory()) {
     // The commit stands in RocksDB either way; without its log entry only a
     // rebuild of the index would miss it.
     Status logged = log_->Append(req->manifest());
@@ -104,13 +133,16 @@ grpc::Status ControlService::CommitShard(grpc::ServerContext* ctx,
   log::Debug("stagger-server",
              absl::StrCat("job '", req->manifest().job(), "' step ",
                           req->manifest().step(), ": rank ",
-                          req->manifest().rank(), " committed"));
+                          req->manifest().rank(), " committed",
+                          req->manifest().in_memory() ? " (memory)" : ""));
   if (info->complete()) {
     ++counters_.steps_completed;
     if (drainer_ != nullptr) drainer_->Notify();
     log::Info("stagger-server",
               absl::StrCat("job '", req->manifest().job(), "' step ",
-                           info->step(), " complete: ", info->world_size(),
+                           info->step(), " complete",
+                           info->memory_ranks().empty() ? "" : " in memory",
+                           ": ", info->world_size(),
                            info->world_size() == 1 ? " rank, " : " ranks, ",
                            info->raw_bytes(), " bytes"));
   }
@@ -452,6 +484,60 @@ grpc::Status ControlService::Sweep(grpc::ServerContext* ctx,
   reply->set_bytes_freed(r->bytes_freed);
   SetGraceKept(r->grace_kept, reply->mutable_grace_kept());
   Compact(ctx, job, stream.wait() ? reply->mutable_compaction() : nullptr);
+  return grpc::Status::OK;
+}
+
+}  // namespace stagger::server
+
+namespace stagger::server {
+
+grpc::Status ControlService::Flush(grpc::ServerContext* ctx,
+                                   const pb::FlushRequest* req,
+                                   pb::FlushReply* reply) {
+  Status valid = format::ValidateName("job", req->job());
+  if (valid.ok()) valid = Authorize(ctx, req->job());
+  if (!valid.ok()) return ToGrpc(valid);
+  if (req->ids_size() > kMaxFlushIds) {
+    return ToGrpc(absl::InvalidArgumentError(
+        absl::StrCat("flush of job '", req->job(), "': ", req->ids_size(),
+                     " chunk ids, more than ", kMaxFlushIds)));
+  }
+  std::vector<format::ChunkId> ids;
+  ids.reserve(req->ids_size());
+  for (int i = 0; i < req->ids_size(); ++i) {
+    auto id = format::ChunkId::FromBytes(req->ids(i));
+    if (!id.ok()) {
+      return ToGrpc(absl::InvalidArgumentError(absl::StrCat(
+          "flush of job '", req->job(), "': id ", i, " is not 16 bytes")));
+    }
+    ids.push_back(*id);
+  }
+  if (memory_ != nullptr) {
+    // time_point::max() (no deadline) minus now does not overflow.
+    auto budget = ctx->deadline() - std::chrono::system_clock::now();
+    if (budget > kMaxFlushWait + kReplyMargin) {
+      budget = kMaxFlushWait + kReplyMargin;
+    }
+    budget -= kReplyMargin;
+    Status s = memory_->WaitWritten(req->job(), ids,
+                                    absl::Now() + absl::FromChrono(budget));
+    if (!s.ok()) {
+      return ToGrpc(WithContext(s, absl::StrCat("server ", server_id_)));
+    }
+    const MemoryTier::Stats st = memory_->stats();
+    auto it = st.jobs.find(req->job());
+    if (it != st.jobs.end()) {
+      reply->set_memory_only_bytes(it->second.memory_only_bytes);
+    }
+  }
+  std::string bits((ids.size() + 7) / 8, '\0');
+  for (size_t i = 0; i < ids.size(); ++i) {
+    if (meta_->GetChunk(req->job(), ids[i]).ok() &&
+        !meta_->IsMarkedBad(req->job(), ids[i])) {
+      bits[i / 8] = static_cast<char>(bits[i / 8] | (1 << (i % 8)));
+    }
+  }
+  reply->set_on_disk(std::move(bits));
   return grpc::Status::OK;
 }
 

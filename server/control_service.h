@@ -14,6 +14,7 @@
 #include "server/auth.h"
 #include "server/compactor.h"
 #include "server/manifest_log.h"
+#include "server/memory_tier.h"
 #include "server/meta_store.h"
 #include "server/rebaser.h"
 
@@ -76,6 +77,10 @@ class ControlService final : public pb::Stagger::Service {
   // and gc (retention and `stagger gc`) spares complete steps it has not
   // copied to the cold store yet.
   void SetDrainer(tier::Drainer* drainer) { drainer_ = drainer; }
+  // With a memory tier (not owned; before serving): Hello says its size,
+  // a memory-level commit finds chunks held there, and Flush waits for
+  // them to reach the disk.
+  void SetMemoryTier(MemoryTier* memory) { memory_ = memory; }
 
   grpc::Status Hello(grpc::ServerContext*, const pb::HelloRequest*,
                      pb::HelloReply*) override;
@@ -97,6 +102,8 @@ class ControlService final : public pb::Stagger::Service {
   grpc::Status Sweep(grpc::ServerContext*,
                      grpc::ServerReader<pb::SweepRequest>* reader,
                      pb::SweepReply* reply) override;
+  grpc::Status Flush(grpc::ServerContext*, const pb::FlushRequest*,
+                     pb::FlushReply*) override;
 
   const ControlCounters& counters() const { return counters_; }
 
@@ -127,6 +134,8 @@ class ControlService final : public pb::Stagger::Service {
   std::string domain_;
   Rebaser* rebaser_ = nullptr;
   tier::Drainer* drainer_ = nullptr;
+  MemoryTier* memory_ = nullptr;
+  const uint64_t instance_;  // HelloReply::instance
   RetentionPolicy retention_;
   ControlCounters counters_;
 };

@@ -216,6 +216,10 @@ Result<std::optional<format::ChunkId>> DataService::StoredBaseOf(
     const format::PutChunkRequest& r, std::string_view payload) {
   if (!format::IsDelta(r.record.codec)) return std::nullopt;
   STAGGER_ASSIGN_OR_RETURN(format::ChunkId base, format::DeltaBase(payload));
+  if (memory_ != nullptr &&
+      memory_->StateOf(r.job, base) != MemoryTier::State::kAbsent) {
+    return base;
+  }
   Status s = meta_->GetChunk(r.job, base).status();
   if (absl::IsNotFound(s)) {
     return absl::FailedPreconditionError(
@@ -230,9 +234,13 @@ void DataService::Ingest(std::shared_ptr<transport::ReplyChannel> reply,
                          transport::Buffer payload,
                          const format::PutChunkRequest& r) {
   // Content-addressed: an index hit means these bytes are already durable.
-  // ...unless a read found that copy bad: then the put repairs it.
-  if (meta_->GetChunk(r.job, r.record.chunk_id).ok() &&
-      !meta_->IsMarkedBad(r.job, r.record.chunk_id)) {
+  // ...unless a read found that copy bad: then the put repairs it. A put
+  // flagged in_memory is satisfied by a copy held in memory too.
+  const bool marked_bad = meta_->IsMarkedBad(r.job, r.record.chunk_id);
+  if (!marked_bad && (meta_->GetChunk(r.job, r.record.chunk_id).ok() ||
+                      (r.in_memory && memory_ != nullptr &&
+                       memory_->StateOf(r.job, r.record.chunk_id) !=
+                           MemoryTier::State::kAbsent))) {
     ++counters_.chunks_deduplicated;
     ReplyStatus(reply.get(), DataOp::kPutChunkReply, absl::OkStatus());
     return;
@@ -241,6 +249,10 @@ void DataService::Ingest(std::shared_ptr<transport::ReplyChannel> reply,
   if (!base.ok()) {
     ++counters_.bad_requests;
     ReplyStatus(reply.get(), DataOp::kPutChunkReply, base.status());
+    return;
+  }
+  if (r.in_memory && memory_ != nullptr && !marked_bad &&
+      HoldInMemory(reply.get(), &payload, r, *base)) {
     return;
   }
   // The store checks the payload against the header (length, crc32c)
@@ -271,6 +283,7 @@ void DataService::Stored(transport::ReplyChannel* reply, const std::string& job,
     ++counters_.chunks_written;
     counters_.bytes_written += header.encoded_length;
     job_counters_.AddWritten(job, header.encoded_length);
+    if (memory_ != nullptr) memory_->StoredElsewhere(job, header.chunk_id);
   } else if (absl::IsDataLoss(s) || absl::IsInvalidArgument(s)) {
     ++counters_.bad_requests;
   }
@@ -296,6 +309,18 @@ void DataService::HandleGet(transport::Message request,
   std::shared_ptr<transport::ReplyChannel> shared(std::move(reply));
   const uint64_t peer = request.peer;
   readers_->Submit([this, shared, peer, r = *req] {
+    if (memory_ != nullptr) {
+      // Memory first: no disk read, and no copy (the reply keeps the
+      // held bytes alive while the transport sends them).
+      if (std::optional<MemoryTier::Record> held = memory_->Find(r.job, r.id)) {
+        StoredRecord rec;
+        rec.header = held->header;
+        rec.payload =
+            DecodedChunks::Slice(held->payload, 0, held->payload->size());
+        SendRecord(shared.get(), r.job, std::move(rec));
+        return;
+      }
+    }
     auto meta = meta_->GetChunk(r.job, r.id);
     if (absl::IsNotFound(meta.status()) && cold_ != nullptr) {
       // A step imported from the cold store, or a base only it holds.

@@ -28,6 +28,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <thread>
 
 #include "absl/synchronization/mutex.h"
 #include "format/data_plane.h"
@@ -36,6 +37,7 @@
 #include "server/decoded_chunks.h"
 #include "server/ingest_admission.h"
 #include "server/job_counters.h"
+#include "server/memory_tier.h"
 #include "server/meta_store.h"
 #include "server/rebaser.h"
 #include "server/storage/segment_store.h"
@@ -68,6 +70,10 @@ class DataService : public transport::RequestHandler {
   // (reads are then not reserved).
   DataService(SegmentStore* segments, MetaStore* meta, qos::Executor* ingest,
               qos::Executor* readers, IngestAdmission* admission = nullptr);
+  // Stops the write-behind thread, if any (FinishWriteBehind writes what
+  // is left first; without it memory-only chunks are dropped, as a crash
+  // would drop them).
+  ~DataService() override;
 
   void OnRequest(transport::Message request,
                  std::unique_ptr<transport::ReplyChannel> reply) override;
@@ -90,6 +96,18 @@ class DataService : public transport::RequestHandler {
   // Its reads run on a pool of their own (kColdReaders threads): each is a
   // network round trip, which would hold the disk readers.
   void SetColdStore(tier::ObjectStore* cold);
+  // With a memory tier (not owned; before serving): puts flagged in_memory
+  // are acknowledged once held there, and one thread writes them to the
+  // segment store behind, at most kWriteBehindBytes in the store at once,
+  // holding back (up to kWriteBehindYield per chunk) while `busy` says
+  // client traffic is in the server: checkpoints and restores go first.
+  // GetChunk serves held chunks from memory.
+  void SetMemoryTier(MemoryTier* memory, std::function<bool()> busy);
+  static constexpr uint64_t kWriteBehindBytes = 32 << 20;
+  static constexpr absl::Duration kWriteBehindYield = absl::Milliseconds(50);
+  // Writes every memory-only chunk now, waits (up to `timeout`) until they
+  // are on disk, then stops the write-behind thread. Call after WaitIdle().
+  Status FinishWriteBehind(absl::Duration timeout);
   // The cache of chunks decoded for GetRange: hits, decodes, bytes held.
   DecodedChunks::Stats range_cache_stats() const { return decoded_.stats(); }
   // Bytes of decoded chunks kept for GetRange (DecodedChunks): a reshard's
@@ -172,6 +190,17 @@ class DataService : public transport::RequestHandler {
   void ReadAndReply(transport::ReplyChannel* reply,
                     const format::GetChunkRequest& r, const ChunkMeta& meta);
 
+  // Writes held chunks behind until the tier stops (the write-behind
+  // thread).
+  void WriteBehindLoop();
+  // The segment store's answer to a write behind of `rec`.
+  void WrittenBehind(const MemoryTier::Record& rec,
+                     const Result<ChunkLocation>& loc);
+  // A put flagged in_memory: held and acknowledged; false when it did not
+  // fit (the caller stores it as a plain put).
+  bool HoldInMemory(transport::ReplyChannel* reply, transport::Buffer* payload,
+                    const format::PutChunkRequest& r,
+                    const std::optional<format::ChunkId>& base);
   // RESOURCE_EXHAUSTED from the store, said as a full disk of this server.
   Status DiskFull(const Status& s) const;
 
@@ -188,6 +217,11 @@ class DataService : public transport::RequestHandler {
   tier::ObjectStore* cold_ = nullptr;
   static constexpr int kColdReaders = 16;
   std::unique_ptr<qos::Executor> cold_readers_;
+  MemoryTier* memory_ = nullptr;
+  std::function<bool()> busy_;
+  absl::Mutex write_behind_mu_;
+  uint64_t write_behind_bytes_ ABSL_GUARDED_BY(write_behind_mu_) = 0;
+  std::thread write_behind_;
   DataServiceCounters counters_;
   DecodedChunks decoded_{kRangeCacheBytes};
   JobCounters job_counters_;

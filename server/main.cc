@@ -5,6 +5,7 @@
 //                  [--compact-threshold F] [--compact-space-amp F]
 //                  [--compact-mib-per-s R]
 //                  [--ingest-budget-mib B]
+//                  [--memory-bytes N] [--domain NAME]
 //
 // Prints exactly one line to stdout once it accepts requests:
 //   stagger-server ready grpc=HOST:PORT data=ucx:HEX
@@ -13,6 +14,7 @@
 #include <grpc/support/log.h>
 #include <malloc.h>
 #include <signal.h>
+#include <unistd.h>
 
 #include <CLI/CLI.hpp>
 #include <cstdio>
@@ -54,6 +56,28 @@ int main(int argc, char** argv) {
         stagger::Status s = stagger::format::ValidateName("domain", d);
         return s.ok() ? std::string() : std::string(s.message());
       });
+  app.add_option("--memory-bytes", options.memory_bytes,
+                 "memory tier: hold up to this many bytes of chunks saved "
+                 "with durability \"memory\" in RAM, serve them from there "
+                 "and write them to disk behind (suffixes K, M, G, T: powers "
+                 "of 1024; default 0: no memory tier)")
+      ->transform(CLI::AsSizeValue(false))
+      ->check([](const std::string& v) -> std::string {
+        uint64_t n = 0;
+        if (!CLI::detail::lexical_cast(v, n)) return "not a size: '" + v + "'";
+        const uint64_t ram = static_cast<uint64_t>(sysconf(_SC_PHYS_PAGES)) *
+                             static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+        if (n > ram) {
+          return "--memory-bytes " + v + " is more than this machine's " +
+                 std::to_string(ram) + " bytes of RAM";
+        }
+        return "";
+      });
+  app.add_option("--write-behind-delay-ms", options.write_behind_delay_ms,
+                 "memory tier: write a held chunk to disk this long after it "
+                 "came (fault drills; default 0: at once)")
+      ->check(CLI::Range(int64_t{0}, int64_t{3600} * 1000))
+      ->capture_default_str();
   app.add_option("--read-threads", options.read_threads,
                  "threads serving chunk reads")
       ->check(CLI::Range(1, 64))

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <chrono>
 #include <filesystem>
+#include <limits>
 #include <set>
 
 #include "absl/container/flat_hash_map.h"
@@ -203,9 +204,13 @@ namespace {
 // consistent.
 Result<uint64_t> ResolveChunk(MetaStore& store, const std::string& job,
                               const std::string& tensor, bool elsewhere,
+                              const MetaStore::HeldLookup& held,
                               pb::ChunkRef* c) {
   const format::ChunkId id = *format::ChunkId::FromBytes(c->id());
   auto meta = store.GetChunk(job, id);
+  if (absl::IsNotFound(meta.status()) && held) {
+    if (std::optional<ChunkMeta> m = held(job, id)) meta = *m;
+  }
   if (absl::IsNotFound(meta.status()) && elsewhere) {
     const bool delta = c->codec() < format::kCodecCount &&
                        format::IsDelta(static_cast<format::Codec>(c->codec()));
@@ -250,6 +255,8 @@ bool SameShard(pb::ShardManifest a, pb::ShardManifest b) {
   b.clear_stats();
   a.clear_created_unix_ms();
   b.clear_created_unix_ms();
+  a.clear_in_memory();
+  b.clear_in_memory();
   return a.SerializeAsString() == b.SerializeAsString();
 }
 
@@ -274,7 +281,8 @@ Result<pb::StepInfo> MetaStore::StepToCommit(const pb::ShardManifest& m) {
 }
 
 Result<pb::StepInfo> MetaStore::CommitShard(pb::ShardManifest m,
-                                            bool chunks_elsewhere) {
+                                            bool chunks_elsewhere,
+                                            const HeldLookup& held) {
   STAGGER_RETURN_IF_ERROR(format::ValidateShardManifest(m));
   const std::string& job = m.job();
   uint64_t stored = 0, raw = 0;
@@ -282,7 +290,8 @@ Result<pb::StepInfo> MetaStore::CommitShard(pb::ShardManifest m,
     raw += t.byte_size();
     for (pb::ChunkRef& c : *t.mutable_chunks()) {
       STAGGER_ASSIGN_OR_RETURN(
-          uint64_t n, ResolveChunk(*this, job, t.name(), chunks_elsewhere, &c));
+          uint64_t n, ResolveChunk(*this, job, t.name(), chunks_elsewhere,
+                                   m.in_memory() ? held : HeldLookup(), &c));
       stored += n;
     }
   }
@@ -290,16 +299,34 @@ Result<pb::StepInfo> MetaStore::CommitShard(pb::ShardManifest m,
   absl::MutexLock lock(&commit_mu_);
   STAGGER_ASSIGN_OR_RETURN(pb::StepInfo info, StepToCommit(m));
   auto& ranks = *info.mutable_committed_ranks();
+  auto& in_memory = *info.mutable_memory_ranks();
   if (std::find(ranks.begin(), ranks.end(), m.rank()) != ranks.end()) {
     STAGGER_ASSIGN_OR_RETURN(pb::ShardManifest prior,
                              GetShard(job, m.step(), m.rank()));
-    if (SameShard(prior, m)) return info;
+    if (SameShard(prior, m)) {
+      if (!prior.in_memory() || m.in_memory()) return info;
+      // The rank's chunks are on disk now: the shard becomes disk-level.
+      in_memory.erase(std::remove(in_memory.begin(), in_memory.end(), m.rank()),
+                      in_memory.end());
+      prior.set_in_memory(false);
+      rocksdb::WriteBatch batch;
+      batch.Put(ShardKey(job, m.step(), m.rank()), prior.SerializeAsString());
+      batch.Put(StepKey(job, m.step()), info.SerializeAsString());
+      rocksdb::WriteOptions wo;
+      wo.sync = true;
+      STAGGER_RETURN_IF_ERROR(FromRocks(db_->Write(wo, &batch), "commit"));
+      return info;
+    }
     return absl::AbortedError(
         absl::StrCat("rank ", m.rank(), " already committed a different shard ",
                      "for step ", m.step(), " of job '", job, "'"));
   }
   ranks.Add(m.rank());
   std::sort(ranks.begin(), ranks.end());
+  if (m.in_memory()) {
+    in_memory.Add(m.rank());
+    std::sort(in_memory.begin(), in_memory.end());
+  }
   info.set_raw_bytes(info.raw_bytes() + raw);
   info.set_stored_bytes(info.stored_bytes() + stored);
   info.set_shipped_bytes(info.shipped_bytes() + m.stats().bytes_shipped());
@@ -411,9 +438,11 @@ Result<GcResult> MetaStore::Gc(const std::string& job, uint32_t keep,
                            ListSteps(job, /*include_partial=*/true));
   // Keep the newest `keep` complete steps and every partial step newer than
   // the oldest kept one (a save may still be completing it).
+  // A memory-level step does not count: until it is on disk, a crash of
+  // its servers may take it, and the disk-level steps before it must stay.
   std::vector<int64_t> complete;
   for (const auto& s : steps) {
-    if (s.complete()) complete.push_back(s.step());
+    if (s.complete() && s.memory_ranks().empty()) complete.push_back(s.step());
   }
   // A server without the job's manifests cannot tell what is live (it may
   // hold only chunks of a job coordinated elsewhere): it deletes nothing.
@@ -482,6 +511,29 @@ Result<GcResult> MetaStore::DeleteSteps(const std::string& job,
         " on this server (steps: ", held, "); nothing was deleted"));
   }
   return DeleteStepsLocked(job, steps, doomed, grace_ms);
+}
+
+Result<std::map<std::string, std::vector<int64_t>>>
+MetaStore::DropMemorySteps() {
+  std::map<std::string, std::vector<int64_t>> dropped;
+  STAGGER_ASSIGN_OR_RETURN(std::vector<std::string> jobs, ListJobs());
+  absl::MutexLock lock(&commit_mu_);
+  for (const std::string& job : jobs) {
+    STAGGER_ASSIGN_OR_RETURN(auto steps,
+                             ListSteps(job, /*include_partial=*/true));
+    std::set<int64_t> doomed;
+    for (const auto& s : steps) {
+      if (!s.memory_ranks().empty()) doomed.insert(s.step());
+    }
+    if (doomed.empty()) continue;
+    // Chunks are left to the next gc (a grace no chunk is older than).
+    STAGGER_RETURN_IF_ERROR(
+        DeleteStepsLocked(job, steps, doomed,
+                          std::numeric_limits<int64_t>::max() / 2)
+            .status());
+    dropped[job].assign(doomed.begin(), doomed.end());
+  }
+  return dropped;
 }
 
 Result<GcResult> MetaStore::DeleteStepsLocked(

@@ -29,6 +29,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <set>
@@ -136,8 +137,20 @@ class MetaStore {
   // chunk missing from this index is taken as the manifest describes it;
   // its codec must be known and a base id given exactly for deltas.
   // Returns the step's state after the commit.
+  // A shard with `in_memory` is a memory-level commit: a chunk missing
+  // from the index is looked up with `held` (the server's memory tier)
+  // too, and the rank is listed in StepInfo::memory_ranks. Committing the
+  // same shard without `in_memory` then makes the rank disk-level (its
+  // chunks must now be in the index, or elsewhere); the reverse is a
+  // no-op.
+  using HeldLookup = std::function<std::optional<ChunkMeta>(
+      const std::string& job, const format::ChunkId& id)>;
   Result<pb::StepInfo> CommitShard(pb::ShardManifest m,
-                                   bool chunks_elsewhere = false);
+                                   bool chunks_elsewhere = false,
+                                   const HeldLookup& held = nullptr);
+  // Deletes every step with a memory-level rank (at start: their chunks
+  // may have been in the RAM a crash took) and returns them by job.
+  Result<std::map<std::string, std::vector<int64_t>>> DropMemorySteps();
 
   // The jobs this store holds steps or chunk index entries of, by name.
   Result<std::vector<std::string>> ListJobs();

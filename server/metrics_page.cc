@@ -53,6 +53,47 @@ void WriteDrainMetrics(metrics::TextWriter& w, const tier::DrainerStats& d) {
             "Time the drain waited for client traffic to pass.", d.busy_wait_s);
 }
 
+// The memory tier (server/memory_tier.h).
+void WriteMemoryMetrics(metrics::TextWriter& w, const MemoryTier::Stats& m) {
+  w.Gauge("stagger_server_memory_limit_bytes",
+          "The memory tier's bound (--memory-bytes).",
+          static_cast<double>(m.limit_bytes));
+  w.Gauge("stagger_server_memory_bytes", "Chunk bytes held in the memory tier.",
+          static_cast<double>(m.bytes));
+  w.Gauge("stagger_server_memory_only_bytes",
+          "Chunk bytes held in memory and not yet written to disk.",
+          static_cast<double>(m.memory_only_bytes));
+  w.Gauge("stagger_server_memory_chunks", "Chunks held in the memory tier.",
+          static_cast<double>(m.chunks));
+  for (const auto& [job, u] : m.jobs) {
+    const metrics::Labels l = {{"job", job}};
+    w.Gauge("stagger_server_job_memory_bytes",
+            "Chunk bytes of the job held in the memory tier.",
+            static_cast<double>(u.bytes), l);
+    w.Gauge("stagger_server_job_memory_only_bytes",
+            "Chunk bytes of the job in memory and not yet on disk.",
+            static_cast<double>(u.memory_only_bytes), l);
+  }
+  w.Counter("stagger_server_memory_puts_total",
+            "Puts acknowledged once held in memory (durability \"memory\").",
+            static_cast<double>(m.held_total));
+  w.Counter("stagger_server_memory_puts_refused_total",
+            "Memory puts that did not fit and were stored on disk first.",
+            static_cast<double>(m.refused_total));
+  w.Counter("stagger_server_memory_evictions_total",
+            "Chunks on disk dropped from memory to make room.",
+            static_cast<double>(m.evicted_total));
+  w.Counter("stagger_server_memory_reads_total",
+            "Chunk reads served from memory.",
+            static_cast<double>(m.reads_total));
+  w.Counter("stagger_server_write_behind_chunks_total",
+            "Chunks written from memory to disk.",
+            static_cast<double>(m.written_total));
+  w.Counter("stagger_server_write_behind_failures_total",
+            "Writes from memory to disk that failed (tried again).",
+            static_cast<double>(m.write_failures_total));
+}
+
 }  // namespace
 
 std::string RenderServerMetrics(const MetricsSources& s) {
@@ -136,6 +177,7 @@ std::string RenderServerMetrics(const MetricsSources& s) {
               c.manifest_log_failures.load());
   }
   if (s.drainer != nullptr) WriteDrainMetrics(w, s.drainer->stats());
+  if (s.memory != nullptr) WriteMemoryMetrics(w, s.memory->stats());
   if (s.rebaser != nullptr) {
     const RebaserStats r = s.rebaser->Stats();
     w.Counter("stagger_server_rebased_chunks_total",

@@ -24,6 +24,7 @@ struct MetricsSources {
   const IngestAdmission* admission = nullptr;
   const Rebaser* rebaser = nullptr;
   const tier::Drainer* drainer = nullptr;  // with a cold store
+  const MemoryTier* memory = nullptr;      // with --memory-bytes
   std::string data_dir;  // statvfs'd for disk space; empty: left out
 };
 

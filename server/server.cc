@@ -10,12 +10,14 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "format/record.h"
 #include "metrics/http_exporter.h"
 #include "qos/executor.h"
 #include "server/compactor.h"
 #include "server/control_service.h"
 #include "server/data_service.h"
+#include "server/memory_tier.h"
 #include "server/meta_store.h"
 #include "server/metrics_page.h"
 #include "server/storage/segment_store.h"
@@ -26,6 +28,9 @@
 #include "util/log.h"
 
 namespace stagger::server {
+
+// How long a shutdown waits for the memory tier to reach the disk.
+constexpr absl::Duration kFinishWriteBehind = absl::Seconds(60);
 
 class Server::Impl {
  public:
@@ -39,7 +44,8 @@ class Server::Impl {
   std::unique_ptr<qos::Executor> readers;
   // Outlives every payload Buffer it charged: reset after the stores.
   std::unique_ptr<IngestAdmission> admission;
-  std::unique_ptr<Authorizer> auth;  // read by the services below
+  std::unique_ptr<MemoryTier> memory;  // outlives the services using it
+  std::unique_ptr<Authorizer> auth;    // read by the services below
   std::unique_ptr<ManifestLog> manifest_log;
   std::unique_ptr<DataService> data;
   std::unique_ptr<transport::Listener> listener;
@@ -86,6 +92,14 @@ class Server::Impl {
     if (data) {
       data->StopAccepting();
       data->WaitIdle();
+      // What the memory tier holds goes to disk before the stores close.
+      Status written = data->FinishWriteBehind(kFinishWriteBehind);
+      if (!written.ok()) {
+        log::Error("stagger-server",
+                   absl::StrCat("shutting down with chunks in memory only "
+                                "(their steps are dropped at the next start): ",
+                                written.message()));
+      }
     }
     listener.reset();
     readers.reset();
@@ -209,6 +223,16 @@ Status Server::Impl::OpenStores(const ServerOptions& options) {
     std::ofstream f(pid_file, std::ios::trunc);
     f << ::getpid() << "\n";
   }
+  // Steps committed at memory level and never made disk-level: their
+  // chunks may have been in the RAM of a server that crashed (this one).
+  // A step is never listed complete with bytes missing.
+  STAGGER_ASSIGN_OR_RETURN(auto dropped, meta->DropMemorySteps());
+  for (const auto& [job, steps] : dropped) {
+    log::Warning("stagger-server",
+                 absl::StrCat("job '", job, "': dropped memory-level step(s) ",
+                              absl::StrJoin(steps, ", "),
+                              " (never confirmed on disk before this start)"));
+  }
   SegmentStoreOptions seg;
   seg.dir = options.data_dir + "/segments";
   seg.segment_bytes = options.segment_bytes;
@@ -234,6 +258,16 @@ void Server::Impl::StartServices(const ServerOptions& options,
   admission = std::make_unique<IngestAdmission>(options.ingest_budget_bytes);
   data = std::make_unique<DataService>(segments.get(), meta.get(), ingest.get(),
                                        readers.get(), admission.get());
+  if (options.memory_bytes > 0) {
+    memory = std::make_unique<MemoryTier>(
+        options.memory_bytes,
+        absl::Milliseconds(options.write_behind_delay_ms));
+    IngestAdmission* adm = admission.get();
+    data->SetMemoryTier(memory.get(), [adm] {
+      const AdmissionStats a = adm->Stats();
+      return a.in_flight_bytes > 0 || a.queue_depth > 0;
+    });
+  }
   if (options.rebase_deltas) {
     rebaser = std::make_unique<Rebaser>(segments.get(), meta.get());
     rebaser->SetCompactor(compactor.get());
@@ -298,6 +332,7 @@ Status Server::Impl::StartControlPlane(
   control->SetRebaser(rebaser.get());
   control->SetDomain(options.domain);
   control->SetDrainer(drainer.get());
+  control->SetMemoryTier(memory.get());
   grpc::ServerBuilder builder;
   int bound_port = 0;
   builder.AddListeningPort(options.listen, std::move(creds), &bound_port);
@@ -325,6 +360,7 @@ Status Server::Impl::StartMetrics(const ServerOptions& options) {
   sources.admission = admission.get();
   sources.rebaser = rebaser.get();
   sources.drainer = drainer.get();
+  sources.memory = memory.get();
   sources.data_dir = options.data_dir;
   STAGGER_ASSIGN_OR_RETURN(
       metrics, metrics::HttpExporter::Start(options.metrics_listen, [sources] {

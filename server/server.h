@@ -50,6 +50,13 @@ struct ServerOptions {
   // in Hello: they place a chunk's copies in distinct domains. Empty: a
   // domain of its own.
   std::string domain;
+  // The memory tier (server/memory_tier.h): at most this many bytes of
+  // chunks put with durability "memory" held in RAM, served from there and
+  // written to disk behind, each `write_behind_delay_ms` after it came
+  // (0: at once; fault drills hold chunks in memory only for a while).
+  // 0: no memory tier.
+  uint64_t memory_bytes = 0;
+  int64_t write_behind_delay_ms = 0;
   uint64_t segment_bytes = 1ull << 30;
   // Retention: when a step completes, keep only the newest `keep_last`
   // complete steps of its job (0: keep everything), as `stagger gc` does,

@@ -96,12 +96,12 @@ int RunLs(const LsArgs& a) {
     for (const pb::StepInfo& s : *steps) {
       rows.push_back(absl::StrCat(
           "{\"step\":", s.step(), ",\"state\":\"",
-          s.complete() ? "complete" : "partial", "\",\"world_size\":",
-          s.world_size(), ",\"ranks_committed\":", s.committed_ranks_size(),
-          ",\"raw_bytes\":", s.raw_bytes(), ",\"stored_bytes\":",
-          s.stored_bytes(), ",\"new_bytes\":", s.shipped_bytes(),
-          ",\"created\":\"", Time(s.created_unix_ms()), "\",\"tiers\":[",
-          TierList(tiers[s.step()], "\"", ","), "]}"));
+          s.complete() ? "complete" : "partial", "\",\"level\":\"", Level(s),
+          "\",\"world_size\":", s.world_size(), ",\"ranks_committed\":",
+          s.committed_ranks_size(), ",\"raw_bytes\":", s.raw_bytes(),
+          ",\"stored_bytes\":", s.stored_bytes(), ",\"new_bytes\":",
+          s.shipped_bytes(), ",\"created\":\"", Time(s.created_unix_ms()),
+          "\",\"tiers\":[", TierList(tiers[s.step()], "\"", ","), "]}"));
     }
     printf(
         "{\"job\":\"%s\",\"disk_bytes\":%llu,\"servers\":%zu,\"steps\":[%s]}\n",
@@ -111,14 +111,15 @@ int RunLs(const LsArgs& a) {
   }
   // STORED_BYTES: what the step's chunks occupy, shared ones included;
   // NEW_BYTES: what this step shipped (its increment over earlier steps).
-  printf("%-10s %-9s %-7s %14s %14s %14s  %-20s  %s\n", "STEP", "STATE",
-         "RANKS", "RAW_BYTES", "STORED_BYTES", "NEW_BYTES", "CREATED", "TIERS");
+  printf("%-10s %-9s %-6s %-7s %14s %14s %14s  %-20s  %s\n", "STEP", "STATE",
+         "LEVEL", "RANKS", "RAW_BYTES", "STORED_BYTES", "NEW_BYTES", "CREATED",
+         "TIERS");
   for (const pb::StepInfo& s : *steps) {
     std::string ranks =
         absl::StrCat(s.committed_ranks_size(), "/", s.world_size());
-    printf("%-10lld %-9s %-7s %14llu %14llu %14llu  %-20s  %s\n",
+    printf("%-10lld %-9s %-6s %-7s %14llu %14llu %14llu  %-20s  %s\n",
            static_cast<long long>(s.step()),
-           s.complete() ? "complete" : "partial", ranks.c_str(),
+           s.complete() ? "complete" : "partial", Level(s), ranks.c_str(),
            static_cast<unsigned long long>(s.raw_bytes()),
            static_cast<unsigned long long>(s.stored_bytes()),
            static_cast<unsigned long long>(s.shipped_bytes()),

@@ -30,6 +30,13 @@ Result<Session> OpenSession(const std::string& servers);
 Result<pb::GetStepReply> CompleteStep(Session& session, const std::string& job,
                                       const std::string& step_text);
 
+// A step's durability level: "memory" while a rank's shard is
+// memory-level (a save with durability "memory" not yet on disk), else
+// "disk".
+inline const char* Level(const pb::StepInfo& s) {
+  return s.memory_ranks().empty() ? "disk" : "memory";
+}
+
 // The CLI's --tls-ca (empty: plaintext), for every session and Checkpointer
 // it opens.
 void SetTlsCaFile(std::string path);

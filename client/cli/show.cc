@@ -94,17 +94,17 @@ int RunShow(const ShowArgs& a) {
           ",\"servers\":[", absl::StrJoin(servers, ","), "]}"));
     }
     printf(
-        "{\"job\":%s,\"step\":%lld,\"state\":\"%s\",\"world_size\":%u,"
-        "\"ranks\":[%s]}\n",
+        "{\"job\":%s,\"step\":%lld,\"state\":\"%s\",\"level\":\"%s\","
+        "\"world_size\":%u,\"ranks\":[%s]}\n",
         JsonQuote(a.job).c_str(), static_cast<long long>(info.step()),
-        info.complete() ? "complete" : "partial", info.world_size(),
-        absl::StrJoin(ranks, ",").c_str());
+        info.complete() ? "complete" : "partial", Level(info),
+        info.world_size(), absl::StrJoin(ranks, ",").c_str());
     return 0;
   }
-  printf("job %s step %lld: %s, %d of %u ranks committed\n", a.job.c_str(),
-         static_cast<long long>(info.step()),
-         info.complete() ? "complete" : "partial", info.committed_ranks_size(),
-         info.world_size());
+  printf("job %s step %lld: %s (level %s), %d of %u ranks committed\n",
+         a.job.c_str(), static_cast<long long>(info.step()),
+         info.complete() ? "complete" : "partial", Level(info),
+         info.committed_ranks_size(), info.world_size());
   printf("%-5s %9s %9s %9s %14s %14s %6s %11s %8s  %-24s %-34s %s\n", "RANK",
          "STALL_S", "SNAP_S", "DURABLE_S", "RAW_BYTES", "SHIPPED_BYTES",
          "RATIO", "UNCHANGED", "YIELD_S", "CODECS", "WHY (codec_reasons)",

@@ -207,7 +207,8 @@ std::unique_ptr<Checkpointer> OpenCheckpointer(
     double rate_limit_Bps, double node_rate_limit_Bps,
     const std::string& node_rate_limit_file, const std::string& metrics_listen,
     const std::string& tls_ca_file, uint32_t replicas, const std::string& token,
-    const std::string& snapshot_overlap, double server_wait_s) {
+    const std::string& snapshot_overlap, double server_wait_s,
+    const std::string& durability) {
   CheckpointerOptions o;
   o.servers = servers;
   o.job = job;
@@ -235,6 +236,12 @@ std::unique_ptr<Checkpointer> OpenCheckpointer(
   o.token = token;
   o.snapshot_overlap = Check(ParseSnapshotOverlap(snapshot_overlap));
   o.server_wait_s = server_wait_s;
+  o.durability = Check(ParseDurability(durability));
+  if (o.durability == Durability::kDefault) {
+    Check(absl::InvalidArgumentError(
+        "durability 'default' names a save's, not a Checkpointer's: "
+        "\"disk\" or \"memory\""));
+  }
   Result<std::unique_ptr<Checkpointer>> ck;
   {
     py::gil_scoped_release release;
@@ -246,7 +253,8 @@ std::unique_ptr<Checkpointer> OpenCheckpointer(
 PySaveHandle SaveArrays(py::object self, const py::dict& tensors, int64_t step,
                         bool lazy, const py::dict& dtypes,
                         uintptr_t cuda_stream, double deadline_s,
-                        const py::dict& shards) {
+                        const py::dict& shards, const std::string& durability) {
+  const Durability d = Check(ParseDurability(durability));
   Checkpointer& ck = self.cast<Checkpointer&>();
   // A save in flight holds this one back: wait for it here, where
   // Ctrl-C is seen.
@@ -260,6 +268,7 @@ PySaveHandle SaveArrays(py::object self, const py::dict& tensors, int64_t step,
     so.lazy = lazy;
     so.cuda_stream = reinterpret_cast<void*>(cuda_stream);
     so.deadline_s = deadline_s;
+    so.durability = d;
     h = ck.Save(step, so);
   }
   ck.ClearRegistrations();
@@ -355,7 +364,7 @@ void BindCheckpointerSetup(PyCheckpointer& c) {
         py::arg("node_rate_limit_file") = "", py::arg("metrics_listen") = "",
         py::arg("tls_ca_file") = "", py::arg("replicas") = 1,
         py::arg("token") = "", py::arg("snapshot_overlap") = "auto",
-        py::arg("server_wait_s") = 5.0,
+        py::arg("server_wait_s") = 5.0, py::arg("durability") = "disk",
         "Options as in stagger/options.h (CheckpointerOptions).")
       .def(
           "metrics_address",
@@ -390,7 +399,7 @@ void BindCheckpointerData(PyCheckpointer& c) {
   c.def("save", &SaveArrays, py::arg("tensors"), py::arg("step"),
         py::arg("lazy") = false, py::arg("dtypes") = py::dict(),
         py::arg("cuda_stream") = 0, py::arg("deadline_s") = -1.0,
-        py::arg("shards") = py::dict(),
+        py::arg("shards") = py::dict(), py::arg("durability") = "default",
         "Snapshot the arrays as `step` and save them in the background. "
         "Returns once the snapshot is taken (lazy=True: once the copies are "
         "queued; call before_update() before modifying the arrays). "
@@ -447,6 +456,23 @@ void BindCheckpointerData(PyCheckpointer& c) {
           "yielding to predicted collectives (the training loop is taken to "
           "be stopped); h.wait() does not. Ctrl-C raises KeyboardInterrupt "
           "within about 0.1 s; the saves go on.")
+      .def(
+          "wait_disk",
+          [](Checkpointer& ck, const py::object& timeout) {
+            Status s;
+            const bool done = WaitInSlices(timeout, [&](absl::Duration d) {
+              s = ck.WaitDisk(d);
+              return !absl::IsDeadlineExceeded(s);
+            });
+            if (!done) return false;
+            Check(s);
+            return true;
+          },
+          py::arg("timeout") = py::none(),
+          "Block until every save with durability=\"memory\" finished so "
+          "far is disk-level (True), or until `timeout` seconds have passed "
+          "(False). Raises stagger.Error for one that could not be made "
+          "disk-level (it stays memory-level: too few copies on disk).")
       .def(
           "load",
           [](Checkpointer& ck, const py::dict& tensors, const py::object& step,

@@ -144,6 +144,8 @@ struct StepSummary {
   uint64_t raw_bytes = 0;
   uint64_t stored_bytes = 0;  // the chunks it references, shared ones too
   uint64_t new_bytes = 0;     // what its saves shipped (its increment)
+  // Complete with durability "memory" and not yet known on disk.
+  bool in_memory = false;
 };
 
 class Checkpointer {
@@ -200,6 +202,14 @@ class Checkpointer {
   // As WaitAll(), for at most `timeout`; true when nothing is in flight any
   // more, false when saves are still running then (they go on).
   virtual bool WaitAll(absl::Duration timeout) = 0;
+  // Saves with durability "memory" are made disk-level in the background
+  // once their servers wrote them behind. Waits (up to `timeout`) until
+  // every such save of this Checkpointer finished so far is: OK then;
+  // DEADLINE_EXCEEDED while some are still being made disk-level; else the
+  // error of the first that could not be (the step stays memory-level:
+  // a chunk with fewer than `replicas` copies on disk, or a server down),
+  // which is returned once.
+  virtual Status WaitDisk(absl::Duration timeout) = 0;
   // Waits at most `timeout` until a Save() would not wait for the saves in
   // flight (fewer than max_outstanding_saves); true then. Like Save()'s own
   // wait, it stops the saves in flight from yielding to predicted

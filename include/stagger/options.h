@@ -21,6 +21,12 @@ enum class CodecChoice { kAuto, kZstd, kByteGroupZstd, kRaw };
 enum class SnapshotOverlap { kAuto, kOn, kOff };
 // CheckpointerOptions::qos_yield.
 enum class QosYield { kOff, kPause, kLearn };
+// CheckpointerOptions::durability, SaveOptions::durability: when a save is
+// complete. kDisk: every chunk fdatasynced on `replicas` servers. kMemory:
+// every chunk held in the RAM of `replicas` servers of as many failure
+// domains (stagger-server --memory-bytes, --domain); the step becomes
+// disk-level behind. kDefault (SaveOptions only): the Checkpointer's.
+enum class Durability { kDefault, kDisk, kMemory };
 
 // The names the Python binding, the CLI and the benchmarks take: "auto",
 // "zstd", "bytegroup+zstd", "raw"; "auto", "on", "off"; "off", "pause",
@@ -29,9 +35,12 @@ enum class QosYield { kOff, kPause, kLearn };
 Result<CodecChoice> ParseCodecChoice(std::string_view name);
 Result<SnapshotOverlap> ParseSnapshotOverlap(std::string_view name);
 Result<QosYield> ParseQosYield(std::string_view name);
+// "disk", "memory" ("default" too, for SaveOptions).
+Result<Durability> ParseDurability(std::string_view name);
 std::string_view NameOf(CodecChoice c);
 std::string_view NameOf(SnapshotOverlap s);
 std::string_view NameOf(QosYield y);
+std::string_view NameOf(Durability d);
 
 struct CheckpointerOptions {
   // Where checkpoints live: "host:port[,host:port...]" (gRPC addresses of
@@ -51,6 +60,14 @@ struct CheckpointerOptions {
   // goes on while at least one server answers (the others are marked
   // down); loads read any copy. With 1, every server must answer at Open.
   uint32_t replicas = 1;
+  // When a save is complete (Durability above): kDisk (the default), or
+  // kMemory, which needs the servers up to span `replicas` failure domains
+  // (a save is refused, FAILED_PRECONDITION, otherwise). A memory-level
+  // step is made disk-level in the background, once the servers wrote its
+  // chunks behind (Checkpointer::WaitDisk); a load takes the newest
+  // complete step at either level. A server without a memory tier takes a
+  // memory-level put as a disk one.
+  Durability durability = Durability::kDisk;
   // A save that starts while fewer than `replicas` servers are up waits up
   // to this long (and never past its deadline) for a down server to come
   // back before it fails with UNAVAILABLE naming the servers down. Down
@@ -179,6 +196,8 @@ struct SaveOptions {
   // Deadline of this save in seconds (overrides
   // CheckpointerOptions::qos_deadline_s); negative: use the option.
   double deadline_s = -1;
+  // This save's durability; kDefault: CheckpointerOptions::durability.
+  Durability durability = Durability::kDefault;
 };
 
 }  // namespace stagger

@@ -138,7 +138,12 @@ void Drainer::DrainJob(const std::string& job, Pass* pass) {
   if (!steps.ok() || !drained.ok()) return;
   bool drained_any = false;
   for (const pb::StepInfo& info : *steps) {
-    if (!info.complete() || drained->count(info.step()) != 0) continue;
+    // A memory-level step waits until it is on disk (its chunks are read
+    // from there).
+    if (!info.complete() || !info.memory_ranks().empty() ||
+        drained->count(info.step()) != 0) {
+      continue;
+    }
     // Once the store failed, the rest only count as behind.
     Status s = pass->first.ok() || absl::IsFailedPrecondition(pass->first)
                    ? DrainStep(job, info)

@@ -92,6 +92,10 @@ int main(int argc, char** argv) {
   put.record.encoded_length = floats.size();
   Write(out + "/manifest/put",
         std::string(1, '\1') + format::EncodePutChunk(put));
+  put.in_memory = true;
+  Write(out + "/manifest/put_memory",
+        std::string(1, '\1') + format::EncodePutChunk(put));
+  put.in_memory = false;
   Write(out + "/manifest/get",
         std::string(1, '\2') +
             format::EncodeGetChunk({"seed", put.record.chunk_id}));

@@ -140,7 +140,8 @@ class _SavePlan:
 
 
 def save_state_dict(ck, state_dict, step, *, shards=None, replicated=False,
-                    lazy=False, deadline_s=-1.0, cuda_stream=None):
+                    lazy=False, deadline_s=-1.0, cuda_stream=None,
+                    durability="default"):
     """Saves ``state_dict`` as ``step`` of this rank; returns the SaveHandle.
 
     ``state_dict``: a dict of tensors, dicts (any plain keys), lists,
@@ -158,6 +159,9 @@ def save_state_dict(ck, state_dict, step, *, shards=None, replicated=False,
     (``install_hooks`` does, before ``optimizer.step()``) before changing
     the tensors. ``cuda_stream``: the stream whose work the snapshot must
     see (default: torch's current stream when CUDA tensors are saved).
+    ``durability``: "memory" (complete once held in the RAM of ``replicas``
+    servers in as many failure domains; disk-level behind), "disk", or
+    "default" (the Checkpointer's).
     Raises TypeError for a value that cannot be stored, ValueError for a
     shard that does not fit, stagger.Error from the Checkpointer.
     """
@@ -177,7 +181,8 @@ def save_state_dict(ck, state_dict, step, *, shards=None, replicated=False,
                        if plan.regs.any_cuda() else 0)
     return ck.save(plan.regs.tensors, step, lazy=lazy,
                    dtypes=plan.regs.dtypes, shards=plan.regs.shards,
-                   cuda_stream=cuda_stream, deadline_s=deadline_s)
+                   cuda_stream=cuda_stream, deadline_s=deadline_s,
+                   durability=durability)
 
 
 def prepare_state_dict(ck, state_dict, *, shards=None, replicated=False):

@@ -1,0 +1,68 @@
+#include "client/promote.h"
+
+#include <grpcpp/grpcpp.h>
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "client/control.h"
+
+namespace stagger::client {
+
+Status PromoteShard(ServerSet& servers, size_t replicas,
+                    const pb::ShardManifest& manifest, double flush_timeout_s) {
+  // Every chunk the shard reads, delta bases too (a base from an earlier
+  // memory-level save must be on disk as well).
+  std::map<std::string, size_t> copies;
+  for (const pb::TensorEntry& t : manifest.tensors()) {
+    for (const pb::ChunkRef& c : t.chunks()) {
+      copies.emplace(c.id(), 0);
+      if (!c.base_id().empty()) copies.emplace(c.base_id(), 0);
+    }
+  }
+  pb::FlushRequest req;
+  req.set_job(manifest.job());
+  for (const auto& [id, n] : copies) req.add_ids(id);
+  const std::string what =
+      absl::StrCat("step ", manifest.step(), " rank ", manifest.rank(),
+                   " of job '", manifest.job(), "'");
+  for (size_t i = 0; i < servers.size(); ++i) {
+    ServerConn& server = servers.server(i);
+    if (server.down) continue;
+    grpc::ClientContext ctx;
+    PrepareCall(server, &ctx, flush_timeout_s);
+    pb::FlushReply reply;
+    Status s = FromGrpc(server.stub->Flush(&ctx, req, &reply),
+                        absl::StrCat("flush on server ", server.address));
+    if (IsServerGone(s)) {
+      ServerSet::MarkDown(&server, s);
+      continue;
+    }
+    if (!s.ok()) return WithContext(s, what);
+    size_t k = 0;
+    for (auto& [id, n] : copies) {
+      const size_t byte = k / 8;
+      if (byte < reply.on_disk().size() &&
+          (static_cast<uint8_t>(reply.on_disk()[byte]) >> (k % 8)) & 1) {
+        ++n;
+      }
+      ++k;
+    }
+  }
+  size_t short_of = 0;
+  for (const auto& [id, n] : copies) short_of += n < replicas ? 1 : 0;
+  if (short_of > 0) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        what, " stays memory-level (degraded): ", short_of, " of its ",
+        copies.size(), " chunks have fewer than ", replicas,
+        " copies on the disks of the servers up (a server that held them "
+        "in memory died or is down)"));
+  }
+  pb::ShardManifest on_disk = manifest;
+  on_disk.set_in_memory(false);
+  return CommitShard(servers, replicas, on_disk).status();
+}
+
+}  // namespace stagger::client

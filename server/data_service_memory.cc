@@ -1,0 +1,155 @@
+// DataService and the memory tier: puts held in RAM and acknowledged, the
+// write-behind thread that stores them in the segment store.
+#include <cstring>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "format/codec.h"
+#include "server/data_service.h"
+#include "util/log.h"
+
+namespace stagger::server {
+namespace {
+
+using format::DataOp;
+
+void ReplyStatus(transport::ReplyChannel* reply, DataOp op, const Status& s) {
+  reply->Send(static_cast<uint16_t>(op), format::EncodeReply(s),
+              transport::Buffer());
+}
+
+// The checks the segment store makes before it queues a record: a held
+// chunk must be one the store will take and a reader can use.
+Status CheckRecord(const std::string& job, const format::RecordHeader& h,
+                   std::string_view payload) {
+  char encoded[format::kRecordHeaderSize];
+  format::EncodeRecordHeader(h, encoded);
+  Status s =
+      format::DecodeRecordHeader(std::string_view(encoded, sizeof(encoded)))
+          .status();
+  if (s.ok()) s = format::VerifyPayload(h, payload);
+  return WithContext(s, absl::StrCat("put to job ", job));
+}
+
+}  // namespace
+
+void DataService::SetMemoryTier(MemoryTier* memory,
+                                std::function<bool()> busy) {
+  memory_ = memory;
+  busy_ = std::move(busy);
+  write_behind_ = std::thread([this] { WriteBehindLoop(); });
+}
+
+DataService::~DataService() {
+  if (write_behind_.joinable()) {
+    memory_->Stop();
+    write_behind_.join();
+  }
+  absl::MutexLock l(&write_behind_mu_);
+  write_behind_mu_.Await(absl::Condition(
+      +[](uint64_t* n) { return *n == 0; }, &write_behind_bytes_));
+}
+
+bool DataService::HoldInMemory(transport::ReplyChannel* reply,
+                               transport::Buffer* payload,
+                               const format::PutChunkRequest& r,
+                               const std::optional<format::ChunkId>& base) {
+  Status s = CheckRecord(r.job, r.record, payload->view());
+  if (!s.ok()) {
+    ++counters_.bad_requests;
+    ReplyStatus(
+        reply, DataOp::kPutChunkReply,
+        WithContext(s, absl::StrCat("chunk ", r.record.chunk_id.ToHex())));
+    return true;
+  }
+  if (!memory_->Hold(r.job, r.record, base, payload)) return false;
+  ReplyStatus(reply, DataOp::kPutChunkReply, absl::OkStatus());
+  return true;
+}
+
+void DataService::WriteBehindLoop() {
+  while (std::optional<MemoryTier::Record> rec = memory_->NextToWrite()) {
+    const uint64_t n = rec->header.encoded_length;
+    // Client traffic first: hold back while it is in the server, but never
+    // longer than kWriteBehindYield per chunk (the tier must drain).
+    const absl::Time until = absl::Now() + kWriteBehindYield;
+    while (busy_ && busy_() && absl::Now() < until) {
+      absl::SleepFor(absl::Milliseconds(2));
+    }
+    {
+      absl::MutexLock l(&write_behind_mu_);
+      struct Room {
+        uint64_t* used;
+        uint64_t n;
+      } room{&write_behind_bytes_, n};
+      write_behind_mu_.Await(absl::Condition(
+          +[](Room* r) {
+            return *r->used == 0 || *r->used + r->n <= kWriteBehindBytes;
+          },
+          &room));
+      write_behind_bytes_ += n;
+    }
+    // A copy for the store (it owns what it writes; the held bytes go on
+    // serving reads), with room for the record header in front.
+    transport::Buffer copy =
+        transport::Buffer::WithHeadroom(n, format::kRecordHeaderSize);
+    if (n > 0) std::memcpy(copy.data(), rec->payload->data(), n);
+    segments_->Append(
+        rec->job, rec->header, std::move(copy),
+        [this, r = *rec](Result<ChunkLocation> loc) { WrittenBehind(r, loc); });
+  }
+}
+
+void DataService::WrittenBehind(const MemoryTier::Record& rec,
+                                const Result<ChunkLocation>& loc) {
+  Status s = loc.status();
+  if (absl::IsResourceExhausted(s)) s = DiskFull(s);
+  if (s.ok()) {
+    ChunkMeta meta;
+    meta.location = *loc;
+    meta.raw_length = rec.header.raw_length;
+    meta.stored_length = rec.header.encoded_length;
+    meta.codec = rec.header.codec;
+    meta.base = rec.base;
+    s = meta_->PutChunk(rec.job, rec.header.chunk_id, meta);
+  }
+  memory_->Written(rec.job, rec.header.chunk_id, s);
+  if (s.ok()) {
+    ++counters_.chunks_written;
+    counters_.bytes_written += rec.header.encoded_length;
+    job_counters_.AddWritten(rec.job, rec.header.encoded_length);
+    if (rec.base && rebaser_ != nullptr) {
+      rebaser_->Enqueue(rec.job, rec.header.chunk_id);
+    }
+  } else {
+    log::Warning("stagger-server",
+                 absl::StrCat("job '", rec.job, "': writing chunk ",
+                              rec.header.chunk_id.ToHex(),
+                              " from memory to disk failed (kept in memory, "
+                              "tried again): ",
+                              s.message()));
+  }
+  absl::MutexLock l(&write_behind_mu_);
+  write_behind_bytes_ -= rec.header.encoded_length;
+}
+
+Status DataService::FinishWriteBehind(absl::Duration timeout) {
+  if (memory_ == nullptr || !write_behind_.joinable()) return absl::OkStatus();
+  memory_->WriteAllNow();
+  const MemoryTier::Stats st = memory_->stats();
+  Status s = absl::OkStatus();
+  const absl::Time deadline = absl::Now() + timeout;
+  for (const auto& [job, usage] : st.jobs) {
+    if (usage.memory_only_bytes == 0) continue;
+    // Every chunk of the job: those on disk already pass at once.
+    s.Update(memory_->WaitJobWritten(job, deadline));
+  }
+  memory_->Stop();
+  write_behind_.join();
+  absl::MutexLock l(&write_behind_mu_);
+  write_behind_mu_.Await(absl::Condition(
+      +[](uint64_t* n) { return *n == 0; }, &write_behind_bytes_));
+  return s;
+}
+
+}  // namespace stagger::server

@@ -1,0 +1,246 @@
+// The memory tier against real stagger-server processes, each in a failure
+// domain of its own (--domain n0, n1, n2, --memory-bytes), two copies of
+// every chunk: a save with durability "memory" is complete while its
+// chunks are in RAM only, becomes disk-level behind, survives SIGKILL of
+// one server holding it, and disappears (the disk-level step before it is
+// latest) when every server is killed before it reached a disk.
+#include <signal.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "gtest/gtest.h"
+#include "metrics/http_exporter.h"
+#include "metrics/text_format.h"
+#include "stagger/checkpointer.h"
+#include "testutil/pattern.h"
+#include "testutil/process.h"
+
+namespace stagger {
+namespace {
+
+using testutil::ServerProcess;
+
+constexpr size_t kChunk = 64 << 10;
+constexpr size_t kChunks = 24;  // every server ranks first for some
+
+class MemoryLevelTest : public ::testing::Test {
+ protected:
+  // Three servers; `delay_ms`: how long a held chunk waits for its write
+  // to disk (--write-behind-delay-ms), so that a test sees it memory-only.
+  void StartServers(int64_t delay_ms,
+                    const std::vector<std::string>& domains = {"n0", "n1",
+                                                               "n2"}) {
+    delay_ms_ = delay_ms;
+    domains_ = domains;
+    for (size_t i = 0; i < domains.size(); ++i) {
+      auto s = ServerProcess::Start(Dir(i), Args(i, "127.0.0.1:0"));
+      ASSERT_TRUE(s.ok()) << s.status();
+      servers_.push_back(std::move(*s));
+    }
+  }
+  std::string Dir(size_t i) const {
+    return dir_.path() + "/" + std::to_string(i);
+  }
+  std::vector<std::string> Args(size_t i, const std::string& listen) const {
+    return {"--domain",
+            domains_[i],
+            "--memory-bytes",
+            "64M",
+            "--write-behind-delay-ms",
+            std::to_string(delay_ms_),
+            "--metrics-listen",
+            "127.0.0.1:0",
+            "--listen",
+            listen};
+  }
+  // Restarts server `i` (killed) on its address and data directory.
+  void Restart(size_t i) {
+    const std::string at = servers_[i]->grpc();
+    servers_[i].reset();
+    auto s = ServerProcess::Start(Dir(i), Args(i, at));
+    ASSERT_TRUE(s.ok()) << s.status();
+    servers_[i] = std::move(*s);
+  }
+  std::string List() const {
+    std::string list;
+    for (const auto& s : servers_) {
+      list += (list.empty() ? "" : ",") + s->grpc();
+    }
+    return list;
+  }
+  Result<std::unique_ptr<Checkpointer>> Open(std::vector<char>* w) {
+    CheckpointerOptions o;
+    o.servers = List();
+    o.job = "mem";
+    o.replicas = 2;
+    o.chunk_size = kChunk;
+    o.rpc_timeout_s = 10;
+    o.durability = Durability::kMemory;
+    o.codec = CodecChoice::kRaw;  // stored bytes == raw bytes
+    auto ck = Checkpointer::Open(o);
+    if (!ck.ok()) return ck;
+    Status s = (*ck)->Register({"w", "U8", {int64_t(w->size())}, w->data()});
+    if (!s.ok()) return s;
+    return ck;
+  }
+  static Status Save(Checkpointer& ck, std::vector<char>& w, int64_t step,
+                     Durability d = Durability::kDefault) {
+    testutil::FillPattern(w, testutil::WeightSeed(0, step));
+    SaveOptions so;
+    so.durability = d;
+    auto h = ck.Save(step, so);
+    if (!h.ok()) return h.status();
+    return h->Wait();
+  }
+  // Loads `want` (kLatestStep: the newest) with a new Checkpointer, as a
+  // restarted trainer would, and checks it holds step `expect`'s bytes.
+  void ExpectLoads(int64_t want, int64_t expect) {
+    std::vector<char> w(kChunks * kChunk, 0);
+    auto ck = Open(&w);
+    ASSERT_TRUE(ck.ok()) << ck.status();
+    auto got = (*ck)->Load(want);
+    ASSERT_TRUE(got.ok()) << got.status();
+    EXPECT_EQ(*got, expect);
+    std::vector<char> pattern(w.size());
+    testutil::FillPattern(pattern, testutil::WeightSeed(0, expect));
+    EXPECT_TRUE(w == pattern) << "step " << expect << " not bit-exact";
+  }
+  double Metric(size_t i, const std::string& name) {
+    auto page = metrics::HttpGet(servers_[i]->metrics(), "/metrics");
+    EXPECT_TRUE(page.ok()) << page.status();
+    if (!page.ok()) return -1;
+    auto v = metrics::SampleValue(*page, name);
+    EXPECT_TRUE(v.ok()) << v.status();
+    return v.ok() ? *v : -1;
+  }
+  double Sum(const std::string& name) {
+    double sum = 0;
+    for (size_t i = 0; i < servers_.size(); ++i) sum += Metric(i, name);
+    return sum;
+  }
+  testutil::RunResult LsJson() {
+    return testutil::RunProcess({testutil::BinDir() + "/stagger", "--server",
+                                 List(), "ls", "--job", "mem", "--json"});
+  }
+
+  testutil::TempDir dir_;
+  int64_t delay_ms_ = 0;
+  std::vector<std::string> domains_;
+  std::vector<std::unique_ptr<ServerProcess>> servers_;
+};
+
+TEST_F(MemoryLevelTest, CompleteInMemoryThenDiskLevelBehind) {
+  StartServers(/*delay_ms=*/2500);
+  std::vector<char> w(kChunks * kChunk);
+  auto ck = Open(&w);
+  ASSERT_TRUE(ck.ok()) << ck.status();
+  ASSERT_TRUE(Save(**ck, w, 1).ok());
+  // Complete, with every copy in RAM and none on a disk yet.
+  EXPECT_EQ(Sum("stagger_server_memory_puts_total"), 2 * kChunks);
+  EXPECT_EQ(Sum("stagger_server_memory_only_bytes"), 2.0 * kChunks * kChunk);
+  EXPECT_EQ(Sum("stagger_server_chunks_written_total"), 0);
+  auto steps = (*ck)->Steps(false);
+  ASSERT_TRUE(steps.ok()) << steps.status();
+  ASSERT_EQ(steps->size(), 1u);
+  EXPECT_TRUE((*steps)[0].complete);
+  EXPECT_TRUE((*steps)[0].in_memory);
+  testutil::RunResult ls = LsJson();
+  EXPECT_EQ(ls.exit_code, 0) << ls.out;
+  EXPECT_NE(
+      ls.out.find("\"step\":1,\"state\":\"complete\",\"level\":\"memory\""),
+      std::string::npos)
+      << ls.out;
+  // Read from memory: a restarted trainer loads it.
+  ExpectLoads(kLatestStep, 1);
+  EXPECT_GE(Sum("stagger_server_memory_reads_total"), kChunks);
+  // Written behind, then made disk-level by the saving Checkpointer.
+  Status disk = (*ck)->WaitDisk(absl::Seconds(30));
+  ASSERT_TRUE(disk.ok()) << disk;
+  EXPECT_EQ(Sum("stagger_server_chunks_written_total"), 2 * kChunks);
+  EXPECT_EQ(Sum("stagger_server_memory_only_bytes"), 0);
+  steps = (*ck)->Steps(false);
+  ASSERT_TRUE(steps.ok()) << steps.status();
+  EXPECT_FALSE((*steps)[0].in_memory);
+  ls = LsJson();
+  EXPECT_NE(ls.out.find("\"step\":1,\"state\":\"complete\",\"level\":\"disk\""),
+            std::string::npos)
+      << ls.out;
+  // Disk-level steps outlive a restart of every server (read by a new
+  // Checkpointer, as a new trainer process would).
+  ck->reset();
+  for (size_t i = 0; i < servers_.size(); ++i) {
+    servers_[i]->Stop(SIGKILL);
+    Restart(i);
+  }
+  ExpectLoads(kLatestStep, 1);
+}
+
+TEST_F(MemoryLevelTest, RefusedWithFewerDomainsThanCopies) {
+  StartServers(/*delay_ms=*/0, {"rack", "rack", "rack"});
+  std::vector<char> w(kChunks * kChunk);
+  auto ck = Open(&w);
+  ASSERT_TRUE(ck.ok()) << ck.status();
+  Status s = Save(**ck, w, 1);
+  EXPECT_TRUE(absl::IsFailedPrecondition(s)) << s;
+  EXPECT_NE(s.message().find("needs its 2 copies in 2 failure domains, and "
+                             "the servers up are in 1 (rack)"),
+            std::string::npos)
+      << s;
+  // The same servers take it at disk level.
+  EXPECT_TRUE(Save(**ck, w, 1, Durability::kDisk).ok());
+  ExpectLoads(kLatestStep, 1);
+}
+
+TEST_F(MemoryLevelTest, OneServerKilledTheStepLoadsFromTheOtherCopies) {
+  StartServers(/*delay_ms=*/3000);
+  std::vector<char> w(kChunks * kChunk);
+  auto ck = Open(&w);
+  ASSERT_TRUE(ck.ok()) << ck.status();
+  ASSERT_TRUE(Save(**ck, w, 1).ok());
+  servers_[0]->Stop(SIGKILL);
+  // Every chunk had a copy in another domain's RAM.
+  ExpectLoads(kLatestStep, 1);
+  // The copies it held never reached its disk: the others write theirs,
+  // and the step cannot be made disk-level with two copies of each chunk.
+  // It stays memory-level, saying so.
+  Status disk = (*ck)->WaitDisk(absl::Seconds(60));
+  EXPECT_TRUE(absl::IsFailedPrecondition(disk)) << disk;
+  EXPECT_NE(disk.message().find("stays memory-level (degraded)"),
+            std::string::npos)
+      << disk;
+  auto steps = (*ck)->Steps(false);
+  ASSERT_TRUE(steps.ok()) << steps.status();
+  ASSERT_EQ(steps->size(), 1u);
+  EXPECT_TRUE((*steps)[0].in_memory);
+  // Back without what it held in memory: its memory-level manifests are
+  // dropped at start; the other coordinator's still serve the step.
+  Restart(0);
+  ExpectLoads(kLatestStep, 1);
+}
+
+TEST_F(MemoryLevelTest, EveryServerKilledBeforeDiskTheStepIsGone) {
+  StartServers(/*delay_ms=*/60000);
+  std::vector<char> w(kChunks * kChunk);
+  auto ck = Open(&w);
+  ASSERT_TRUE(ck.ok()) << ck.status();
+  ASSERT_TRUE(Save(**ck, w, 1, Durability::kDisk).ok());
+  ASSERT_TRUE(Save(**ck, w, 2).ok());
+  ExpectLoads(kLatestStep, 2);
+  for (size_t i = 0; i < servers_.size(); ++i) {
+    servers_[i]->Stop(SIGKILL);
+    Restart(i);
+  }
+  // Never listed complete with bytes missing: step 1 is latest again.
+  testutil::RunResult ls = LsJson();
+  EXPECT_EQ(ls.out.find("\"step\":2"), std::string::npos) << ls.out;
+  EXPECT_NE(ls.out.find("\"step\":1,\"state\":\"complete\",\"level\":\"disk\""),
+            std::string::npos)
+      << ls.out;
+  ExpectLoads(kLatestStep, 1);
+}
+
+}  // namespace
+}  // namespace stagger
