@@ -33,6 +33,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
+#include <map>
 #include <memory>
 #include <sstream>
 #include <string>
@@ -66,27 +68,36 @@ Result<std::unique_ptr<Checkpointer>> Open(const std::string& servers,
   return Checkpointer::Open(o);
 }
 
-// Saves `state` as step 1 of `job`; returns Save() to complete, seconds.
+// Saves `state` as `step` of `job` with a new Checkpointer (no history:
+// every chunk is sent); returns Save() to complete, seconds, and sets
+// `*disk_level_s` to Save() to disk-level.
 Result<double> SaveOnce(const std::string& servers, const std::string& job,
                         Durability durability, client::SyntheticState& state,
-                        double* disk_level_s) {
+                        int64_t step, double* disk_level_s) {
   STAGGER_ASSIGN_OR_RETURN(auto ck, Open(servers, job, durability));
   STAGGER_RETURN_IF_ERROR(RegisterState(state, *ck));
   STAGGER_RETURN_IF_ERROR(ck->PrepareStaging());
   const auto start = Clock::now();
-  STAGGER_ASSIGN_OR_RETURN(SaveHandle h, ck->Save(1));
+  STAGGER_ASSIGN_OR_RETURN(SaveHandle h, ck->Save(step));
   STAGGER_RETURN_IF_ERROR(h.Wait());
   const double complete_s = SecondsSince(start);
   STAGGER_RETURN_IF_ERROR(ck->WaitDisk(absl::Minutes(10)));
-  if (disk_level_s != nullptr) *disk_level_s = SecondsSince(start);
+  *disk_level_s = SecondsSince(start);
   return complete_s;
 }
 
 // What a child process printed: "KEY value" lines.
 struct ChildRun {
-  double wall_s = 0;  // spawn to exit
+  double wall_s = 0;        // spawn to exit
+  uint64_t spawned_ns = 0;  // steady clock (CLOCK_MONOTONIC) at spawn
   std::map<std::string, std::string> values;
 };
+
+uint64_t NowNs() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             Clock::now().time_since_epoch())
+      .count();
+}
 
 // Runs this binary with `args` and UCX_TLS=`tls`; its stdout's "KEY value"
 // lines come back. UNAVAILABLE (with its output) when it fails.
@@ -110,6 +121,7 @@ Result<ChildRun> RunChild(std::vector<std::string> args,
   posix_spawn_file_actions_adddup2(&fa, out[1], 1);
   posix_spawn_file_actions_addclose(&fa, out[0]);
   const auto start = Clock::now();
+  const uint64_t spawned_ns = NowNs();
   pid_t pid;
   const int rc =
       posix_spawn(&pid, argv[0], &fa, nullptr, argv.data(), envp.data());
@@ -128,6 +140,7 @@ Result<ChildRun> RunChild(std::vector<std::string> args,
   waitpid(pid, &status, 0);
   ChildRun run;
   run.wall_s = SecondsSince(start);
+  run.spawned_ns = spawned_ns;
   if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
     return absl::UnavailableError(
         absl::StrCat(args[1], " ", args[2], " child failed: ", text));
@@ -139,17 +152,21 @@ Result<ChildRun> RunChild(std::vector<std::string> args,
 }
 
 // The child: the UCX link ceiling, or a restarted trainer's load.
-int ChildMain(const Flags& flags, uint64_t size, uint64_t seed) {
+int ChildMain(const Flags& flags, uint64_t size, uint64_t seed, int steps) {
   if (flags.Get("child") == "link") {
     auto link = MeasureUcxLoopback(size);
     if (!link.ok()) return Fail("recovery", link.status());
     printf("link_GBps %.6f\n", link->GBps());
     return 0;
   }
-  // The state the trainer's model has; its buffers, zeroed and touched.
+  // The state the trainer's model has (to check the load against: not
+  // part of the recovery); its buffers, zeroed and touched.
+  const auto gen_start = Clock::now();
   client::SyntheticState state(size, seed);
+  for (int i = 1; i < steps; ++i) state.Step();
   std::vector<std::vector<char>> bufs;
   for (const auto& t : state.tensors()) bufs.emplace_back(t.bytes.size(), 0);
+  const double gen_s = SecondsSince(gen_start);
   const auto start = Clock::now();
   auto ck = Open(flags.Get("servers"), flags.Get("child"), Durability::kDisk);
   if (!ck.ok()) return Fail("recovery", ck.status());
@@ -162,13 +179,17 @@ int ChildMain(const Flags& flags, uint64_t size, uint64_t seed) {
   auto step = (*ck)->Load(kLatestStep);
   if (!step.ok()) return Fail("recovery", step.status());
   const double total_s = SecondsSince(start);
+  const uint64_t loaded_ns = NowNs();
   bool exact = true;
   for (size_t i = 0; i < bufs.size(); ++i) {
     exact = exact && memcmp(bufs[i].data(), state.tensors()[i].bytes.data(),
                             bufs[i].size()) == 0;
   }
-  printf("open_s %.6f\nload_s %.6f\ntotal_s %.6f\nexact %d\n", open_s,
-         total_s - open_s, total_s, exact ? 1 : 0);
+  printf(
+      "open_s %.6f\nload_s %.6f\ntotal_s %.6f\nexact %d\ngen_s %.6f\n"
+      "loaded_ns %llu\n",
+      open_s, total_s - open_s, total_s, exact ? 1 : 0, gen_s,
+      static_cast<unsigned long long>(loaded_ns));
   return 0;
 }
 
@@ -178,17 +199,19 @@ double Value(const ChildRun& run, const std::string& key) {
 }
 
 int Main(int argc, char** argv) {
-  Flags flags("bench_recovery",
-              {{"size", {"512MiB", "bytes of realistic state"}},
-               {"data", {"/tmp", "parent of the temporary data directory"}},
-               {"json", {"", "write the figures here as JSON"}},
-               {"server",
-                {"",
-                 "stagger-server binary (default: next to "
-                 "this one)"}},
-               {"seed", {"1", "SyntheticState seed"}},
-               {"child", {"", "internal: link, or the job to load"}},
-               {"servers", {"", "internal: the server list for --child"}}});
+  Flags flags(
+      "bench_recovery",
+      {{"size", {"512MiB", "bytes of realistic state"}},
+       {"iterations", {"3", "saves and loads per path (medians)"}},
+       {"data", {"/tmp", "parent of the temporary data directory"}},
+       {"json", {"", "write the figures here as JSON"}},
+       {"server", {"", "stagger-server binary (default: next to this one)"}},
+       {"seed", {"1", "SyntheticState seed"}},
+       {"write-behind-delay-ms", {"0", "the server's --write-behind-delay-ms"}},
+       {"child", {"", "internal: link, or the job to load"}},
+       {"servers", {"", "internal: the server list for --child"}},
+       {"steps",
+        {"1", "internal: the step loaded (the state trained one step less)"}}});
   Status s = flags.Parse(argc, argv);
   if (!s.ok()) return Fail("recovery", s);
   if (flags.help()) {
@@ -197,10 +220,18 @@ int Main(int argc, char** argv) {
   }
   auto size = flags.GetSize("size");
   auto seed = flags.GetInt("seed");
-  if (!size.ok()) return Fail("recovery", size.status());
-  if (!seed.ok()) return Fail("recovery", seed.status());
+  auto iterations = flags.GetInt("iterations");
+  auto steps = flags.GetInt("steps");
+  for (const Status& st :
+       {size.status(), seed.status(), iterations.status(), steps.status()}) {
+    if (!st.ok()) return Fail("recovery", st);
+  }
+  if (*iterations < 1) {
+    return Fail("recovery",
+                absl::InvalidArgumentError("--iterations must be at least 1"));
+  }
   if (!flags.Get("child").empty()) {
-    return ChildMain(flags, *size, static_cast<uint64_t>(*seed));
+    return ChildMain(flags, *size, static_cast<uint64_t>(*seed), *steps);
   }
   setenv("UCX_TLS", "sm,tcp", 0);
   std::string server_bin = flags.Get("server");
@@ -211,8 +242,8 @@ int Main(int argc, char** argv) {
   const uint64_t total = state.total_bytes();
   printf(
       "bench_recovery: %s of realistic state in %zu tensors, one server "
-      "with a memory tier, data directory %s\n",
-      FormatBytes(total).c_str(), state.tensors().size(),
+      "with a memory tier, %d iteration(s), data directory %s\n",
+      FormatBytes(total).c_str(), state.tensors().size(), *iterations,
       (*dir)->path().c_str());
   fflush(stdout);
 
@@ -227,40 +258,70 @@ int Main(int argc, char** argv) {
   auto server = ServerProcess::Start(
       server_bin, (*dir)->path() + "/server", 30,
       {"--memory-bytes", std::to_string(total + (64 << 20)), "--domain",
-       "node0"});
+       "node0", "--write-behind-delay-ms", flags.Get("write-behind-delay-ms")});
   if (!server.ok()) return Fail("recovery", server.status());
   const std::string servers = (*server)->grpc_address();
-  auto save_disk =
-      SaveOnce(servers, kDiskJob, Durability::kDisk, state, nullptr);
-  if (!save_disk.ok()) return Fail("recovery", save_disk.status());
-  double disk_level_s = 0;
-  auto save_memory =
-      SaveOnce(servers, kMemoryJob, Durability::kMemory, state, &disk_level_s);
-  if (!save_memory.ok()) return Fail("recovery", save_memory.status());
+  // Each iteration saves a new step of both jobs (the state trained one
+  // step further), which comes first alternating.
+  std::vector<double> save_disk, save_memory, disk_level;
+  for (int i = 0; i < *iterations; ++i) {
+    if (i > 0) state.Step();
+    for (int k = 0; k < 2; ++k) {
+      const bool memory = (k == 0) == (i % 2 == 1);
+      double level_s = 0;
+      auto t = SaveOnce(servers, memory ? kMemoryJob : kDiskJob,
+                        memory ? Durability::kMemory : Durability::kDisk, state,
+                        i + 1, &level_s);
+      if (!t.ok()) return Fail("recovery", t.status());
+      (memory ? save_memory : save_disk).push_back(*t);
+      if (memory) disk_level.push_back(level_s);
+    }
+  }
 
-  const std::string seed_text = std::to_string(*seed);
-  auto load = [&](const char* job, const char* tls) {
-    return RunChild({"--child", job, "--servers", servers, "--size",
-                     std::to_string(*size), "--seed", seed_text},
-                    tls);
+  // Loads of the newest step, each by a new process; in turn, medians.
+  const std::vector<std::string> child_args = {
+      "--servers", servers,
+      "--size",    std::to_string(*size),
+      "--seed",    std::to_string(*seed),
+      "--steps",   std::to_string(*iterations)};
+  struct Path {
+    const char* job;
+    const char* tls;
+    std::vector<double> load_s, recovery_s;
+    bool exact = true;
   };
-  auto from_disk = load(kDiskJob, "sm,tcp");
-  if (!from_disk.ok()) return Fail("recovery", from_disk.status());
-  auto from_memory = load(kMemoryJob, "sm,tcp");
-  if (!from_memory.ok()) return Fail("recovery", from_memory.status());
-  auto from_peer = load(kMemoryJob, "tcp");
-  if (!from_peer.ok()) return Fail("recovery", from_peer.status());
+  Path paths[3] = {
+      {kDiskJob, "sm,tcp"}, {kMemoryJob, "sm,tcp"}, {kMemoryJob, "tcp"}};
+  for (int i = 0; i < *iterations; ++i) {
+    for (Path& p : paths) {
+      std::vector<std::string> args = {"--child", p.job};
+      args.insert(args.end(), child_args.begin(), child_args.end());
+      auto run = RunChild(args, p.tls);
+      if (!run.ok()) return Fail("recovery", run.status());
+      p.load_s.push_back(Value(*run, "load_s"));
+      // Spawn to state back, less the child's making of the reference.
+      p.recovery_s.push_back(
+          (Value(*run, "loaded_ns") - static_cast<double>(run->spawned_ns)) /
+              1e9 -
+          Value(*run, "gen_s"));
+      p.exact = p.exact && Value(*run, "exact") == 1;
+    }
+  }
   server->reset();
 
   const double sm_gbps = Value(*link_sm, "link_GBps");
   const double tcp_gbps = Value(*link_tcp, "link_GBps");
-  auto gbps = [&](double s) { return Div(total, s) / 1e9; };
-  const double disk_load = Value(*from_disk, "load_s");
-  const double mem_load = Value(*from_memory, "load_s");
-  const double peer_load = Value(*from_peer, "load_s");
-  const bool exact = Value(*from_disk, "exact") == 1 &&
-                     Value(*from_memory, "exact") == 1 &&
-                     Value(*from_peer, "exact") == 1;
+  auto gbps = [&](double sec) { return Div(total, sec) / 1e9; };
+  const double disk_save = Median(save_disk);
+  const double memory_save = Median(save_memory);
+  const double level_s = Median(disk_level);
+  const double disk_load = Median(paths[0].load_s);
+  const double mem_load = Median(paths[1].load_s);
+  const double peer_load = Median(paths[2].load_s);
+  const double disk_rec = Median(paths[0].recovery_s);
+  const double mem_rec = Median(paths[1].recovery_s);
+  const double peer_rec = Median(paths[2].recovery_s);
+  const bool exact = paths[0].exact && paths[1].exact && paths[2].exact;
 
   Table table({"what", "seconds", "GB/s", "x_link", "x_disk_path"});
   table.AddRow(
@@ -270,14 +331,14 @@ int Main(int argc, char** argv) {
                              : "disk read ceiling (buffered)",
                 Fixed(disk->seconds, 4), GB(disk->GBps()), "-", "-"});
   table.AddRow({"save, durability disk: Save() to complete",
-                Fixed(*save_disk, 4), GB(gbps(*save_disk)),
-                Ratio(gbps(*save_disk), sm_gbps), "1.00"});
+                Fixed(disk_save, 4), GB(gbps(disk_save)),
+                Ratio(gbps(disk_save), sm_gbps), "1.00"});
   table.AddRow({"save, durability memory: Save() to complete",
-                Fixed(*save_memory, 4), GB(gbps(*save_memory)),
-                Ratio(gbps(*save_memory), sm_gbps),
-                Ratio(*save_disk, *save_memory)});
-  table.AddRow({"  ... and to disk-level", Fixed(disk_level_s, 4),
-                GB(gbps(disk_level_s)), "-", Ratio(*save_disk, disk_level_s)});
+                Fixed(memory_save, 4), GB(gbps(memory_save)),
+                Ratio(gbps(memory_save), sm_gbps),
+                Ratio(disk_save, memory_save)});
+  table.AddRow({"  ... and to disk-level", Fixed(level_s, 4), GB(gbps(level_s)),
+                "-", Ratio(disk_save, level_s)});
   table.AddRow({"load from disk (cold), new process", Fixed(disk_load, 4),
                 GB(gbps(disk_load)), Ratio(gbps(disk_load), sm_gbps), "1.00"});
   table.AddRow({"load from memory, same node (sm)", Fixed(mem_load, 4),
@@ -287,27 +348,27 @@ int Main(int argc, char** argv) {
                 GB(gbps(peer_load)), Ratio(gbps(peer_load), tcp_gbps),
                 Ratio(disk_load, peer_load)});
   table.AddRow({"recovery, disk: process start to state back",
-                Fixed(from_disk->wall_s, 4), "-", "-", "1.00"});
-  table.AddRow({"recovery, memory same node", Fixed(from_memory->wall_s, 4),
-                "-", "-", Ratio(from_disk->wall_s, from_memory->wall_s)});
-  table.AddRow({"recovery, memory peer node (tcp)", Fixed(from_peer->wall_s, 4),
-                "-", "-", Ratio(from_disk->wall_s, from_peer->wall_s)});
+                Fixed(disk_rec, 4), "-", "-", "1.00"});
+  table.AddRow({"recovery, memory same node", Fixed(mem_rec, 4), "-", "-",
+                Ratio(disk_rec, mem_rec)});
+  table.AddRow({"recovery, memory peer node (tcp)", Fixed(peer_rec, 4), "-",
+                "-", Ratio(disk_rec, peer_rec)});
   table.Print();
   printf(
-      "x_link: GB/s over the link ceiling of the transport used; "
-      "x_disk_path: seconds of the disk row over this row's; loads are "
-      "bit-exact: %s\n",
-      exact ? "yes" : "NO");
+      "medians of %d; x_link: GB/s over the link ceiling of the transport "
+      "used; x_disk_path: seconds of the disk row over this row's; loads "
+      "are bit-exact: %s\n",
+      *iterations, exact ? "yes" : "NO");
 
   ResultLine result("recovery");
-  result.Add("save_memory_x_disk", Div(*save_disk, *save_memory));
-  result.Add("save_memory_x_link", Div(gbps(*save_memory), sm_gbps));
+  result.Add("save_memory_x_disk", Div(disk_save, memory_save));
+  result.Add("save_memory_x_link", Div(gbps(memory_save), sm_gbps));
   result.Add("load_memory_x_link", Div(gbps(mem_load), sm_gbps));
   result.Add("load_peer_x_link", Div(gbps(peer_load), tcp_gbps));
   result.Add("load_peer_x_disk", Div(disk_load, peer_load));
-  result.Add("recovery_memory_s", from_memory->wall_s);
-  result.Add("recovery_peer_s", from_peer->wall_s);
-  result.Add("recovery_disk_s", from_disk->wall_s);
+  result.Add("recovery_memory_s", mem_rec);
+  result.Add("recovery_peer_s", peer_rec);
+  result.Add("recovery_disk_s", disk_rec);
   result.Add("bit_exact", exact ? 1 : 0);
   JsonReport json;
   for (const auto& [k, v] : result.figures()) json.Set(k, v);

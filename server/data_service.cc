@@ -106,6 +106,8 @@ AdmissionStats DataService::admission_stats() const {
 
 void DataService::OnRequest(transport::Message request,
                             std::unique_ptr<transport::ReplyChannel> reply) {
+  last_request_ns_.store(absl::GetCurrentTimeNanos(),
+                         std::memory_order_relaxed);
   bool accepted;
   {
     absl::MutexLock lock(&mu_);

@@ -100,11 +100,15 @@ class DataService : public transport::RequestHandler {
   // are acknowledged once held there, and one thread writes them to the
   // segment store behind, at most kWriteBehindBytes in the store at once,
   // holding back (up to kWriteBehindYield per chunk) while `busy` says
-  // client traffic is in the server: checkpoints and restores go first.
+  // client traffic is in the server or a data request came within
+  // kRecentRequest: checkpoints and restores go first.
   // GetChunk serves held chunks from memory.
   void SetMemoryTier(MemoryTier* memory, std::function<bool()> busy);
   static constexpr uint64_t kWriteBehindBytes = 32 << 20;
   static constexpr absl::Duration kWriteBehindYield = absl::Milliseconds(50);
+  // A data request this recent counts as client traffic for the
+  // write-behind (a save's puts come one after another).
+  static constexpr absl::Duration kRecentRequest = absl::Milliseconds(5);
   // Writes every memory-only chunk now, waits (up to `timeout`) until they
   // are on disk, then stops the write-behind thread. Call after WaitIdle().
   Status FinishWriteBehind(absl::Duration timeout);
@@ -193,6 +197,8 @@ class DataService : public transport::RequestHandler {
   // Writes held chunks behind until the tier stops (the write-behind
   // thread).
   void WriteBehindLoop();
+  // A data request came within kRecentRequest.
+  bool RecentRequest() const;
   // The segment store's answer to a write behind of `rec`.
   void WrittenBehind(const MemoryTier::Record& rec,
                      const Result<ChunkLocation>& loc);
@@ -222,6 +228,7 @@ class DataService : public transport::RequestHandler {
   absl::Mutex write_behind_mu_;
   uint64_t write_behind_bytes_ ABSL_GUARDED_BY(write_behind_mu_) = 0;
   std::thread write_behind_;
+  std::atomic<int64_t> last_request_ns_{0};  // absl::GetCurrentTimeNanos
   DataServiceCounters counters_;
   DecodedChunks decoded_{kRangeCacheBytes};
   JobCounters job_counters_;

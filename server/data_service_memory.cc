@@ -1,6 +1,5 @@
 // DataService and the memory tier: puts held in RAM and acknowledged, the
 // write-behind thread that stores them in the segment store.
-#include <cstring>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -50,6 +49,12 @@ DataService::~DataService() {
       +[](uint64_t* n) { return *n == 0; }, &write_behind_bytes_));
 }
 
+bool DataService::RecentRequest() const {
+  const int64_t last = last_request_ns_.load(std::memory_order_relaxed);
+  return absl::GetCurrentTimeNanos() - last <
+         absl::ToInt64Nanoseconds(kRecentRequest);
+}
+
 bool DataService::HoldInMemory(transport::ReplyChannel* reply,
                                transport::Buffer* payload,
                                const format::PutChunkRequest& r,
@@ -73,7 +78,7 @@ void DataService::WriteBehindLoop() {
     // Client traffic first: hold back while it is in the server, but never
     // longer than kWriteBehindYield per chunk (the tier must drain).
     const absl::Time until = absl::Now() + kWriteBehindYield;
-    while (busy_ && busy_() && absl::Now() < until) {
+    while (((busy_ && busy_()) || RecentRequest()) && absl::Now() < until) {
       absl::SleepFor(absl::Milliseconds(2));
     }
     {
@@ -89,13 +94,13 @@ void DataService::WriteBehindLoop() {
           &room));
       write_behind_bytes_ += n;
     }
-    // A copy for the store (it owns what it writes; the held bytes go on
-    // serving reads), with room for the record header in front.
-    transport::Buffer copy =
-        transport::Buffer::WithHeadroom(n, format::kRecordHeaderSize);
-    if (n > 0) std::memcpy(copy.data(), rec->payload->data(), n);
+    // The held bytes themselves, kept alive until written: the store
+    // writes the record header into the room in front of them (a received
+    // payload has it) and never touches the payload, which readers may be
+    // sending meanwhile. Without the room the store copies them.
+    transport::Buffer bytes = DecodedChunks::Slice(rec->payload, 0, n);
     segments_->Append(
-        rec->job, rec->header, std::move(copy),
+        rec->job, rec->header, std::move(bytes),
         [this, r = *rec](Result<ChunkLocation> loc) { WrittenBehind(r, loc); });
   }
 }
