@@ -253,6 +253,7 @@ Result<std::vector<pb::StepInfo>> ListSteps(
          tiers != nullptr && i < reply.tiers_size() && i < reply.steps_size();
          ++i) {
       StepTiers& t = (*tiers)[reply.steps(i).step()];
+      t.memory |= reply.tiers(i).memory();
       t.disk |= reply.tiers(i).disk();
       t.rados |= reply.tiers(i).rados();
     }

@@ -36,6 +36,7 @@ Result<pb::StepInfo> CommitShard(ServerSet& servers, size_t replicas,
 
 // Where some server holds a step: on a disk, in a RADOS pool.
 struct StepTiers {
+  bool memory = false;  // memory-level: in servers' RAM, not known on disk
   bool disk = false;
   bool rados = false;
 };

@@ -228,7 +228,8 @@ grpc::Status ControlService::ListSteps(grpc::ServerContext* ctx,
   if (!cold_only.ok()) return ToGrpc(cold_only.status());
   for (auto& s : *steps) {
     pb::StepTiers* t = reply->add_tiers();
-    t->set_disk(cold_only->count(s.step()) == 0);
+    t->set_memory(!s.memory_ranks().empty());
+    t->set_disk(cold_only->count(s.step()) == 0 && !t->memory());
     t->set_rados(drained->count(s.step()) != 0);
     *reply->add_steps() = std::move(s);
   }

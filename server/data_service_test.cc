@@ -52,9 +52,10 @@ class DataServiceTest : public ::testing::Test {
 
   // Sends a PutChunk of `raw` (raw codec); returns the reply status.
   Status Put(const std::string& job, const std::string& raw,
-             bool corrupt_crc = false) {
+             bool corrupt_crc = false, bool in_memory = false) {
     format::PutChunkRequest req;
     req.job = job;
+    req.in_memory = in_memory;
     req.record.codec = format::Codec::kRaw;
     req.record.chunk_id = format::ChunkId::Of(raw.data(), raw.size());
     req.record.raw_length = req.record.encoded_length = raw.size();
@@ -106,6 +107,7 @@ class DataServiceTest : public ::testing::Test {
   std::unique_ptr<SegmentStore> segments_;
   std::unique_ptr<qos::Executor> ingest_;
   std::unique_ptr<qos::Executor> readers_;
+  std::unique_ptr<MemoryTier> tier_;  // outlives the service
   std::unique_ptr<DataService> service_;
   std::unique_ptr<transport::Transport> transport_;
   std::unique_ptr<transport::Listener> listener_;
@@ -273,6 +275,46 @@ TEST_F(DataServiceTest, StopAcceptingRefusesNewRequests) {
   Status s = Put("job", "after");
   EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable);
   EXPECT_NE(s.message().find("shutting down"), std::string::npos);
+}
+
+TEST_F(DataServiceTest, MemoryPutsAreServedFromMemoryAndWrittenBehind) {
+  // Nothing is written until asked.
+  tier_ = std::make_unique<MemoryTier>(1 << 20, absl::Hours(1));
+  MemoryTier& tier = *tier_;
+  service_->SetMemoryTier(&tier, nullptr);
+  std::string a(100000, '\0');
+  for (size_t i = 0; i < a.size(); ++i) a[i] = static_cast<char>(i * 13);
+  const auto id_a = format::ChunkId::Of(a.data(), a.size());
+  ASSERT_TRUE(Put("job", a, false, /*in_memory=*/true).ok());
+  EXPECT_TRUE(absl::IsNotFound(meta_->GetChunk("job", id_a).status()))
+      << "acknowledged before it is on disk";
+  auto got = conn_->CallSync(static_cast<uint16_t>(DataOp::kGetChunk),
+                             format::EncodeGetChunk({"job", id_a}), "");
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_TRUE(ReplyOf(got).ok());
+  EXPECT_EQ(got->payload.view(), a);
+  EXPECT_EQ(tier.stats().reads_total, 1u);
+  // A range of it is not served from memory: the reader takes it whole.
+  EXPECT_TRUE(absl::IsNotFound(Range(id_a, 0, 10).status()));
+  // Bigger than the tier: stored (and acknowledged) as a plain put.
+  std::string b(2 << 20, 'b');
+  ASSERT_TRUE(Put("job", b, false, /*in_memory=*/true).ok());
+  EXPECT_TRUE(
+      meta_->GetChunk("job", format::ChunkId::Of(b.data(), b.size())).ok());
+  EXPECT_EQ(tier.stats().refused_total, 1u);
+  // A bad checksum is refused, and nothing is held.
+  EXPECT_EQ(
+      Put("job", "other", /*corrupt_crc=*/true, /*in_memory=*/true).code(),
+      absl::StatusCode::kDataLoss);
+  EXPECT_EQ(tier.stats().chunks, 1u);
+  // Shutdown writes what is held; then it reads from disk like any chunk.
+  ASSERT_TRUE(service_->FinishWriteBehind(absl::Seconds(30)).ok());
+  auto meta = meta_->GetChunk("job", id_a);
+  ASSERT_TRUE(meta.ok()) << meta.status();
+  auto rec = segments_->Read("job", meta->location);
+  ASSERT_TRUE(rec.ok()) << rec.status();
+  EXPECT_EQ(rec->payload.view(), a);
+  EXPECT_EQ(tier.stats().memory_only_bytes, 0u);
 }
 
 }  // namespace

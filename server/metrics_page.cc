@@ -65,7 +65,11 @@ void WriteMemoryMetrics(metrics::TextWriter& w, const MemoryTier::Stats& m) {
           static_cast<double>(m.memory_only_bytes));
   w.Gauge("stagger_server_memory_chunks", "Chunks held in the memory tier.",
           static_cast<double>(m.chunks));
-  for (const auto& [job, u] : m.jobs) {
+  // A bounded page: the first kMaxJobRows jobs by name, the rest summed.
+  constexpr size_t kMaxJobRows = 64;
+  MemoryTier::JobUsage other;
+  size_t rows = 0;
+  auto row = [&w](const std::string& job, const MemoryTier::JobUsage& u) {
     const metrics::Labels l = {{"job", job}};
     w.Gauge("stagger_server_job_memory_bytes",
             "Chunk bytes of the job held in the memory tier.",
@@ -73,7 +77,16 @@ void WriteMemoryMetrics(metrics::TextWriter& w, const MemoryTier::Stats& m) {
     w.Gauge("stagger_server_job_memory_only_bytes",
             "Chunk bytes of the job in memory and not yet on disk.",
             static_cast<double>(u.memory_only_bytes), l);
+  };
+  for (const auto& [job, u] : m.jobs) {
+    if (rows++ < kMaxJobRows) {
+      row(job, u);
+    } else {
+      other.bytes += u.bytes;
+      other.memory_only_bytes += u.memory_only_bytes;
+    }
   }
+  if (rows > kMaxJobRows) row("(other)", other);
   w.Counter("stagger_server_memory_puts_total",
             "Puts acknowledged once held in memory (durability \"memory\").",
             static_cast<double>(m.held_total));

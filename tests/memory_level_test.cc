@@ -149,9 +149,8 @@ TEST_F(MemoryLevelTest, CompleteInMemoryThenDiskLevelBehind) {
   EXPECT_TRUE((*steps)[0].in_memory);
   testutil::RunResult ls = LsJson();
   EXPECT_EQ(ls.exit_code, 0) << ls.out;
-  EXPECT_NE(
-      ls.out.find("\"step\":1,\"state\":\"complete\",\"level\":\"memory\""),
-      std::string::npos)
+  EXPECT_NE(ls.out.find("\"tiers\":[\"memory\"],\"level\":\"memory\"}"),
+            std::string::npos)
       << ls.out;
   // Read from memory: a restarted trainer loads it.
   ExpectLoads(kLatestStep, 1);
@@ -165,7 +164,7 @@ TEST_F(MemoryLevelTest, CompleteInMemoryThenDiskLevelBehind) {
   ASSERT_TRUE(steps.ok()) << steps.status();
   EXPECT_FALSE((*steps)[0].in_memory);
   ls = LsJson();
-  EXPECT_NE(ls.out.find("\"step\":1,\"state\":\"complete\",\"level\":\"disk\""),
+  EXPECT_NE(ls.out.find("\"tiers\":[\"disk\"],\"level\":\"disk\"}"),
             std::string::npos)
       << ls.out;
   // Disk-level steps outlive a restart of every server (read by a new
@@ -236,7 +235,7 @@ TEST_F(MemoryLevelTest, EveryServerKilledBeforeDiskTheStepIsGone) {
   // Never listed complete with bytes missing: step 1 is latest again.
   testutil::RunResult ls = LsJson();
   EXPECT_EQ(ls.out.find("\"step\":2"), std::string::npos) << ls.out;
-  EXPECT_NE(ls.out.find("\"step\":1,\"state\":\"complete\",\"level\":\"disk\""),
+  EXPECT_NE(ls.out.find("\"tiers\":[\"disk\"],\"level\":\"disk\"}"),
             std::string::npos)
       << ls.out;
   ExpectLoads(kLatestStep, 1);

@@ -72,9 +72,10 @@ std::string Time(int64_t unix_ms) {
   return unix_ms == 0 ? "-" : UtcTimeText(unix_ms);
 }
 
-// "disk,rados", each name between `quote`s.
+// "memory", "disk,rados", each name between `quote`s.
 std::string TierList(const StepTiers& t, const char* quote, const char* sep) {
   std::vector<std::string> names;
+  if (t.memory) names.push_back(absl::StrCat(quote, "memory", quote));
   if (t.disk) names.push_back(absl::StrCat(quote, "disk", quote));
   if (t.rados) names.push_back(absl::StrCat(quote, "rados", quote));
   return absl::StrJoin(names, sep);
@@ -96,12 +97,13 @@ int RunLs(const LsArgs& a) {
     for (const pb::StepInfo& s : *steps) {
       rows.push_back(absl::StrCat(
           "{\"step\":", s.step(), ",\"state\":\"",
-          s.complete() ? "complete" : "partial", "\",\"level\":\"", Level(s),
-          "\",\"world_size\":", s.world_size(), ",\"ranks_committed\":",
-          s.committed_ranks_size(), ",\"raw_bytes\":", s.raw_bytes(),
-          ",\"stored_bytes\":", s.stored_bytes(), ",\"new_bytes\":",
-          s.shipped_bytes(), ",\"created\":\"", Time(s.created_unix_ms()),
-          "\",\"tiers\":[", TierList(tiers[s.step()], "\"", ","), "]}"));
+          s.complete() ? "complete" : "partial", "\",\"world_size\":",
+          s.world_size(), ",\"ranks_committed\":", s.committed_ranks_size(),
+          ",\"raw_bytes\":", s.raw_bytes(), ",\"stored_bytes\":",
+          s.stored_bytes(), ",\"new_bytes\":", s.shipped_bytes(),
+          ",\"created\":\"", Time(s.created_unix_ms()), "\",\"tiers\":[",
+          TierList(tiers[s.step()], "\"", ","), "],\"level\":\"", Level(s),
+          "\"}"));
     }
     printf(
         "{\"job\":\"%s\",\"disk_bytes\":%llu,\"servers\":%zu,\"steps\":[%s]}\n",

@@ -526,3 +526,42 @@ def test_an_embedded_server_logs_warnings_only_unless_asked(tmp_path):
                           timeout=120)
     assert loud.returncode == 0, loud.stderr
     assert "job 'quiet' step 1 complete: 1 rank, " in loud.stderr, loud.stderr
+
+
+def test_memory_durability_through_python(tmp_path):
+    # Two servers in two domains, each with a memory tier; two copies.
+    procs, addrs = [], []
+    for name in ("n0", "n1"):
+        p, a = start_server(tmp_path / name, "--domain", name,
+                            "--memory-bytes", "32M")
+        procs.append(p)
+        addrs.append(a)
+    try:
+        ck = stagger.Checkpointer(servers=",".join(addrs), job="mem",
+                                  replicas=2, chunk_size=65536,
+                                  durability="memory")
+        s1 = state(1)
+        ck.save(s1, step=1).wait()
+        assert ck.wait_disk(timeout=60) is True
+        # A save may ask for disk itself; both load back.
+        s2 = state(2)
+        ck.save(s2, step=2, durability="disk").wait()
+        out = empty_like(s2)
+        assert ck.load(out) == 2
+        for k in s2:
+            np.testing.assert_array_equal(out[k], s2[k])
+        ls = subprocess.run(
+            [os.path.join(bin_dir(), "stagger"), "--server", ",".join(addrs),
+             "ls", "--job", "mem", "--json"],
+            capture_output=True, text=True, check=True).stdout
+        assert '"level":"disk"}' in ls and '"memory"' not in ls, ls
+        with pytest.raises(stagger.Error, match="durability 'ram' unknown"):
+            ck.save(s1, step=3, durability="ram")
+        with pytest.raises(stagger.Error, match="names a save's"):
+            stagger.Checkpointer(servers=",".join(addrs), job="mem",
+                                 durability="default")
+        del ck
+    finally:
+        for p in procs:
+            p.terminate()
+            assert p.wait(timeout=60) == 0
