@@ -32,8 +32,10 @@ class MemoryLevelTest : public ::testing::Test {
   // to disk (--write-behind-delay-ms), so that a test sees it memory-only.
   void StartServers(int64_t delay_ms,
                     const std::vector<std::string>& domains = {"n0", "n1",
-                                                               "n2"}) {
+                                                               "n2"},
+                    const std::string& memory = "64M") {
     delay_ms_ = delay_ms;
+    memory_ = memory;
     domains_ = domains;
     for (size_t i = 0; i < domains.size(); ++i) {
       auto s = ServerProcess::Start(Dir(i), Args(i, "127.0.0.1:0"));
@@ -48,7 +50,7 @@ class MemoryLevelTest : public ::testing::Test {
     return {"--domain",
             domains_[i],
             "--memory-bytes",
-            "64M",
+            memory_,
             "--write-behind-delay-ms",
             std::to_string(delay_ms_),
             "--metrics-listen",
@@ -128,6 +130,7 @@ class MemoryLevelTest : public ::testing::Test {
 
   testutil::TempDir dir_;
   int64_t delay_ms_ = 0;
+  std::string memory_;
   std::vector<std::string> domains_;
   std::vector<std::unique_ptr<ServerProcess>> servers_;
 };
@@ -175,6 +178,33 @@ TEST_F(MemoryLevelTest, CompleteInMemoryThenDiskLevelBehind) {
     Restart(i);
   }
   ExpectLoads(kLatestStep, 1);
+}
+
+TEST_F(MemoryLevelTest,
+       AFullTierTakesSavesAtTheDisksPaceAndEvictsWhatIsOnDisk) {
+  // 512 KiB of RAM each, 8 chunks' worth, for the 16 copies a server gets
+  // of a step: the rest is acknowledged once on disk.
+  StartServers(/*delay_ms=*/0, {"n0", "n1", "n2"}, "512K");
+  std::vector<char> w(kChunks * kChunk);
+  auto ck = Open(&w);
+  ASSERT_TRUE(ck.ok()) << ck.status();
+  ASSERT_TRUE(Save(**ck, w, 1).ok());
+  const double held = Sum("stagger_server_memory_puts_total");
+  const double refused = Sum("stagger_server_memory_puts_refused_total");
+  EXPECT_EQ(held + refused, 2 * kChunks);
+  EXPECT_GT(refused, 0);
+  EXPECT_LE(held, 3 * 8);
+  for (size_t i = 0; i < servers_.size(); ++i) {
+    EXPECT_LE(Metric(i, "stagger_server_memory_bytes"), 512 << 10);
+  }
+  ASSERT_TRUE((*ck)->WaitDisk(absl::Seconds(30)).ok());
+  // Step 2 changes every chunk: what step 1 left in memory is on disk by
+  // now, and makes room for it.
+  ASSERT_TRUE(Save(**ck, w, 2).ok());
+  EXPECT_GT(Sum("stagger_server_memory_evictions_total"), 0);
+  ASSERT_TRUE((*ck)->WaitDisk(absl::Seconds(30)).ok());
+  ExpectLoads(1, 1);
+  ExpectLoads(kLatestStep, 2);
 }
 
 TEST_F(MemoryLevelTest, RefusedWithFewerDomainsThanCopies) {

@@ -189,7 +189,8 @@ TEST_F(RadosTest, DrainedStepsLoadBitExactFromANewServerWithAnEmptyDisk) {
                             a->grpc(), "ls", "--job", "roundtrip", "--json"});
   ASSERT_EQ(ls.exit_code, 0) << ls.out;
   EXPECT_NE(ls.out.find("\"step\":2,"), std::string::npos) << ls.out;
-  EXPECT_NE(ls.out.find("\"tiers\":[\"disk\",\"rados\"]}]"), std::string::npos)
+  EXPECT_NE(ls.out.find("\"tiers\":[\"disk\",\"rados\"],\"level\":\"disk\"}]"),
+            std::string::npos)
       << ls.out;
   a->Stop(SIGTERM);
   std::filesystem::remove_all(dir_.path() + "/a");
@@ -206,7 +207,8 @@ TEST_F(RadosTest, DrainedStepsLoadBitExactFromANewServerWithAnEmptyDisk) {
                              "--json"});
   ASSERT_EQ(ls.exit_code, 0) << ls.out;
   // Held by the pool alone now.
-  EXPECT_NE(ls.out.find("\"tiers\":[\"rados\"]}]"), std::string::npos)
+  EXPECT_NE(ls.out.find("\"tiers\":[\"rados\"],\"level\":\"disk\"}]"),
+            std::string::npos)
       << ls.out;
   for (int64_t step : {2, 1}) {
     std::vector<char> lw(w.size(), 0), lb(b.size(), 0);
