@@ -101,7 +101,8 @@ void DataService::WriteBehindLoop() {
     transport::Buffer bytes = DecodedChunks::Slice(rec->payload, 0, n);
     segments_->Append(
         rec->job, rec->header, std::move(bytes),
-        [this, r = *rec](Result<ChunkLocation> loc) { WrittenBehind(r, loc); });
+        [this, r = *rec](Result<ChunkLocation> loc) { WrittenBehind(r, loc); },
+        /*payload_checked=*/true);
   }
 }
 

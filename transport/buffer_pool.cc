@@ -12,6 +12,30 @@ BufferPool::~BufferPool() {
   for (const auto& [block, p] : free_) ::munmap(p, block);
 }
 
+char* BufferPool::Map(size_t block) {
+  if (block < kHugePage) {
+    void* m = ::mmap(nullptr, block, PROT_READ | PROT_WRITE,
+                     MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    return m == MAP_FAILED ? nullptr : static_cast<char*>(m);
+  }
+  // Aligned to a huge page and advised as one: the first touch of a new
+  // block (a buffer held long, as the server's memory tier holds them)
+  // takes a fault per 2 MiB instead of one per 4 KiB page.
+  void* m = ::mmap(nullptr, block + kHugePage, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (m == MAP_FAILED) return nullptr;
+  const uintptr_t start = reinterpret_cast<uintptr_t>(m);
+  const uintptr_t aligned = (start + kHugePage - 1) & ~(kHugePage - 1);
+  if (aligned > start) ::munmap(m, aligned - start);
+  const uintptr_t end = start + block + kHugePage;
+  if (end > aligned + block) {
+    ::munmap(reinterpret_cast<void*>(aligned + block), end - aligned - block);
+  }
+  char* p = reinterpret_cast<char*>(aligned);
+  ::madvise(p, block, MADV_HUGEPAGE);  // advice only: fine if refused
+  return p;
+}
+
 Buffer BufferPool::Get(size_t size, size_t headroom) {
   const size_t need = headroom + size;
   if (need < kGranule) return Buffer::WithHeadroom(size, headroom);
@@ -32,12 +56,10 @@ Buffer BufferPool::Get(size_t size, size_t headroom) {
     }
   }
   if (p == nullptr) {
-    void* m = ::mmap(nullptr, block, PROT_READ | PROT_WRITE,
-                     MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    p = Map(block);
     // Out of address space or map count: an ordinary buffer (which aborts
     // only where operator new would).
-    if (m == MAP_FAILED) return Buffer::WithHeadroom(size, headroom);
-    p = static_cast<char*>(m);
+    if (p == nullptr) return Buffer::WithHeadroom(size, headroom);
   }
   return Buffer::Adopt(p, got, size, headroom, shared_from_this());
 }

@@ -30,6 +30,7 @@ class BufferPool final : public BufferRecycler,
                          public std::enable_shared_from_this<BufferPool> {
  public:
   static constexpr size_t kGranule = 64 << 10;
+  static constexpr size_t kHugePage = 2 << 20;
 
   static std::shared_ptr<BufferPool> Create(size_t max_cached_bytes);
   ~BufferPool() override;  // unmaps the cached blocks
@@ -38,6 +39,12 @@ class BufferPool final : public BufferRecycler,
   Buffer Get(size_t size, size_t headroom = 0);
   void Recycle(char* p, size_t block) override;
 
+ private:
+  // A new block of `block` bytes; nullptr when mmap fails. Blocks of a
+  // huge page or more start on a huge-page boundary, advised as huge.
+  static char* Map(size_t block);
+
+ public:
   struct Stats {
     uint64_t reused = 0;  // Gets served from the cache
     uint64_t mapped = 0;  // Gets that mapped a new block

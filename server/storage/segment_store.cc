@@ -50,8 +50,8 @@ double SecondsSince(std::chrono::steady_clock::time_point start) {
 
 void SegmentStore::Impl::Append(const std::string& job,
                                 const format::RecordHeader& h,
-                                transport::Buffer payload,
-                                AppendCallback done) {
+                                transport::Buffer payload, AppendCallback done,
+                                bool payload_checked) {
   Pending p;
   p.job = job;
   p.header = h;
@@ -65,7 +65,9 @@ void SegmentStore::Impl::Append(const std::string& job,
     p.rejected =
         format::DecodeRecordHeader(std::string_view(encoded, sizeof(encoded)))
             .status();
-    if (p.rejected.ok()) p.rejected = format::VerifyPayload(h, payload.view());
+    if (p.rejected.ok() && !payload_checked) {
+      p.rejected = format::VerifyPayload(h, payload.view());
+    }
     // The name is valid here, so it is safe to quote.
     if (!p.rejected.ok()) {
       p.rejected = WithContext(p.rejected, absl::StrCat("append to job ", job));
@@ -547,8 +549,9 @@ Result<std::unique_ptr<SegmentStore>> SegmentStore::Open(
 }
 
 void SegmentStore::Append(const std::string& job, const format::RecordHeader& h,
-                          transport::Buffer payload, AppendCallback done) {
-  impl_->Append(job, h, std::move(payload), std::move(done));
+                          transport::Buffer payload, AppendCallback done,
+                          bool payload_checked) {
+  impl_->Append(job, h, std::move(payload), std::move(done), payload_checked);
 }
 
 Result<StoredRecord> SegmentStore::Read(const std::string& job,

@@ -97,10 +97,12 @@ class SegmentStore {
   // Queues a record for `job` (validated name). `done` runs on the writer
   // thread once the record is durable (location) or failed (status: e.g.
   // RESOURCE_EXHAUSTED on a full disk, naming the segment path).
-  // h.encoded_length / payload_crc32c are checked against `payload`.
-  // The store owns `payload` from here on.
+  // h.encoded_length / payload_crc32c are checked against `payload`,
+  // unless the caller did (`payload_checked`: the memory tier checked it
+  // when it took the chunk in). The store owns `payload` from here on.
   void Append(const std::string& job, const format::RecordHeader& h,
-              transport::Buffer payload, AppendCallback done);
+              transport::Buffer payload, AppendCallback done,
+              bool payload_checked = false);
 
   // Reads the record at `loc` and verifies it (header, payload checksum,
   // padding). DATA_LOSS naming the segment and offset on any corruption,

@@ -59,7 +59,8 @@ class SegmentStore::Impl {
   }
 
   void Append(const std::string& job, const format::RecordHeader& h,
-              transport::Buffer payload, AppendCallback done);
+              transport::Buffer payload, AppendCallback done,
+              bool payload_checked);
   Result<StoredRecord> Read(const std::string& job, const ChunkLocation& loc,
                             const IOOptions& io);
   Status Scan(const std::string& job,
