@@ -301,6 +301,9 @@ Status Server::Impl::StartDataPlane(const ServerOptions& options) {
       // UCX's tcp transport listens on the loopback device alone.
       ucx.net_devices = "lo";
     }
+    // The memory tier keeps received buffers: fault them in 2 MiB at a
+    // time.
+    ucx.huge_page_buffers = options.memory_bytes > 0;
     STAGGER_ASSIGN_OR_RETURN(owned_transport, transport::NewUcxTransport(ucx));
     transport = owned_transport.get();
   }

@@ -4,8 +4,10 @@
 
 namespace stagger::transport {
 
-std::shared_ptr<BufferPool> BufferPool::Create(size_t max_cached_bytes) {
-  return std::shared_ptr<BufferPool>(new BufferPool(max_cached_bytes));
+std::shared_ptr<BufferPool> BufferPool::Create(size_t max_cached_bytes,
+                                               bool huge_pages) {
+  return std::shared_ptr<BufferPool>(
+      new BufferPool(max_cached_bytes, huge_pages));
 }
 
 BufferPool::~BufferPool() {
@@ -13,7 +15,7 @@ BufferPool::~BufferPool() {
 }
 
 char* BufferPool::Map(size_t block) {
-  if (block < kHugePage) {
+  if (!huge_pages_ || block < kHugePage) {
     void* m = ::mmap(nullptr, block, PROT_READ | PROT_WRITE,
                      MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     return m == MAP_FAILED ? nullptr : static_cast<char*>(m);

@@ -32,7 +32,14 @@ class BufferPool final : public BufferRecycler,
   static constexpr size_t kGranule = 64 << 10;
   static constexpr size_t kHugePage = 2 << 20;
 
-  static std::shared_ptr<BufferPool> Create(size_t max_cached_bytes);
+  // With `huge_pages`, new blocks of kHugePage or more start on a huge-page
+  // boundary and are advised MADV_HUGEPAGE: the first touch of a block
+  // faults once per 2 MiB instead of once per 4 KiB page, which pays where
+  // blocks are kept long (the server's memory tier holds received ones).
+  // Where blocks come and go (decode buffers), huge pages cost more than
+  // they save: a resharding load took twice as long with them.
+  static std::shared_ptr<BufferPool> Create(size_t max_cached_bytes,
+                                            bool huge_pages = false);
   ~BufferPool() override;  // unmaps the cached blocks
 
   // `size` bytes after `headroom` (Buffer::WithHeadroom's layout).
@@ -40,9 +47,10 @@ class BufferPool final : public BufferRecycler,
   void Recycle(char* p, size_t block) override;
 
  private:
-  // A new block of `block` bytes; nullptr when mmap fails. Blocks of a
-  // huge page or more start on a huge-page boundary, advised as huge.
-  static char* Map(size_t block);
+  // A new block of `block` bytes; nullptr when mmap fails. With
+  // huge_pages_, blocks of a huge page or more start on a huge-page
+  // boundary, advised as huge.
+  char* Map(size_t block);
 
  public:
   struct Stats {
@@ -53,10 +61,11 @@ class BufferPool final : public BufferRecycler,
   Stats stats() const;
 
  private:
-  explicit BufferPool(size_t max_cached_bytes)
-      : max_cached_(max_cached_bytes) {}
+  BufferPool(size_t max_cached_bytes, bool huge_pages)
+      : max_cached_(max_cached_bytes), huge_pages_(huge_pages) {}
 
   const size_t max_cached_;
+  const bool huge_pages_;
   mutable absl::Mutex mu_;
   std::multimap<size_t, char*> free_ ABSL_GUARDED_BY(mu_);  // by block size
   size_t cached_ ABSL_GUARDED_BY(mu_) = 0;

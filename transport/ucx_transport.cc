@@ -67,8 +67,8 @@ class UcxTransport final : public Transport {
     loop_options_.max_inflight_pull_bytes = options.max_inflight_pull_bytes;
     // One pool for all of this transport's listeners and connections, so
     // a process's cached blocks are bounded once, not per connection.
-    loop_options_.pull_buffers =
-        BufferPool::Create(options.pull_buffer_cache_bytes);
+    loop_options_.pull_buffers = BufferPool::Create(
+        options.pull_buffer_cache_bytes, options.huge_page_buffers);
     loop_options_.close_timeout = options.close_timeout;
   }
 

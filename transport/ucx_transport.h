@@ -41,6 +41,9 @@ struct UcxTransportOptions {
   // bounded (in flight + this) and pages are not faulted in afresh for
   // every payload.
   size_t pull_buffer_cache_bytes = 128ull << 20;
+  // Pull buffers on huge pages (BufferPool::Create): for a receiver that
+  // keeps what it receives (stagger-server with a memory tier).
+  bool huge_page_buffers = false;
   // Upper bound on how long destroying a Listener or Connection waits for
   // its endpoints to close cleanly.
   std::chrono::milliseconds close_timeout{2000};
