@@ -268,7 +268,7 @@ class CheckpointerImpl : public Checkpointer {
     driver_.Submit([this, job] {
       job->Run();
       if (job->status().ok() && job->manifest().in_memory()) {
-        QueuePromotion(job->manifest());
+        promoter_.Queue(job->manifest());
       }
       absl::MutexLock lock(&save_mu_);
       if (job->status().ok()) {
@@ -285,41 +285,8 @@ class CheckpointerImpl : public Checkpointer {
     });
   }
 
-  // A memory-level save is made disk-level on the promoter thread, once
-  // the servers wrote it behind (promote.h), in the order saved.
-  void QueuePromotion(pb::ShardManifest manifest) {
-    {
-      absl::MutexLock lock(&promote_mu_);
-      ++promotions_pending_;
-    }
-    promoter_.Submit([this, m = std::move(manifest)] {
-      Status s =
-          PromoteShard(*servers_, options_.replicas, m, options_.rpc_timeout_s);
-      if (!s.ok()) {
-        log::Warning("stagger", std::string(s.message()));
-      }
-      absl::MutexLock lock(&promote_mu_);
-      --promotions_pending_;
-      if (s.ok()) {
-        ++metrics_promoted_;
-      } else if (promote_error_.ok()) {
-        promote_error_ = s;
-      }
-    });
-  }
-
   Status WaitDisk(absl::Duration timeout) override {
-    absl::MutexLock lock(&promote_mu_);
-    promote_mu_.AwaitWithTimeout(
-        absl::Condition(
-            +[](int* n) { return *n == 0; }, &promotions_pending_),
-        timeout);
-    if (!promote_error_.ok()) return std::exchange(promote_error_, Status());
-    if (promotions_pending_ > 0) {
-      return absl::DeadlineExceededError(absl::StrCat(
-          promotions_pending_, " memory-level save(s) not yet known on disk"));
-    }
-    return absl::OkStatus();
+    return promoter_.WaitDisk(timeout);
   }
 
   // A server that restarted since the last save is found now, not by a
@@ -646,13 +613,9 @@ class CheckpointerImpl : public Checkpointer {
   std::unique_ptr<Shaping> shaping_;
   qos::Executor executor_;  // fingerprint, encode
   qos::Executor driver_;    // one thread per outstanding save
-  absl::Mutex promote_mu_;
-  int promotions_pending_ ABSL_GUARDED_BY(promote_mu_) = 0;
-  uint64_t metrics_promoted_ ABSL_GUARDED_BY(promote_mu_) = 0;
-  Status promote_error_ ABSL_GUARDED_BY(promote_mu_);
-  // Makes memory-level saves disk-level (QueuePromotion); its queue runs
-  // out before the members above and the connections go.
-  qos::Executor promoter_{1};
+  // Makes memory-level saves disk-level, in the order saved; its queue
+  // runs out before the connections go.
+  Promoter promoter_{servers_.get(), options_.replicas, options_.rpc_timeout_s};
   // Loads: decode fetched chunks, and fetch a delta's bases (blocking), so
   // more threads than cores.
   qos::Executor fetch_executor_;

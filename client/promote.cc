@@ -4,10 +4,12 @@
 
 #include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "client/control.h"
+#include "util/log.h"
 
 namespace stagger::client {
 
@@ -63,6 +65,38 @@ Status PromoteShard(ServerSet& servers, size_t replicas,
   pb::ShardManifest on_disk = manifest;
   on_disk.set_in_memory(false);
   return CommitShard(servers, replicas, on_disk).status();
+}
+
+Promoter::Promoter(ServerSet* servers, size_t replicas, double flush_timeout_s)
+    : servers_(servers),
+      replicas_(replicas),
+      flush_timeout_s_(flush_timeout_s) {}
+
+void Promoter::Queue(pb::ShardManifest manifest) {
+  {
+    absl::MutexLock lock(&mu_);
+    ++pending_;
+  }
+  thread_.Submit([this, m = std::move(manifest)] {
+    Status s = PromoteShard(*servers_, replicas_, m, flush_timeout_s_);
+    if (!s.ok()) log::Warning("stagger", std::string(s.message()));
+    absl::MutexLock lock(&mu_);
+    --pending_;
+    if (!s.ok() && error_.ok()) error_ = s;
+  });
+}
+
+Status Promoter::WaitDisk(absl::Duration timeout) {
+  absl::MutexLock lock(&mu_);
+  mu_.AwaitWithTimeout(absl::Condition(
+                           +[](int* n) { return *n == 0; }, &pending_),
+                       timeout);
+  if (!error_.ok()) return std::exchange(error_, Status());
+  if (pending_ > 0) {
+    return absl::DeadlineExceededError(
+        absl::StrCat(pending_, " memory-level save(s) not yet known on disk"));
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace stagger::client

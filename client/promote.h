@@ -13,8 +13,11 @@
 
 #include <cstddef>
 
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "client/server_set.h"
 #include "format/manifest.pb.h"
+#include "qos/executor.h"
 #include "stagger/status.h"
 
 namespace stagger::client {
@@ -25,6 +28,32 @@ namespace stagger::client {
 // the shard then stays memory-level.
 Status PromoteShard(ServerSet& servers, size_t replicas,
                     const pb::ShardManifest& manifest, double flush_timeout_s);
+
+// A Checkpointer's memory-level saves made disk-level one after another,
+// on a thread of its own (PromoteShard each), logging those that cannot
+// be.
+class Promoter {
+ public:
+  // `servers` (not owned) must outlive the Promoter.
+  Promoter(ServerSet* servers, size_t replicas, double flush_timeout_s);
+  // Finishes the promotions queued.
+  ~Promoter() = default;
+
+  void Queue(pb::ShardManifest manifest);
+  // Waits up to `timeout` until every promotion queued so far is done: OK;
+  // DEADLINE_EXCEEDED while some are not; else the first one's error
+  // (returned once).
+  Status WaitDisk(absl::Duration timeout);
+
+ private:
+  ServerSet* servers_;
+  const size_t replicas_;
+  const double flush_timeout_s_;
+  absl::Mutex mu_;
+  int pending_ ABSL_GUARDED_BY(mu_) = 0;
+  Status error_ ABSL_GUARDED_BY(mu_);
+  qos::Executor thread_{1};  // last: its tasks use the members above
+};
 
 }  // namespace stagger::client
 

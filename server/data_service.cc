@@ -19,12 +19,13 @@ namespace {
 
 using format::DataOp;
 
-void ReplyStatus(transport::ReplyChannel* reply, DataOp op, const Status& s) {
+}  // namespace
+
+void DataService::ReplyStatus(transport::ReplyChannel* reply, DataOp op,
+                              const Status& s) {
   reply->Send(static_cast<uint16_t>(op), format::EncodeReply(s),
               transport::Buffer());
 }
-
-}  // namespace
 
 // Counts a request as in flight until its reply is sent (or dropped). After
 // Send() it no longer touches the service: whoever holds the channel (the

@@ -207,6 +207,9 @@ class DataService : public transport::RequestHandler {
   bool HoldInMemory(transport::ReplyChannel* reply, transport::Buffer* payload,
                     const format::PutChunkRequest& r,
                     const std::optional<format::ChunkId>& base);
+  // Sends a reply of op `op` carrying status `s` alone.
+  static void ReplyStatus(transport::ReplyChannel* reply, format::DataOp op,
+                          const Status& s);
   // RESOURCE_EXHAUSTED from the store, said as a full disk of this server.
   Status DiskFull(const Status& s) const;
 

@@ -12,11 +12,6 @@ namespace {
 
 using format::DataOp;
 
-void ReplyStatus(transport::ReplyChannel* reply, DataOp op, const Status& s) {
-  reply->Send(static_cast<uint16_t>(op), format::EncodeReply(s),
-              transport::Buffer());
-}
-
 // The checks the segment store makes before it queues a record: a held
 // chunk must be one the store will take and a reader can use.
 Status CheckRecord(const std::string& job, const format::RecordHeader& h,
