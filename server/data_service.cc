@@ -219,8 +219,10 @@ Result<std::optional<format::ChunkId>> DataService::StoredBaseOf(
     const format::PutChunkRequest& r, std::string_view payload) {
   if (!format::IsDelta(r.record.codec)) return std::nullopt;
   STAGGER_ASSIGN_OR_RETURN(format::ChunkId base, format::DeltaBase(payload));
+  // Held and not yet written (a held copy also on disk is in the index,
+  // unless a gc deleted it: then it counts as gone).
   if (memory_ != nullptr &&
-      memory_->StateOf(r.job, base) != MemoryTier::State::kAbsent) {
+      memory_->StateOf(r.job, base) == MemoryTier::State::kMemoryOnly) {
     return base;
   }
   Status s = meta_->GetChunk(r.job, base).status();
@@ -238,12 +240,13 @@ void DataService::Ingest(std::shared_ptr<transport::ReplyChannel> reply,
                          const format::PutChunkRequest& r) {
   // Content-addressed: an index hit means these bytes are already durable.
   // ...unless a read found that copy bad: then the put repairs it. A put
-  // flagged in_memory is satisfied by a copy held in memory too.
+  // flagged in_memory is satisfied by a copy held in memory, not yet
+  // written, too (one on disk is in the index, unless a gc deleted it).
   const bool marked_bad = meta_->IsMarkedBad(r.job, r.record.chunk_id);
   if (!marked_bad && (meta_->GetChunk(r.job, r.record.chunk_id).ok() ||
                       (r.in_memory && memory_ != nullptr &&
-                       memory_->StateOf(r.job, r.record.chunk_id) !=
-                           MemoryTier::State::kAbsent))) {
+                       memory_->StateOf(r.job, r.record.chunk_id) ==
+                           MemoryTier::State::kMemoryOnly))) {
     ++counters_.chunks_deduplicated;
     ReplyStatus(reply.get(), DataOp::kPutChunkReply, absl::OkStatus());
     return;

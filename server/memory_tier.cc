@@ -18,26 +18,14 @@ std::string MemoryTier::Key(const std::string& job, const format::ChunkId& id) {
 
 bool MemoryTier::MakeRoom(uint64_t need) {
   if (need > max_bytes_) return false;
-  // Whether evicting every on-disk entry would do, before evicting any.
-  uint64_t evictable = 0;
-  for (const auto& [key, e] : entries_) {
-    if (e.on_disk) evictable += e.rec.header.encoded_length;
-  }
-  if (stats_.bytes - evictable + need > max_bytes_) return false;
-  std::vector<std::string> victims;
-  uint64_t freed = 0;
-  for (auto it = lru_.rbegin();
-       it != lru_.rend() && stats_.bytes - freed + need > max_bytes_; ++it) {
-    const Entry& e = entries_.find(*it)->second;
-    if (!e.on_disk) continue;
-    victims.push_back(*it);
-    freed += e.rec.header.encoded_length;
-  }
-  for (const auto& key : victims) {
-    Drop(entries_.find(key));
+  // What is not memory-only is on disk, and evictable: would evicting all
+  // of it do? Then evict from the least recently used end.
+  if (stats_.memory_only_bytes + need > max_bytes_) return false;
+  while (stats_.bytes + need > max_bytes_) {
+    Drop(entries_.find(lru_.back()));
     ++stats_.evicted_total;
   }
-  return stats_.bytes + need <= max_bytes_;
+  return true;
 }
 
 void MemoryTier::Drop(std::map<std::string, Entry>::iterator it) {
@@ -47,10 +35,10 @@ void MemoryTier::Drop(std::map<std::string, Entry>::iterator it) {
   --u.chunks;
   if (!it->second.on_disk) u.memory_only_bytes -= n;
   if (u.chunks == 0) stats_.jobs.erase(it->second.rec.job);
+  if (it->second.on_disk) lru_.erase(it->second.lru);
   stats_.bytes -= n;
   --stats_.chunks;
   if (!it->second.on_disk) stats_.memory_only_bytes -= n;
-  lru_.erase(it->second.lru);
   entries_.erase(it);
 }
 
@@ -59,8 +47,13 @@ bool MemoryTier::Hold(const std::string& job, const format::RecordHeader& h,
                       transport::Buffer* payload) {
   const std::string key = Key(job, h.chunk_id);
   absl::MutexLock l(&mu_);
-  if (entries_.count(key) != 0) return true;
   const uint64_t n = h.encoded_length;
+  if (auto it = entries_.find(key); it != entries_.end()) {
+    // Held on disk once, but the caller found it in no index (a gc deleted
+    // it since): held bytes are the chunk's; they go to disk again.
+    if (it->second.on_disk) MarkMemoryOnly(it->second);
+    return true;
+  }
   if (!MakeRoom(n)) {
     ++stats_.refused_total;
     return false;
@@ -73,8 +66,6 @@ bool MemoryTier::Hold(const std::string& job, const format::RecordHeader& h,
   e.rec.payload =
       std::make_shared<const transport::Buffer>(std::move(*payload));
   e.held_at = absl::Now();
-  lru_.push_front(key);
-  e.lru = lru_.begin();
   queue_.push_back(key);
   JobUsage& u = stats_.jobs[job];
   u.bytes += n;
@@ -93,7 +84,7 @@ std::optional<MemoryTier::Record> MemoryTier::Find(const std::string& job,
   absl::MutexLock l(&mu_);
   auto it = entries_.find(Key(job, id));
   if (it == entries_.end()) return std::nullopt;
-  lru_.splice(lru_.begin(), lru_, it->second.lru);
+  if (it->second.on_disk) lru_.splice(lru_.begin(), lru_, it->second.lru);
   ++stats_.reads_total;
   return it->second.rec;
 }
@@ -146,9 +137,22 @@ std::optional<MemoryTier::Record> MemoryTier::NextToWrite() {
   return std::nullopt;
 }
 
+void MemoryTier::MarkMemoryOnly(Entry& e) {
+  e.on_disk = false;
+  lru_.erase(e.lru);
+  const uint64_t n = e.rec.header.encoded_length;
+  stats_.jobs[e.rec.job].memory_only_bytes += n;
+  stats_.memory_only_bytes += n;
+  e.held_at = absl::Now();
+  queue_.push_back(Key(e.rec.job, e.rec.header.chunk_id));
+  cv_.SignalAll();
+}
+
 void MemoryTier::MarkOnDisk(Entry& e) {
   if (e.on_disk) return;
   e.on_disk = true;
+  lru_.push_front(Key(e.rec.job, e.rec.header.chunk_id));
+  e.lru = lru_.begin();
   const uint64_t n = e.rec.header.encoded_length;
   stats_.jobs[e.rec.job].memory_only_bytes -= n;
   stats_.memory_only_bytes -= n;

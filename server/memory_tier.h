@@ -7,8 +7,8 @@
 //                                                  └──► Written(): on disk
 //
 // A held chunk is "memory-only" until Written() says it is on disk; only
-// then may it be evicted. Eviction is least recently put or read first,
-// when a Hold() needs the room. A Hold() that would not fit once every
+// then may it be evicted. Eviction is least recently written or read
+// first, when a Hold() needs the room. A Hold() that would not fit once every
 // evictable chunk is gone is refused: the put then goes to disk as one
 // without the flag (acknowledged when durable), so memory is never the
 // reason an acknowledged chunk is lost, and a full tier slows saves to the
@@ -77,7 +77,9 @@ class MemoryTier {
   // Holds chunk `h.chunk_id` of `job` (its encoded bytes in `payload`),
   // memory-only, queued for writing behind. Evicts on-disk chunks for the
   // room. false (nothing held, `payload` untouched) when it does not fit;
-  // true also when the chunk is already held (the new copy is dropped).
+  // true also when the chunk is already held (the new copy is dropped; a
+  // held copy taken for on disk is written again: the caller holds it in
+  // no index).
   // A held payload loses its attachment (the admission charge of a
   // received payload): the tier's bound takes over.
   bool Hold(const std::string& job, const format::RecordHeader& h,
@@ -129,7 +131,7 @@ class MemoryTier {
     bool writing = false;
     absl::Time held_at;
     absl::Time not_before;  // after a failed write: when to try again
-    std::list<std::string>::iterator lru;  // most recent first
+    std::list<std::string>::iterator lru;  // in lru_ while on_disk
   };
   static std::string Key(const std::string& job, const format::ChunkId& id);
   // Drops on-disk entries, least recently used first, until `need` more
@@ -138,12 +140,15 @@ class MemoryTier {
   void Drop(std::map<std::string, Entry>::iterator it)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void MarkOnDisk(Entry& e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Back to memory-only and the write queue.
+  void MarkMemoryOnly(Entry& e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const uint64_t max_bytes_;
   mutable absl::Mutex mu_;
   // Signalled on every change a waiter may be waiting for.
   absl::CondVar cv_;
   std::map<std::string, Entry> entries_ ABSL_GUARDED_BY(mu_);
+  // The chunks on disk (evictable), most recently written or read first.
   std::list<std::string> lru_ ABSL_GUARDED_BY(mu_);
   // Memory-only keys in the order to write them.
   std::list<std::string> queue_ ABSL_GUARDED_BY(mu_);

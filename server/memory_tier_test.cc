@@ -77,6 +77,24 @@ TEST(MemoryTierTest, OnlyChunksOnDiskAreEvictedLeastRecentlyUsedFirst) {
   EXPECT_FALSE(Put(t, 6, 301)) << "bigger than the tier";
 }
 
+TEST(MemoryTierTest, AChunkHeldAgainAfterItWasWrittenIsWrittenAgain) {
+  // The caller holds again only what no index has: a gc deleted the copy
+  // on disk meanwhile.
+  MemoryTier t(1000);
+  ASSERT_TRUE(Put(t, 1, 100));
+  EXPECT_EQ(WriteNext(t), 1u);
+  ASSERT_TRUE(Put(t, 1, 100));
+  EXPECT_EQ(t.StateOf("j", format::ChunkId{1, 1}),
+            MemoryTier::State::kMemoryOnly);
+  EXPECT_EQ(t.stats().memory_only_bytes, 100u);
+  EXPECT_EQ(t.stats().bytes, 100u);
+  // Not evictable until written again.
+  EXPECT_FALSE(Put(t, 2, 950));
+  EXPECT_EQ(WriteNext(t), 1u);
+  EXPECT_TRUE(Put(t, 2, 950));
+  EXPECT_EQ(t.StateOf("j", format::ChunkId{1, 1}), MemoryTier::State::kAbsent);
+}
+
 TEST(MemoryTierTest, AFailedWriteKeepsTheChunkAndTriesAgain) {
   MemoryTier t(1000);
   ASSERT_TRUE(Put(t, 1, 100));
