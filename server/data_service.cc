@@ -270,25 +270,32 @@ void DataService::Ingest(std::shared_ptr<transport::ReplyChannel> reply,
                     });
 }
 
+Status DataService::IndexAppended(const std::string& job,
+                                  const format::RecordHeader& header,
+                                  const std::optional<format::ChunkId>& base,
+                                  const Result<ChunkLocation>& loc) {
+  Status s = loc.status();
+  if (absl::IsResourceExhausted(s)) return DiskFull(s);
+  if (!s.ok()) return s;
+  ChunkMeta meta;
+  meta.location = *loc;
+  meta.raw_length = header.raw_length;
+  meta.stored_length = header.encoded_length;
+  meta.codec = header.codec;
+  meta.base = base;
+  STAGGER_RETURN_IF_ERROR(meta_->PutChunk(job, header.chunk_id, meta));
+  ++counters_.chunks_written;
+  counters_.bytes_written += header.encoded_length;
+  job_counters_.AddWritten(job, header.encoded_length);
+  return absl::OkStatus();
+}
+
 void DataService::Stored(transport::ReplyChannel* reply, const std::string& job,
                          const format::RecordHeader& header,
                          const std::optional<format::ChunkId>& base,
                          const Result<ChunkLocation>& loc) {
-  Status s = loc.status();
-  if (absl::IsResourceExhausted(s)) s = DiskFull(s);
+  Status s = IndexAppended(job, header, base, loc);
   if (s.ok()) {
-    ChunkMeta meta;
-    meta.location = *loc;
-    meta.raw_length = header.raw_length;
-    meta.stored_length = header.encoded_length;
-    meta.codec = header.codec;
-    meta.base = base;
-    s = meta_->PutChunk(job, header.chunk_id, meta);
-  }
-  if (s.ok()) {
-    ++counters_.chunks_written;
-    counters_.bytes_written += header.encoded_length;
-    job_counters_.AddWritten(job, header.encoded_length);
     if (memory_ != nullptr) memory_->StoredElsewhere(job, header.chunk_id);
   } else if (absl::IsDataLoss(s) || absl::IsInvalidArgument(s)) {
     ++counters_.bad_requests;

@@ -142,6 +142,13 @@ class DataService : public transport::RequestHandler {
   // base is not stored.
   Result<std::optional<format::ChunkId>> StoredBaseOf(
       const format::PutChunkRequest& r, std::string_view payload);
+  // The store's answer to an append of `header` (a delta of `base`):
+  // indexed and counted as written, or the error (a full disk named as
+  // such).
+  Status IndexAppended(const std::string& job,
+                       const format::RecordHeader& header,
+                       const std::optional<format::ChunkId>& base,
+                       const Result<ChunkLocation>& loc);
   // The store's answer to an append: indexed and acknowledged, or the
   // error (disk full named as such).
   void Stored(transport::ReplyChannel* reply, const std::string& job,

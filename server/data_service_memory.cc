@@ -103,22 +103,9 @@ void DataService::WriteBehindLoop() {
 
 void DataService::WrittenBehind(const MemoryTier::Record& rec,
                                 const Result<ChunkLocation>& loc) {
-  Status s = loc.status();
-  if (absl::IsResourceExhausted(s)) s = DiskFull(s);
-  if (s.ok()) {
-    ChunkMeta meta;
-    meta.location = *loc;
-    meta.raw_length = rec.header.raw_length;
-    meta.stored_length = rec.header.encoded_length;
-    meta.codec = rec.header.codec;
-    meta.base = rec.base;
-    s = meta_->PutChunk(rec.job, rec.header.chunk_id, meta);
-  }
+  Status s = IndexAppended(rec.job, rec.header, rec.base, loc);
   memory_->Written(rec.job, rec.header.chunk_id, s);
   if (s.ok()) {
-    ++counters_.chunks_written;
-    counters_.bytes_written += rec.header.encoded_length;
-    job_counters_.AddWritten(rec.job, rec.header.encoded_length);
     if (rec.base && rebaser_ != nullptr) {
       rebaser_->Enqueue(rec.job, rec.header.chunk_id);
     }
