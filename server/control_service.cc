@@ -31,6 +31,16 @@ constexpr int kMaxFlushIds = 1 << 20;
 // Left of the caller's deadline for the reply to get back.
 constexpr std::chrono::seconds kReplyMargin(1);
 
+// How long a call may wait for work it started: until its deadline less
+// the reply's margin, at most `max`.
+absl::Time WaitUntil(const grpc::ServerContext* ctx, std::chrono::minutes max) {
+  // time_point::max() (no deadline) minus now does not overflow.
+  auto budget = ctx->deadline() - std::chrono::system_clock::now();
+  if (budget > max + kReplyMargin) budget = max + kReplyMargin;
+  budget -= kReplyMargin;
+  return absl::Now() + absl::FromChrono(budget);
+}
+
 }  // namespace
 
 ControlService::ControlService(MetaStore* meta, std::string data_address,
@@ -330,13 +340,7 @@ void ControlService::Compact(grpc::ServerContext* ctx, const std::string& job,
   if (compactor_ == nullptr) return;
   auto ticket = compactor_->Schedule(job);
   if (report == nullptr) return;
-  // time_point::max() (no deadline) minus now does not overflow.
-  auto budget = ctx->deadline() - std::chrono::system_clock::now();
-  if (budget > kMaxCompactionWait + kReplyMargin) {
-    budget = kMaxCompactionWait + kReplyMargin;
-  }
-  budget -= kReplyMargin;
-  auto r = ticket->Wait(absl::Now() + absl::FromChrono(budget));
+  auto r = ticket->Wait(WaitUntil(ctx, kMaxCompactionWait));
   if (absl::IsDeadlineExceeded(r.status())) {
     report->set_pending(true);
   } else if (!r.ok()) {
@@ -488,10 +492,6 @@ grpc::Status ControlService::Sweep(grpc::ServerContext* ctx,
   return grpc::Status::OK;
 }
 
-}  // namespace stagger::server
-
-namespace stagger::server {
-
 grpc::Status ControlService::Flush(grpc::ServerContext* ctx,
                                    const pb::FlushRequest* req,
                                    pb::FlushReply* reply) {
@@ -514,14 +514,8 @@ grpc::Status ControlService::Flush(grpc::ServerContext* ctx,
     ids.push_back(*id);
   }
   if (memory_ != nullptr) {
-    // time_point::max() (no deadline) minus now does not overflow.
-    auto budget = ctx->deadline() - std::chrono::system_clock::now();
-    if (budget > kMaxFlushWait + kReplyMargin) {
-      budget = kMaxFlushWait + kReplyMargin;
-    }
-    budget -= kReplyMargin;
-    Status s = memory_->WaitWritten(req->job(), ids,
-                                    absl::Now() + absl::FromChrono(budget));
+    Status s =
+        memory_->WaitWritten(req->job(), ids, WaitUntil(ctx, kMaxFlushWait));
     if (!s.ok()) {
       return ToGrpc(WithContext(s, absl::StrCat("server ", server_id_)));
     }
