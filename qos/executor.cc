@@ -1,13 +1,28 @@
 #include "qos/executor.h"
 
+#include <pthread.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
 #include <algorithm>
 
 namespace stagger::qos {
 
-Executor::Executor(int threads) {
+Executor::Executor(int threads, std::string name,
+                   std::function<void()> thread_init) {
   for (int i = 0; i < std::max(1, threads); ++i) {
-    threads_.emplace_back([this] { Loop(); });
+    threads_.emplace_back(
+        [this, name, thread_init] { Loop(name, thread_init); });
   }
+}
+
+std::vector<int> Executor::thread_ids() const {
+  absl::MutexLock lock(&mu_);
+  auto started = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return tids_.size() >= threads_.size();
+  };
+  mu_.Await(absl::Condition(&started));
+  return tids_;
 }
 
 Executor::~Executor() {
@@ -28,7 +43,16 @@ size_t Executor::queued() const {
   return tasks_.size();
 }
 
-void Executor::Loop() {
+void Executor::Loop(const std::string& name,
+                    const std::function<void()>& init) {
+  if (!name.empty()) {
+    pthread_setname_np(pthread_self(), name.substr(0, 15).c_str());
+  }
+  if (init) init();
+  {
+    absl::MutexLock lock(&mu_);
+    tids_.push_back(static_cast<int>(syscall(SYS_gettid)));
+  }
   for (;;) {
     std::function<void()> task;
     {
