@@ -36,6 +36,7 @@
 #include "client/step_guard.h"
 #include "format/names.h"
 #include "metrics/http_exporter.h"
+#include "qos/cpu_share.h"
 #include "transport/ucx_transport.h"
 #include "util/log.h"
 
@@ -78,17 +79,17 @@ class CheckpointerImpl : public Checkpointer {
         transport_(std::move(transport)),
         servers_(std::move(servers)),
         shaping_(std::move(shaping)),
-        executor_(PipelineThreads(options)),
-        driver_(options.max_outstanding_saves),
-        fetch_executor_(ChunkIo::DefaultFetchThreads()),
-        host_source_(NewHostSnapshotSource(HostCopyThreads())),
+        cpu_(qos::ReadCpuShare()),
+        executor_(PipelineThreads(options, cpu_), "stg-encode",
+                  BackgroundThreadInit(options)),
+        driver_(options.max_outstanding_saves, "stg-save"),
+        fetch_executor_(ChunkIo::DefaultFetchThreads(), "stg-fetch"),
+        host_source_(NewHostSnapshotSource(HostCopyThreads(cpu_))),
         staging_(std::move(pool), options.chunk_size, options.job),
         // Encoders get the cores the data path leaves: one core moves bytes
         // to the wire (copies, completions) however many encode.
-        policy_(std::min<int>(
-            PipelineThreads(options),
-            std::max(
-                1, static_cast<int>(std::thread::hardware_concurrency()) - 1))),
+        policy_(std::min<int>(PipelineThreads(options, cpu_),
+                              std::max(1, cpu_.cores - 1))),
         io_(&fetch_executor_, options.job, options.codec,
             format::EncodeOptions{options.zstd_level},
             options.max_inflight_chunks,
@@ -107,8 +108,17 @@ class CheckpointerImpl : public Checkpointer {
     staging_.Unpin();  // while the CUDA source exists
   }
 
-  static int HostCopyThreads() {
-    return std::clamp<int>(std::thread::hardware_concurrency(), 1, 4);
+  // The snapshot's copies: what Save() waits for, at normal priority, on
+  // the cores this process may use.
+  static int HostCopyThreads(const qos::CpuShare& cpu) {
+    return std::clamp<int>(cpu.cores, 1, 4);
+  }
+
+  // Runs first on each pipeline thread.
+  static std::function<void()> BackgroundThreadInit(
+      const CheckpointerOptions& o) {
+    if (o.background_cpu != BackgroundCpu::kIdle) return nullptr;
+    return [] { qos::LowerThisThread(); };
   }
 
   // snapshot_overlap for a save whose chunks come from `chunks`' sources.
@@ -119,16 +129,16 @@ class CheckpointerImpl : public Checkpointer {
     for (const SaveChunk& c : chunks) {
       if (c.source == host_source_.get()) {
         // Host copies take cores: overlap only where as many are left over.
-        return static_cast<int>(std::thread::hardware_concurrency()) >=
-               2 * HostCopyThreads();
+        return cpu_.cores >= 2 * HostCopyThreads(cpu_);
       }
     }
     return true;  // all on CUDA devices: the copy engines move the bytes
   }
 
-  static int PipelineThreads(const CheckpointerOptions& o) {
+  static int PipelineThreads(const CheckpointerOptions& o,
+                             const qos::CpuShare& cpu) {
     if (o.pipeline_threads > 0) return o.pipeline_threads;
-    return std::clamp<int>(std::thread::hardware_concurrency(), 1, 8);
+    return std::clamp<int>(cpu.cores, 1, 8);
   }
 
   Status Register(const TensorSpec& t) override {
@@ -611,7 +621,8 @@ class CheckpointerImpl : public Checkpointer {
   std::shared_ptr<transport::Transport> transport_;
   std::shared_ptr<ServerSet> servers_;
   std::unique_ptr<Shaping> shaping_;
-  qos::Executor executor_;  // fingerprint, encode
+  const qos::CpuShare cpu_;  // the cores this process may use
+  qos::Executor executor_;   // fingerprint, encode
   qos::Executor driver_;    // one thread per outstanding save
   // Makes memory-level saves disk-level, in the order saved; its queue
   // runs out before the connections go.
@@ -704,6 +715,11 @@ Status ValidateOptions(const CheckpointerOptions& o) {
   if (o.delta_chain_max < 0 || o.delta_chain_max > 32) {
     return absl::InvalidArgumentError(absl::StrCat(
         "delta_chain_max ", o.delta_chain_max, " out of range [0, 32]"));
+  }
+  if (NameOf(o.background_cpu) == "?") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("background_cpu value ",
+                     static_cast<int>(o.background_cpu), " unknown"));
   }
   if (o.pipeline_threads < 0 || o.pipeline_threads > 64) {
     return absl::InvalidArgumentError("pipeline_threads must be in [0, 64]");

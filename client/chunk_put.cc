@@ -2,6 +2,8 @@
 // against its previous version, as CodecPolicy decides for "auto") and
 // sending its copies to the servers of its slot, failing over to the next
 // server when one is gone. The fetch side is in chunk_io.cc.
+#include <time.h>
+
 #include <algorithm>
 #include <cstring>
 
@@ -16,6 +18,13 @@ namespace stagger::client {
 namespace {
 
 int64_t NowNs() { return qos::RealClock::Get()->NowNs(); }
+
+// CPU time the calling thread has used, seconds.
+double ThreadCpuSeconds() {
+  timespec ts{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + ts.tv_nsec * 1e-9;
+}
 
 }  // namespace
 
@@ -84,7 +93,7 @@ std::pair<format::Codec, CodecReason> ChunkIo::ChooseCodec(
   facts.paced = shaping_ != nullptr && shaping_->Paced();
   if (facts.paced) facts.pace_Bps = shaping_->PaceBps();
   facts.training = shaping_ != nullptr && shaping_->TrainingMarked();
-  if (may_delta && !facts.training) {
+  if (may_delta && (facts.paced || !facts.training)) {
     facts.xor_zero_fraction =
         XorZeroFraction(r.data, r.delta->bytes->data(), r.len);
   }
@@ -97,6 +106,7 @@ Status ChunkIo::EncodeInto(const PutRequest& r, format::Codec want,
                            format::PutChunkRequest* req, CodecReason* reason) {
   const std::string_view data(r.data, r.len);
   const int64_t encode_start_ns = NowNs();
+  const double cpu_start_s = ThreadCpuSeconds();
   if (may_delta && want != format::Codec::kRaw) {
     auto owned = std::make_shared<std::string>();
     format::EncodeOptions eo = encode_;
@@ -137,6 +147,9 @@ Status ChunkIo::EncodeInto(const PutRequest& r, format::Codec want,
   if (policy_ != nullptr && want != format::Codec::kRaw) {
     policy_->OnEncoded(r.len, st->payload.size(),
                        (NowNs() - encode_start_ns) * 1e-9);
+    if (shaping_ != nullptr && shaping_->LowPriority()) {
+      policy_->OnIdleCpu(ThreadCpuSeconds() - cpu_start_s);
+    }
   }
   if (st->owned != nullptr && codec_ == CodecChoice::kAuto &&
       st->payload.size() > (1 - CodecPolicy::kMinGain) * r.len) {

@@ -117,14 +117,17 @@ void CodecPolicy::SampleCpuLocked() {
   const double idle = cpu_.idle_core_seconds();
   if (idle < 0) return;  // no /proc/stat: the model alone decides
   if (last_idle_ >= 0 && now > last_now_) {
-    const double idle_cores = (idle - last_idle_) / (now - last_now_);
+    // The encoders' own CPU counts as idle when they run at idle
+    // priority: the training job can take it back at any time.
+    const double idle_cores =
+        (idle + own_cpu_s_ - last_idle_) / (now - last_now_);
     if (idle_cores < kBusyIdleCores) {
       cap_ = std::max(kMinFraction, cap_ / kCapCut);
     } else if (idle_cores > kFreeIdleCores) {
       cap_ = std::min(1.0, cap_ + kCapStep);
     }
   }
-  last_idle_ = idle;
+  last_idle_ = idle + own_cpu_s_;
   last_now_ = now;
 }
 
@@ -152,7 +155,11 @@ CodecDecision CodecPolicy::Decide(const ChunkFacts& facts) {
       return {true, CodecReason::kDeadline};
     }
   }
-  if (facts.training) return {true, CodecReason::kTraining};
+  // Under a deadline the pacer already sets how fast bytes go: encoders
+  // that cannot keep its pace would make the save late, so a paced save
+  // encodes for the network's sake only as far as the model below finds
+  // CPU for it.
+  if (facts.training && !facts.paced) return {true, CodecReason::kTraining};
   if (facts.xor_zero_fraction >= kSparseZeroFraction) {
     return {true, CodecReason::kSparseDelta};
   }
@@ -178,6 +185,12 @@ void CodecPolicy::OnEncoded(uint64_t raw, uint64_t encoded, double seconds) {
   encode_Bps_ = Blend(encode_Bps_, raw / seconds, first);
   double r = std::min(1.0, static_cast<double>(encoded) / raw);
   ratio_ = Blend(ratio_, r, first);
+}
+
+void CodecPolicy::OnIdleCpu(double cpu_seconds) {
+  if (!(cpu_seconds > 0)) return;
+  absl::MutexLock lock(&mu_);
+  own_cpu_s_ += cpu_seconds;
 }
 
 void CodecPolicy::OnWire(double wire_Bps) {

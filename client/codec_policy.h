@@ -8,8 +8,12 @@
 //                 leaves the cores idle between sends, so encoding costs
 //                 no time (when they do not, the model below decides, so
 //                 encoding cannot make the save miss its deadline);
-//   training      the training job marks collectives: the network is
-//                 shared with it, and every byte saved is the job's;
+//   training      the training job marks collectives and the save has
+//                 no deadline: the network is shared with it, and every
+//                 byte saved is the job's (with a deadline the pacer
+//                 already keeps the save's bytes to the job's idle
+//                 windows, and encoders that cannot keep its pace would
+//                 only make the save late);
 //   sparse_delta  the chunk's XOR against its previous version is at least
 //                 kSparseZeroFraction zero bytes (XorZeroFraction, sampled):
 //                 such a delta encodes fast and small;
@@ -41,7 +45,9 @@
 // same host) or the training job does, an encoder slows the wire it is
 // meant to relieve, and W, measured while encoders run, falls and calls for
 // more encoding. So the fraction is also capped by the host's idle CPU,
-// sampled every kCpuSamplePeriod: below kBusyIdleCores idle cores the cap
+// sampled every kCpuSamplePeriod (the CPU that encoders running at idle
+// priority used counts as idle, OnIdleCpu: the training job takes it back
+// whenever it wants): below kBusyIdleCores idle cores the cap
 // quarters (kCapCut: a save lasts seconds, so the cut must be quick), above
 // kFreeIdleCores it grows by kCapStep, never below
 // kMinFraction so that E and r keep being measured. The encoded fraction is
@@ -126,6 +132,9 @@ class CodecPolicy {
   // One chunk encoded: `raw` bytes in, `encoded` bytes out, taking
   // `seconds` on one thread.
   void OnEncoded(uint64_t raw, uint64_t encoded, double seconds);
+  // `cpu_seconds` of CPU spent encoding on threads at idle priority
+  // (SCHED_IDLE): idle time the encoders took, not the host being busy.
+  void OnIdleCpu(double cpu_seconds);
   // What the wire can carry, bytes per second (measured by the sender:
   // the window over the chunks' recent latency).
   void OnWire(double wire_Bps);
@@ -150,6 +159,7 @@ class CodecPolicy {
   double cap_ ABSL_GUARDED_BY(mu_) = 1;
   double last_idle_ ABSL_GUARDED_BY(mu_) = -1;  // -1: no sample yet
   double last_now_ ABSL_GUARDED_BY(mu_) = 0;
+  double own_cpu_s_ ABSL_GUARDED_BY(mu_) = 0;  // OnIdleCpu's sum
 };
 
 }  // namespace stagger::client

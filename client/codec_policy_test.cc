@@ -276,4 +276,47 @@ TEST(XorZeroFraction, CountsEqualBytesExactlyBelow64KiBAndBySampleAbove) {
 }
 
 }  // namespace
+TEST(CodecPolicy, IdlePriorityEncodersDoNotMakeTheHostLookBusy) {
+  FakeCpu cpu;
+  CodecPolicy p(1, cpu.Host());
+  p.ShouldEncode();  // first sample
+  // The host shows 0.1 idle cores, but the encoders (SCHED_IDLE) used 0.8
+  // cores of what was idle: 0.9 cores were free for them.
+  for (int i = 0; i < 3; ++i) {
+    p.OnIdleCpu(0.8 * CodecPolicy::kCpuSamplePeriod);
+    cpu.Pass(CodecPolicy::kCpuSamplePeriod, 0.1);
+    p.ShouldEncode();
+    EXPECT_EQ(p.cpu_cap(), 1.0);
+  }
+  // Without that count the same host is busy and the cap falls.
+  cpu.Pass(CodecPolicy::kCpuSamplePeriod, 0.1);
+  p.ShouldEncode();
+  EXPECT_DOUBLE_EQ(p.cpu_cap(), 0.25);
+}
+
+TEST(CodecPolicy, MarkedTrainingUnderADeadlineEncodesOnlyWhatTheEncodersKeepUp) {
+  CodecPolicy p(1, Frozen());
+  MakeEncoderBound(p);  // encoders: 100 MB/s
+  ChunkFacts facts;
+  facts.training = true;
+  facts.paced = true;
+  facts.pace_Bps = 50'000'000;  // they keep up: encoded for the deadline
+  EXPECT_EQ(Reasons(p, facts, 10, CodecReason::kDeadline, true), 10);
+  // Falling behind (CPU taken by the training job), they no longer encode
+  // for the training's network: the pacer already keeps the save in its
+  // idle windows, and encoding would make it late.
+  facts.pace_Bps = 400'000'000;
+  int training = 0, raw = 0;
+  for (int i = 0; i < 100; ++i) {
+    CodecDecision d = p.Decide(facts);
+    training += d.reason == CodecReason::kTraining;
+    raw += !d.encode;
+  }
+  EXPECT_EQ(training, 0);
+  EXPECT_GT(raw, 0);
+  // Without a deadline the network is still worth the encoding.
+  facts.paced = false;
+  EXPECT_EQ(Reasons(p, facts, 10, CodecReason::kTraining, true), 10);
+}
+
 }  // namespace stagger::client

@@ -34,6 +34,10 @@ constexpr Names<Durability, 3> kDurabilities = {{
     {Durability::kDisk, "disk"},
     {Durability::kMemory, "memory"},
 }};
+constexpr Names<BackgroundCpu, 2> kBackgroundCpus = {{
+    {BackgroundCpu::kIdle, "idle"},
+    {BackgroundCpu::kNormal, "normal"},
+}};
 
 template <typename E, size_t N>
 Result<E> Parse(const Names<E, N>& names, std::string_view option,
@@ -73,5 +77,9 @@ Result<Durability> ParseDurability(std::string_view name) {
   return Parse(kDurabilities, "durability", name);
 }
 std::string_view NameOf(Durability d) { return Name(kDurabilities, d); }
+Result<BackgroundCpu> ParseBackgroundCpu(std::string_view name) {
+  return Parse(kBackgroundCpus, "background_cpu", name);
+}
+std::string_view NameOf(BackgroundCpu b) { return Name(kBackgroundCpus, b); }
 
 }  // namespace stagger

@@ -107,6 +107,7 @@ void SaveJob::Run() {
   stats.durable_s = Since(start_);
   if (qos.deadline_s > 0 && stats.durable_s > qos.deadline_s) {
     stats.late_s = stats.durable_s - qos.deadline_s;
+    if (s.ok()) LogLate(stats, qos.deadline_s);
   }
   status_ = s;
   if (deps_.on_finished) deps_.on_finished(s, stats);
@@ -114,6 +115,29 @@ void SaveJob::Run() {
                                              "' step ", manifest_.step(),
                                              " rank ", manifest_.rank())),
                  stats);
+}
+
+void SaveJob::LogLate(const SaveStats& st, double deadline_s) const {
+  // One line per late save: what held it back, so that an operator can
+  // tell a deadline below the link's free share from encoders short of CPU.
+  uint64_t encoded = 0;
+  for (const auto& [codec, n] : st.codec_chunks) {
+    if (codec != "raw") encoded += n;
+  }
+  log::Warning(
+      "stagger",
+      absl::StrCat("save of job '", manifest_.job(), "' step ",
+                   manifest_.step(), " rank ", manifest_.rank(),
+                   " was durable after ", absl::SixDigits(st.durable_s),
+                   " s, ", absl::SixDigits(st.late_s),
+                   " s past its deadline of ", absl::SixDigits(deadline_s),
+                   " s: it kept to the training job's idle windows (held back "
+                   "for collectives ",
+                   absl::SixDigits(st.yield_s), " s, encoders paused ",
+                   absl::SixDigits(st.cpu_yield_s), " s; ", st.bytes_shipped,
+                   " of ", st.bytes_raw, " bytes shipped, ", encoded,
+                   " chunks encoded) rather than crowd it; a later deadline "
+                   "or a smaller state per rank meets it"));
 }
 
 uint64_t SaveJob::Snapshot() {
@@ -203,6 +227,7 @@ SaveStats SaveJob::CollectStats(uint64_t snapshotted, const ShapingStats& qos) {
   stats.yield_s = qos.yield_s;
   stats.paced_rate_Bps = qos.paced_rate_Bps;
   stats.windows = qos.windows;
+  stats.cpu_yield_s = qos.cpu_yield_s;
   absl::MutexLock lock(&mu_);
   stats.snapshot_s = snapshot_s_;
   stats.staging_limited = staging_limited_;
@@ -352,6 +377,10 @@ void SaveJob::CountOverlapLocked(size_t i) {
 void SaveJob::Ship(size_t i, char* slab) {
   auto self = shared_from_this();
   deps_.pipeline->Submit([self, i, slab] {
+    // CPU work waits while the job's collectives run, as its bytes do.
+    // Only Cancel() (the Checkpointer closing) ends the wait early; the
+    // chunk then goes on and its put fails as the transport stops.
+    self->deps_.shaping->AwaitCpu().IgnoreError();
     const SaveChunk& c = self->chunks_[i];
     // The checksum comes almost free with the fingerprint (the bytes are
     // read once); it is the payload's when the chunk goes raw.

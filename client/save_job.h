@@ -170,6 +170,8 @@ class SaveJob : public std::enable_shared_from_this<SaveJob> {
   SaveStats CollectStats(uint64_t snapshotted, const ShapingStats& qos);
   // The figures the manifest stores (ShardStats), before the commit.
   void RecordShardStats(const SaveStats& stats);
+  // The warning a save that missed its deadline logs.
+  void LogLate(const SaveStats& st, double deadline_s) const;
   // Chunk `i` is the same as its previous version `id`: referenced in the
   // manifest and counted, not shipped.
   void ReferenceUnchanged(size_t i, const format::ChunkId& id);

@@ -1,10 +1,13 @@
 #include "client/sender.h"
 
+#include <pthread.h>
+
 #include <algorithm>
 #include <chrono>
 
 #include "format/data_plane.h"
 #include "qos/clock.h"
+#include "qos/cpu_share.h"
 
 namespace stagger::client {
 namespace {
@@ -137,6 +140,8 @@ bool Sender::Ready() const {
 }
 
 void Sender::ShapedLoop() {
+  pthread_setname_np(pthread_self(), "stg-send");
+  if (shaping_->LowPriority()) qos::LowerThisThread();
   for (;;) {
     SendItem item;
     {

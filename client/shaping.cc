@@ -168,6 +168,28 @@ void Shaping::CallerWaits(bool waiting) {
   wire_->SetUrgent(now_waiting > 0);
 }
 
+Status Shaping::AwaitCpu() {
+  if (gate_ == nullptr || !LowPriority()) return absl::OkStatus();
+  // Re-checked in steps, as qos::Shaper does: marks never wake a waiter.
+  constexpr int64_t kStepNs = 1'000'000;
+  const int64_t start = clock_->NowNs();
+  int64_t now = start;
+  for (;;) {
+    if (cancelled_.load()) {
+      return absl::CancelledError("qos: shaping cancelled");
+    }
+    const bool hold = callers_waiting_.load() > 0
+                          ? gate_->CollectiveOpen(now)
+                          : !gate_->MaySend(now);
+    if (!hold) break;
+    const int64_t open = gate_->NextOpenNs(now);
+    clock_->SleepUntilNs(std::min(std::max(open, now + 1), now + kStepNs));
+    now = clock_->NowNs();
+  }
+  cpu_yield_ns_ += now - start;
+  return absl::OkStatus();
+}
+
 void Shaping::CollectiveBegin() {
   collectives_marked_.fetch_add(1, std::memory_order_relaxed);
   if (gate_) gate_->CollectiveBegin(clock_->NowNs());
@@ -181,7 +203,7 @@ void Shaping::IterationBegin() {
 
 Shaping::Mark Shaping::Now() const {
   qos::ShaperStats w = wire_->stats();
-  return {w.yield_ns, w.windows};
+  return {w.yield_ns, w.windows, cpu_yield_ns_.load()};
 }
 
 double Shaping::PaceBps() const {
@@ -194,6 +216,8 @@ ShapingStats Shaping::Since(const Mark& start) const {
   ShapingStats s;
   s.yield_s = static_cast<double>(now.yield_ns - start.yield_ns) * 1e-9;
   s.windows = now.windows - start.windows;
+  s.cpu_yield_s =
+      static_cast<double>(now.cpu_yield_ns - start.cpu_yield_ns) * 1e-9;
   double rate = pacer_.last_rate_Bps();
   s.paced_rate_Bps = std::isfinite(rate) ? rate : 0;
   s.deadline_s = deadline_s_;
@@ -205,6 +229,7 @@ qos::CollectiveGateStats Shaping::GateStats() const {
 }
 
 void Shaping::Cancel() {
+  cancelled_.store(true);
   pace_->Cancel();
   wire_->Cancel();
 }

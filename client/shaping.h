@@ -38,6 +38,7 @@ struct ShapingStats {
   double paced_rate_Bps = 0;  // 0: not paced
   uint64_t windows = 0;
   double deadline_s = 0;  // of the save last started; 0: none
+  double cpu_yield_s = 0;  // encoders paused for collectives (AwaitCpu)
 };
 
 class Shaping {
@@ -79,6 +80,18 @@ class Shaping {
   // or a link rate, and while a caller waits).
   bool FitsWindow(uint64_t bytes) const;
 
+  // The client's work after the stall runs at idle CPU priority
+  // (CheckpointerOptions::background_cpu is kIdle).
+  bool LowPriority() const {
+    return options_.background_cpu == BackgroundCpu::kIdle;
+  }
+  // Before a chunk's CPU work (fingerprint, encode): with LowPriority and
+  // a collective gate, blocks while the gate holds network sends back (a
+  // marked collective runs, or one is predicted), as the sender does; while
+  // a caller waits (CallerWaits), only while a marked collective is open.
+  // OK at once otherwise; CANCELLED after Cancel().
+  Status AwaitCpu();
+
   void CollectiveBegin();
   void CollectiveEnd();
   void IterationBegin();
@@ -95,6 +108,7 @@ class Shaping {
   struct Mark {
     int64_t yield_ns = 0;
     uint64_t windows = 0;
+    int64_t cpu_yield_ns = 0;
   };
   Mark Now() const;
   ShapingStats Since(const Mark& start) const;
@@ -121,6 +135,8 @@ class Shaping {
   std::atomic<double> deadline_s_{0};
   std::atomic<int> callers_waiting_{0};
   std::atomic<uint64_t> collectives_marked_{0};
+  std::atomic<int64_t> cpu_yield_ns_{0};
+  std::atomic<bool> cancelled_{false};
 };
 
 }  // namespace stagger::client

@@ -4,6 +4,7 @@
 
 #include <memory>
 #include <string>
+#include <thread>
 #include <utility>
 
 #include "qos/clock.h"
@@ -202,6 +203,77 @@ TEST(ShapingTest, WhileACallerWaitsOnlyOpenCollectivesHoldBytes) {
     clock.AdvanceTo(690 * kMs);
     EXPECT_FALSE(s->FitsWindow(4'000'000));
   }
+}
+
+TEST(ShapingTest, CpuWorkPausesWhileACollectiveIsMarked) {
+  qos::SimulatedClock clock;
+  auto s = WithYield("pause", &clock);
+  ASSERT_NE(s, nullptr);
+  ASSERT_TRUE(s->LowPriority());  // background_cpu "idle", the default
+  Shaping::Mark start = s->Now();
+  ASSERT_TRUE(s->AwaitCpu().ok());  // nothing marked: at once
+  EXPECT_EQ(clock.NowNs(), 0);
+  s->CollectiveBegin();
+  clock.ScheduleAt(25 * kMs, [&] { s->CollectiveEnd(); });
+  ASSERT_TRUE(s->AwaitCpu().ok());
+  EXPECT_EQ(clock.NowNs(), 25 * kMs);
+  EXPECT_NEAR(s->Since(start).cpu_yield_s, 0.025, 1e-9);
+  EXPECT_EQ(s->Since(start).yield_s, 0);  // no bytes were held back
+}
+
+TEST(ShapingTest, CpuWorkPausesInPredictedCollectivesUnlessACallerWaits) {
+  {
+    qos::SimulatedClock clock;
+    auto s = WithYield("learn", &clock);
+    ASSERT_NE(s, nullptr);
+    LearnAndReachTheNextGuard(*s, clock);
+    clock.AdvanceTo(596 * kMs);  // inside the guard before iteration 6
+    ASSERT_TRUE(s->AwaitCpu().ok());
+    EXPECT_EQ(clock.NowNs(), 640 * kMs);
+  }
+  {
+    qos::SimulatedClock clock;
+    auto s = WithYield("learn", &clock);
+    ASSERT_NE(s, nullptr);
+    LearnAndReachTheNextGuard(*s, clock);
+    clock.AdvanceTo(596 * kMs);
+    s->CallerWaits(true);  // training is stopped: the prediction is moot
+    ASSERT_TRUE(s->AwaitCpu().ok());
+    EXPECT_EQ(clock.NowNs(), 596 * kMs);
+    clock.AdvanceTo(610 * kMs);  // an open collective still holds it
+    ASSERT_TRUE(s->AwaitCpu().ok());
+    EXPECT_EQ(clock.NowNs(), 640 * kMs);
+  }
+}
+
+TEST(ShapingTest, NormalBackgroundCpuDoesNotPause) {
+  qos::SimulatedClock clock;
+  CheckpointerOptions o = Base();
+  o.qos_yield = QosYield::kPause;
+  o.background_cpu = BackgroundCpu::kNormal;
+  auto s = Shaping::Make(o, &clock);
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_FALSE((*s)->LowPriority());
+  (*s)->CollectiveBegin();
+  ASSERT_TRUE((*s)->AwaitCpu().ok());
+  EXPECT_EQ(clock.NowNs(), 0);
+}
+
+TEST(ShapingTest, CancelEndsACpuPause) {
+  qos::ManualClock clock;
+  CheckpointerOptions o = Base();
+  o.qos_yield = QosYield::kPause;
+  auto made = Shaping::Make(o, &clock);
+  ASSERT_TRUE(made.ok()) << made.status();
+  Shaping& s = **made;
+  s.CollectiveBegin();
+  Status result;
+  std::thread waiter([&] { result = s.AwaitCpu(); });
+  ASSERT_TRUE(clock.AwaitSleepers(1, absl::Seconds(10)));
+  s.Cancel();
+  clock.Advance(2 * kMs);  // the next step sees the cancel
+  waiter.join();
+  EXPECT_EQ(result.code(), absl::StatusCode::kCancelled);
 }
 
 TEST(ShapingTest, GateStatsShowTheLearnedIteration) {

@@ -2,7 +2,12 @@
 // a marked collective holds it back, and the save still lands intact.
 #include <gtest/gtest.h>
 
+#include <sched.h>
+
 #include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <string>
 #include <chrono>
 #include <optional>
 #include <thread>
@@ -10,6 +15,7 @@
 
 #include "absl/synchronization/notification.h"
 #include "qos/clock.h"
+#include "qos/cpu_share.h"
 #include "stagger/checkpointer.h"
 #include "tests/testutil/pattern.h"
 #include "tests/testutil/process.h"
@@ -105,6 +111,107 @@ TEST_F(QosSaveTest, ADeadlineThatCannotBeMetStillCompletesLate) {
   ExpectLoadsBack(*ck, 1);
 }
 
+// A deadline the collectives leave no room for: the save still keeps out
+// of the open collective (bytes and encoders), finishes late, and says so
+// in its stats, the metrics and one log line.
+TEST_F(QosSaveTest, ALateSaveStillKeepsOutOfCollectivesAndSaysSo) {
+  CheckpointerOptions o;
+  o.qos_deadline_s = 0.05;
+  o.qos_yield = QosYield::kPause;
+  auto ck = Open(o);
+  ASSERT_NE(ck, nullptr);
+  testing::internal::CaptureStderr();
+  ck->CollectiveBegin();
+  auto h = ck->Save(1);
+  ASSERT_TRUE(h.ok());
+  // Nothing may leave while the collective runs, however late the save.
+  EXPECT_FALSE(h->Wait(absl::Milliseconds(300)).has_value());
+  ck->CollectiveEnd();
+  ASSERT_TRUE(h->Wait().ok());
+  const std::string err = testing::internal::GetCapturedStderr();
+  SaveStats s = h->stats();
+  EXPECT_GE(s.durable_s, 0.3);
+  EXPECT_NEAR(s.late_s, s.durable_s - 0.05, 1e-9);
+  // The encoders wait out the collective first (the first chunk from 0 to
+  // 300 ms), so the sender finds the gate open by the time it has chunks.
+  EXPECT_GE(s.cpu_yield_s, 0.25);
+  EXPECT_EQ(ck->Metrics().saves_late, 1u);
+  EXPECT_NE(err.find("save of job 'qos' step 1 rank 0 was durable after"),
+            std::string::npos)
+      << err;
+  EXPECT_NE(err.find("past its deadline of 0.05 s"), std::string::npos) << err;
+  ExpectLoadsBack(*ck, 1);
+}
+
+// The threads that work after the stall, as /proc shows them.
+struct ThreadInfo {
+  int count = 0;
+  int idle = 0;     // SCHED_IDLE
+  int io_idle = 0;  // idle I/O class
+};
+ThreadInfo ThreadsNamed(const std::string& name) {
+  ThreadInfo info;
+  for (const auto& e : std::filesystem::directory_iterator("/proc/self/task")) {
+    std::ifstream comm(e.path() / "comm");
+    std::string got;
+    std::getline(comm, got);
+    if (got != name) continue;
+    ++info.count;
+    auto sched = qos::ReadThreadSched(std::stoi(e.path().filename()));
+    if (!sched.ok()) continue;
+    info.idle += sched->policy == SCHED_IDLE;
+    info.io_idle += sched->io_class == 3;
+  }
+  return info;
+}
+
+TEST_F(QosSaveTest, PipelineThreadsRunAtIdlePriorityOnTheCoresAllowed) {
+  cpu_set_t all;
+  ASSERT_EQ(sched_getaffinity(0, sizeof(all), &all), 0);
+  {
+    auto ck = Open({});
+    ASSERT_NE(ck, nullptr);
+    ThreadInfo enc = ThreadsNamed("stg-encode");
+    EXPECT_EQ(enc.count, std::min(8, qos::ReadCpuShare().cores));
+    EXPECT_EQ(enc.idle, enc.count);
+    EXPECT_EQ(enc.io_idle, enc.count);
+    ThreadInfo send = ThreadsNamed("stg-send");
+    EXPECT_EQ(send.count, 1);
+    EXPECT_EQ(send.idle, 1);
+    auto h = ck->Save(1);
+    ASSERT_TRUE(h.ok());
+    ASSERT_TRUE(h->Wait().ok());
+  }
+  if (CPU_COUNT(&all) >= 2) {
+    // One CPU allowed (as taskset or a launcher's binding would): one
+    // encoder, not one per CPU of the machine.
+    cpu_set_t one;
+    CPU_ZERO(&one);
+    int first = 0;
+    while (!CPU_ISSET(first, &all)) ++first;
+    CPU_SET(first, &one);
+    ASSERT_EQ(sched_setaffinity(0, sizeof(one), &one), 0);
+    auto ck = Open({});
+    ASSERT_EQ(sched_setaffinity(0, sizeof(all), &all), 0);
+    ASSERT_NE(ck, nullptr);
+    EXPECT_EQ(ThreadsNamed("stg-encode").count, 1);
+    auto h = ck->Save(2);
+    ASSERT_TRUE(h.ok());
+    ASSERT_TRUE(h->Wait().ok());
+  }
+  {
+    CheckpointerOptions o;
+    o.background_cpu = BackgroundCpu::kNormal;
+    o.pipeline_threads = 3;
+    auto ck = Open(o);
+    ASSERT_NE(ck, nullptr);
+    ThreadInfo enc = ThreadsNamed("stg-encode");
+    EXPECT_EQ(enc.count, 3);
+    EXPECT_EQ(enc.idle, 0);
+    EXPECT_EQ(ThreadsNamed("stg-send").idle, 0);
+  }
+}
+
 // The collective ends 300 ms in, on a simulated clock: the sender's waits
 // at the closed gate move the clock there, and nothing leaves before.
 TEST_F(QosSaveTest, ACollectiveHoldsTheSaveBack) {
@@ -120,8 +227,10 @@ TEST_F(QosSaveTest, ACollectiveHoldsTheSaveBack) {
   ASSERT_TRUE(h.ok());
   ASSERT_TRUE(h->Wait().ok());
   EXPECT_GE(clock.NowNs(), 300000000);
-  // Held for the whole collective (the first wait began at 0).
-  EXPECT_GE(h->stats().yield_s, 0.3 - 1e-9);
+  // Held for the whole collective (the first wait began at 0): the
+  // encoders wait it out before the sender sees a chunk (background_cpu
+  // "idle", the default).
+  EXPECT_GE(h->stats().cpu_yield_s, 0.3 - 1e-9);
   ExpectLoadsBack(*ck, 1);
 }
 

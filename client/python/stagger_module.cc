@@ -154,6 +154,7 @@ py::dict StatsDict(const SaveStats& s) {
   d["chunks_delta"] = s.chunks_delta;
   d["bytes_snapshotted"] = s.bytes_snapshotted;
   d["yield_s"] = s.yield_s;
+  d["cpu_yield_s"] = s.cpu_yield_s;
   d["paced_rate_Bps"] = s.paced_rate_Bps;
   d["windows"] = s.windows;
   d["late_s"] = s.late_s;
@@ -208,7 +209,8 @@ std::unique_ptr<Checkpointer> OpenCheckpointer(
     const std::string& node_rate_limit_file, const std::string& metrics_listen,
     const std::string& tls_ca_file, uint32_t replicas, const std::string& token,
     const std::string& snapshot_overlap, double server_wait_s,
-    const std::string& durability) {
+    const std::string& durability, const std::string& background_cpu,
+    int pipeline_threads) {
   CheckpointerOptions o;
   o.servers = servers;
   o.job = job;
@@ -237,6 +239,8 @@ std::unique_ptr<Checkpointer> OpenCheckpointer(
   o.snapshot_overlap = Check(ParseSnapshotOverlap(snapshot_overlap));
   o.server_wait_s = server_wait_s;
   o.durability = Check(ParseDurability(durability));
+  o.background_cpu = Check(ParseBackgroundCpu(background_cpu));
+  o.pipeline_threads = pipeline_threads;
   if (o.durability == Durability::kDefault) {
     Check(absl::InvalidArgumentError(
         "durability 'default' names a save's, not a Checkpointer's: "
@@ -365,6 +369,7 @@ void BindCheckpointerSetup(PyCheckpointer& c) {
         py::arg("tls_ca_file") = "", py::arg("replicas") = 1,
         py::arg("token") = "", py::arg("snapshot_overlap") = "auto",
         py::arg("server_wait_s") = 5.0, py::arg("durability") = "disk",
+        py::arg("background_cpu") = "idle", py::arg("pipeline_threads") = 0,
         "Options as in stagger/options.h (CheckpointerOptions).")
       .def(
           "metrics_address",

@@ -77,8 +77,13 @@ struct SaveStats {
   double yield_s = 0;
   double paced_rate_Bps = 0;
   uint64_t windows = 0;
+  // Time the encoders (fingerprint, encode) paused for the training job's
+  // collectives, summed over the chunks (background_cpu "idle").
+  double cpu_yield_s = 0;
   // With a deadline: how long after it the save became durable (0 when
-  // on time). A save that cannot meet its deadline still completes.
+  // on time). A save that cannot meet its deadline still completes, at
+  // the link's share the training job leaves idle (it keeps to the
+  // collective gate), and logs one warning saying so.
   double late_s = 0;
 };
 

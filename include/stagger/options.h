@@ -27,6 +27,8 @@ enum class QosYield { kOff, kPause, kLearn };
 // domains (stagger-server --memory-bytes, --domain); the step becomes
 // disk-level behind. kDefault (SaveOptions only): the Checkpointer's.
 enum class Durability { kDefault, kDisk, kMemory };
+// CheckpointerOptions::background_cpu.
+enum class BackgroundCpu { kIdle, kNormal };
 
 // The names the Python binding, the CLI and the benchmarks take: "auto",
 // "zstd", "bytegroup+zstd", "raw"; "auto", "on", "off"; "off", "pause",
@@ -37,10 +39,13 @@ Result<SnapshotOverlap> ParseSnapshotOverlap(std::string_view name);
 Result<QosYield> ParseQosYield(std::string_view name);
 // "disk", "memory" ("default" too, for SaveOptions).
 Result<Durability> ParseDurability(std::string_view name);
+// "idle", "normal".
+Result<BackgroundCpu> ParseBackgroundCpu(std::string_view name);
 std::string_view NameOf(CodecChoice c);
 std::string_view NameOf(SnapshotOverlap s);
 std::string_view NameOf(QosYield y);
 std::string_view NameOf(Durability d);
+std::string_view NameOf(BackgroundCpu b);
 
 struct CheckpointerOptions {
   // Where checkpoints live: "host:port[,host:port...]" (gRPC addresses of
@@ -126,8 +131,20 @@ struct CheckpointerOptions {
   // fails with RESOURCE_EXHAUSTED when fail_when_busy is set.
   int max_outstanding_saves = 1;
   bool fail_when_busy = false;
-  // Threads encoding and shipping chunks; 0 picks from the core count.
+  // Threads fingerprinting, encoding and shipping chunks; 0: the cores
+  // this process may use (its affinity mask and cgroup CPU quota, divided
+  // among the LOCAL_WORLD_SIZE ranks of the node), at most 8.
   int pipeline_threads = 0;
+  // The CPU priority of that work, which runs after the stall while the
+  // training loop goes on (qos/README.md, "CPU"):
+  //   kIdle    SCHED_IDLE (nice 19 where refused) and the idle I/O class:
+  //            it runs only on cycles the training process and its data
+  //            loaders leave idle, and pauses while a marked collective
+  //            runs (default);
+  //   kNormal  the priority of the thread that opened the Checkpointer.
+  // The snapshot copies that Save() (or BeforeUpdate()) waits for always
+  // run at normal priority.
+  BackgroundCpu background_cpu = BackgroundCpu::kIdle;
   // Whether chunks start shipping while the snapshot is still being taken:
   //   kOff   captured chunks wait until the whole snapshot is taken (or the
   //          pool runs dry), so encoding and sending never compete with
