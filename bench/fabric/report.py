@@ -6,6 +6,10 @@
       iteration) x 0.8, in seconds: the qos mode's deadline.
   report.py summary DIR [--json OUT]
       the table and, last, the RESULT line.
+  report.py runs RUN.json... [--json OUT]
+      several runs' summaries (--json of summary): each figure's median
+      and worst run, and whether qos stayed at or below naive at p99 in
+      every run; last, the RESULT fabric_runs line.
 
 DIR holds config.json (written by run.sh), <mode>.r<rank>.jsonl per mode
 and trainer, <mode>.meta.json (bytes s0 received during the mode) and
@@ -37,6 +41,14 @@ def load_mode(d, mode):
                 elif rec["type"] == "end":
                     ends.append(rec)
     return files, iters, ckpts, ends
+
+
+def job_allreduce_times(iters, nodes, warmup):
+    """Per iteration, the slowest rank's all-reduce (the collective, and
+    in a real job the backward pass it overlaps)."""
+    return np.array([max(r["allreduce_s"] for r in recs)
+                     for it, recs in sorted(iters.items())
+                     if it >= warmup and len(recs) == nodes])
 
 
 def job_iteration_times(iters, nodes, warmup):
@@ -126,8 +138,13 @@ def summary(d, json_out):
         t = job_iteration_times(iters, nodes, warmup)
         ar_mean, ar_max = ar_tx_mib(iters, warmup)
         meta = read_json(os.path.join(d, f"{mode}.meta.json"), {})
+        ar = job_allreduce_times(iters, nodes, warmup)
+        calls = [r.get("save_call_s", 0) for it, recs in iters.items()
+                 if it >= warmup for r in recs]
         row = {"n": len(t), "p50": float(np.percentile(t, 50)),
                "p99": float(np.percentile(t, 99)),
+               "ar_p99": float(np.percentile(ar, 99)),
+               "save_call_max_ms": 1e3 * max(calls, default=0),
                "s0_rx_MiB": meta.get("s0_rx_bytes", 0) / MiB,
                "ar_tx_MiB": ar_mean, "ar_tx_max_MiB": ar_max,
                "retrans": sum(r.get("ring_retrans", 0)
@@ -169,16 +186,21 @@ def summary(d, json_out):
                 figures[f"{mode}_ar_extra_MiB"] = row["ar_extra_MiB"]
                 figures[f"{mode}_ar_extra_max_MiB"] = row["ar_extra_max_MiB"]
         row["p99_x"] = row["p99"] / base["p99"]
+        row["ar_p99_x"] = row["ar_p99"] / base["ar_p99"]
         if "ckpts" in row and idle:
             row["bound_s"] = idle_bound_s(row["MiB"], link_Bps, idle)
             row["x_bound"] = row["durable_s"] / row["bound_s"]
         if mode != "baseline":
             figures[f"{mode}_p50_x"] = row["p50_x"]
             figures[f"{mode}_p99_x"] = row["p99_x"]
+            figures[f"{mode}_ar_p99_x"] = row["ar_p99_x"]
+            figures[f"{mode}_save_call_max_ms"] = row["save_call_max_ms"]
             if "x_bound" in row:
                 figures[f"{mode}_ckpt_x_bound"] = row["x_bound"]
     figures["link_Mbps"] = link_Bps * 8 / 1e6
     figures["nodes"] = nodes
+    figures["defaults"] = cfg.get("defaults", 0)
+    figures["cpu_load"] = cfg.get("cpu_load", 0)
     ratio = figures.get("qos_p50_x", float("nan"))
 
     print(f"fabric: {nodes} trainer nodes + s0, caps {cfg['rate_mbit']} "
@@ -188,13 +210,16 @@ def summary(d, json_out):
           f"{cfg['allreduce_mib']} MiB + compute {cfg['compute_ms']} ms; "
           f"{cfg['iters']} iterations ({warmup} warm-up); "
           f"{cfg['save_mode']} checkpoint {cfg['ckpt_mib']} MiB/node every "
-          f"{cfg['every']}")
+          f"{cfg['every']}; "
+          f"{'default options' if cfg.get('defaults') else 'raw codec'}, "
+          f"{cfg.get('update', 'sparse')} updates"
+          f"{', other CPU work on every trainer node' if cfg.get('cpu_load') else ''}")
     if idle:
         print(f"idle fraction (compute / baseline p50) {idle:.3f}")
     head = ("mode", "iters", "p50_ms", "p99_ms", "p50_x", "p99_x", "ckpts",
             "MiB/ckpt", "deadline_s", "durable_s", "max_s", "bound_s",
             "x_bound", "stall_ms", "yield_s", "s0_rx_MiB", "ar_extra_MiB",
-            "ar_max_MiB", "retrans", "gate_drops")
+            "ar_max_MiB", "retrans", "gate_drops", "ar_p99_x", "call_max_ms")
     print(("{:<9}" + " {:>10}" * (len(head) - 1)).format(*head))
     for mode in MODES:
         row = rows.get(mode)
@@ -215,7 +240,8 @@ def summary(d, json_out):
                 fmt(row.get("s0_rx_MiB"), ".0f"),
                 fmt(row.get("ar_extra_MiB"), ".2f"),
                 fmt(row.get("ar_extra_max_MiB"), ".2f"), row.get("retrans", "-"),
-                row.get("gate_drops", "-"))
+                row.get("gate_drops", "-"), fmt(row.get("ar_p99_x"), ".3f"),
+                fmt(row.get("save_call_max_ms"), ".1f"))
         print(("{:<9}" + " {:>10}" * len(vals)).format(mode, *vals))
     if json_out:
         with open(json_out, "w", encoding="utf-8") as f:
@@ -226,8 +252,58 @@ def summary(d, json_out):
     print(f"{line} ratio={ratio:.6g}")
 
 
+def runs(paths, json_out):
+    """Medians and the worst of several runs' figures."""
+    figs = []
+    for p in paths:
+        with open(p, encoding="utf-8") as f:
+            figs.append(json.load(f)["figures"])
+    keys = ("p50_x", "p99_x", "ar_p99_x", "ckpt_x_bound", "save_call_max_ms")
+    out = {"runs": len(figs)}
+    print(f"\n{len(figs)} runs: median and worst (highest) of each figure")
+    print(f"{'figure':<24} {'median':>9} {'worst':>9}   per run")
+    for mode in ("naive", "qos"):
+        for k in keys:
+            vals = [f[f"{mode}_{k}"] for f in figs if f"{mode}_{k}" in f]
+            if not vals:
+                continue
+            name = f"{mode}_{k}"
+            out[f"{name}_med"] = float(np.median(vals))
+            out[f"{name}_worst"] = float(max(vals))
+            print(f"{name:<24} {np.median(vals):>9.3f} {max(vals):>9.3f}   "
+                  + " ".join(f"{v:.3f}" for v in vals))
+    pairs = [(f["qos_p99_x"], f["naive_p99_x"]) for f in figs
+             if "qos_p99_x" in f and "naive_p99_x" in f]
+    if pairs:
+        out["qos_p99_le_naive_runs"] = sum(q <= n for q, n in pairs)
+        print(f"qos p99 <= naive p99 in {out['qos_p99_le_naive_runs']} of "
+              f"{len(pairs)} runs")
+    for k in ("defaults", "cpu_load"):
+        if figs and k in figs[0]:
+            out[k] = figs[0][k]
+    ratio = out.get("qos_p50_x_med", float("nan"))
+    if json_out:
+        with open(json_out, "w", encoding="utf-8") as f:
+            json.dump({"runs": figs, "figures": out, "ratio": ratio}, f,
+                      indent=1)
+    line = "RESULT fabric_runs" + "".join(
+        f" {k}={v:.6g}" for k, v in out.items())
+    print(f"{line} ratio={ratio:.6g}")
+
+
 def main():
     a = sys.argv[1:]
+    if len(a) >= 2 and a[0] == "runs":
+        rest = a[1:]
+        json_out = None
+        if "--json" in rest:
+            i = rest.index("--json")
+            if i + 1 >= len(rest):
+                sys.exit("report.py runs: --json needs a file")
+            json_out = rest[i + 1]
+            rest = rest[:i] + rest[i + 2:]
+        runs(rest, json_out)
+        return
     if len(a) == 3 and a[0] == "deadline":
         deadline(a[1], int(a[2]))
     elif len(a) in (2, 4) and a[0] == "summary":

@@ -36,6 +36,17 @@
 # --qos-rate-limit-Bps B  per-node cap in qos mode, 0 for none (0)
 # --deadline-s D        qos deadline (default: 0.8 x J x baseline p50
 #                       iteration)
+# --defaults            the Checkpointer with default options (qos: the
+#                       deadline alone; naive: QoS off), not the raw codec,
+#                       1 MiB chunks and whole-state staging of the others;
+#                       implies --update dense unless --update is given
+# --update sparse|dense the state's change between saves: a few elements of
+#                       every 256 KiB (sparse), or every element (dense)
+# --cpu-load            other work on every trainer node in every mode, the
+#                       baseline too: a process busy half of every 20 ms
+# --runs N              the whole run N times (a new fabric each); prints
+#                       each run's table, then the medians and the worst
+#                       run of the figures (RESULT fabric_runs)
 # --data DIR            parent of the temporary directory (/tmp)
 # --server-arg ARG      one more stagger-server flag (repeatable), e.g.
 #                       --server-arg=--ingest-budget-mib=64
@@ -74,6 +85,11 @@ qos_rate_limit=0
 deadline_s=""
 data="${TMPDIR:-/tmp}"
 server_args=()
+defaults=0
+update=""
+cpu_load=0
+runs=1
+all_args=("$@")
 
 need() {
   [[ $# -ge 2 && -n "$2" ]] && return 0
@@ -103,6 +119,10 @@ while [[ $# -gt 0 ]]; do
     --qos-rate-limit-Bps) need "$@"; qos_rate_limit="$2"; shift ;;
     --deadline-s) need "$@"; deadline_s="$2"; shift ;;
     --data) need "$@"; data="$2"; shift ;;
+    --defaults) defaults=1 ;;
+    --update) need "$@"; update="$2"; shift ;;
+    --cpu-load) cpu_load=1 ;;
+    --runs) need "$@"; runs="$2"; shift ;;
     --server-arg) need "$@"; server_args+=("$2"); shift ;;
     --server-arg=*) server_args+=("${1#--server-arg=}") ;;
     -h|--help) awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next }
@@ -151,6 +171,38 @@ done
 case "$qos_yield" in off|pause|learn) ;; *)
   echo "run.sh: --qos-yield must be off, pause or learn" >&2; exit 2 ;;
 esac
+[[ -z "$update" ]] && { [[ $defaults -eq 1 ]] && update=dense || update=sparse; }
+case "$update" in sparse|dense) ;; *)
+  echo "run.sh: --update must be sparse or dense" >&2; exit 2 ;;
+esac
+if [[ ! "$runs" =~ ^[0-9]+$ ]] || (( runs < 1 )); then
+  echo "run.sh: --runs wants a whole number >= 1, got '$runs'" >&2
+  exit 2
+fi
+if (( runs > 1 )); then
+  # Each run is this script once more, on a fresh fabric; their summaries
+  # are combined at the end.
+  runs_dir="$(mktemp -d "${data}/stagger-fabric-runs.XXXXXX")"
+  trap 'rm -rf "$runs_dir"' EXIT
+  once=()
+  skip_next=0
+  for arg in "${all_args[@]}"; do
+    if [[ $skip_next -eq 1 ]]; then skip_next=0; continue; fi
+    case "$arg" in
+      --runs) skip_next=1; continue ;;
+      --json) skip_next=1; continue ;;
+    esac
+    once+=("$arg")
+  done
+  for ((i = 1; i <= runs; i++)); do
+    echo "##### run $i of $runs"
+    "$0" "${once[@]}" --json "$runs_dir/run$i.json"
+  done
+  combine=(runs "$runs_dir"/run*.json)
+  [[ -n "$json_out" ]] && combine+=(--json "$json_out")
+  "$python" "$here/report.py" "${combine[@]}"
+  exit 0
+fi
 case "$save_mode" in lazy|eager) ;; *)
   echo "run.sh: --save-mode must be lazy or eager" >&2; exit 2 ;;
 esac
@@ -276,10 +328,11 @@ ns_env=(env "PYTHONPATH=$py_path" UCX_TLS=tcp UCX_NET_DEVICES=eth0
 printf '{"nodes": %d, "rate_mbit": %d, "storage_rate_mbit": %d,
  "queue_ms": %d, "allreduce_mib": %d, "compute_ms": %d, "iters": %d,
  "every": %d, "ckpt_mib": %d, "chunk_kib": %d, "warmup": %d,
- "qos_yield": "%s", "save_mode": "%s"}\n' \
+ "qos_yield": "%s", "save_mode": "%s", "defaults": %d, "update": "%s",
+ "cpu_load": %d}\n' \
   "$nodes" "$rate_mbit" "$storage_rate_mbit" "$queue_ms" "$allreduce_mib" \
   "$compute_ms" "$iters" "$every" "$ckpt_mib" "$chunk_kib" "$warmup" \
-  "$qos_yield" "$save_mode" \
+  "$qos_yield" "$save_mode" "$defaults" "$update" "$cpu_load" \
   > "$work/config.json"
 
 # --- the ceiling: TCP goodput n0 -> s0 through the caps.
@@ -333,6 +386,16 @@ run_mode() {  # MODE [trainer args...]
   local pids=()
   echo "=== mode $mode: $iters iterations on $nodes nodes"
   if [[ "$mode" != baseline ]]; then start_server "$mode"; fi
+  local loads=()
+  if [[ $cpu_load -eq 1 ]]; then
+    for ((r = 0; r < nodes; r++)); do
+      ip netns exec "${prefix}n$r" timeout -k 5 "$limit_s" \
+        "$python" "$here/load.py" > /dev/null 2>&1 &
+      loads+=("$!")
+    done
+  fi
+  local extra=(--update "$update")
+  [[ $defaults -eq 1 ]] && extra+=(--defaults)
   before="$(s0_rx_bytes)"
   for ((r = 0; r < nodes; r++)); do
     ip netns exec "${prefix}n$r" "${ns_env[@]}" \
@@ -342,7 +405,8 @@ run_mode() {  # MODE [trainer args...]
       --allreduce-mib "$allreduce_mib" --compute-ms "$compute_ms" \
       --iters "$iters" --every "$every" --ckpt-mib "$ckpt_mib" \
       --chunk-kib "$chunk_kib" --save-mode "$save_mode" \
-      --out "$work/$mode.r$r.jsonl" "$@" > "$work/$mode.r$r.log" 2>&1 &
+      --out "$work/$mode.r$r.jsonl" "${extra[@]}" "$@" \
+      > "$work/$mode.r$r.log" 2>&1 &
     pids+=("$!")
   done
   for ((r = 0; r < nodes; r++)); do
@@ -353,6 +417,10 @@ run_mode() {  # MODE [trainer args...]
       echo "run.sh: trainer n$r ($mode) exited $rc; its log:" >&2
       tail -n 20 "$work/$mode.r$r.log" >&2
     fi
+  done
+  for pid in "${loads[@]}"; do
+    kill "$pid" 2>/dev/null || true
+    wait "$pid" 2>/dev/null || true
   done
   after="$(s0_rx_bytes)"
   printf '{"s0_rx_bytes": %d, "deadline_s": %s}\n' $((after - before)) \

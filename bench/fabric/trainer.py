@@ -179,21 +179,30 @@ def make_state(nbytes, seed):
     return {"weight": w, "exp_avg": m, "exp_avg_sq": v}
 
 
-def update_state(state, it):
-    # An Adam-like step on a strided subset: cheap, yet every chunk changes.
-    off = it % UPDATE_STRIDE
+def update_state(state, it, dense_every=0):
+    """An Adam-like step. sparse (dense_every 0): a strided subset, cheap,
+    yet every chunk changes (its XOR delta is nearly all zero bytes).
+    dense: every dense_every-th element, a different one each iteration,
+    so that between two saves every element changes (most mantissa bits,
+    rarely the exponent: what dense training state does), at 1/dense_every
+    of a full update's CPU per iteration."""
+    stride = dense_every if dense_every > 0 else UPDATE_STRIDE
+    off = it % stride
     for a in state.values():
-        a[off::UPDATE_STRIDE] *= np.float32(0.999)
-        a[off::UPDATE_STRIDE] += np.float32(1e-6)
+        a[off::stride] *= np.float32(0.999)
+        a[off::stride] += np.float32(1e-6)
 
 
 def open_checkpointer(stagger, a, state_bytes):
-    kw = dict(servers=a.server, job=a.job, rank=a.rank, world_size=a.nodes,
-              codec="raw", chunk_size=a.chunk_kib * 1024,
-              staging_bytes=state_bytes,
-              max_outstanding_saves=1)
+    kw = dict(servers=a.server, job=a.job, rank=a.rank, world_size=a.nodes)
+    if not a.defaults:
+        kw.update(codec="raw", chunk_size=a.chunk_kib * 1024,
+                  staging_bytes=state_bytes, max_outstanding_saves=1)
     has_qos = not qos_missing(stagger)
-    if a.mode == "qos":
+    if a.mode == "qos" and a.defaults:
+        # What a user sets: the deadline; everything else as it comes.
+        kw.update(qos_deadline_s=a.deadline_s)
+    elif a.mode == "qos":
         kw.update(qos_deadline_s=a.deadline_s, qos_yield=a.qos_yield,
                   qos_stagger=a.qos_stagger,
                   ranks_per_node=1, rate_limit_Bps=a.rate_limit_Bps)
@@ -296,7 +305,8 @@ def run_loop(a, emit):
                 ck.before_update()
                 before_s = time.perf_counter() - ts
                 lazy_pending = False
-            update_state(state, it)
+            update_state(state, it,
+                         a.every if a.update == "dense" else 0)
             # Saves only where J iterations follow, so every checkpoint's
             # traffic meets the collectives.
             if (it + 1) % a.every == 0 and it + 1 + a.every <= a.iters:
@@ -347,6 +357,11 @@ def main():
                    choices=("off", "pause", "learn"))
     p.add_argument("--rate-limit-Bps", type=float, default=0.0)
     p.add_argument("--qos-stagger", type=float, default=0.1)
+    p.add_argument("--update", choices=("sparse", "dense"),
+                   default="sparse")
+    p.add_argument("--defaults", action="store_true",
+                   help="open the Checkpointer with default options (the "
+                   "deadline alone in qos mode; QoS off in naive mode)")
     p.add_argument("--out", default="/dev/stdout")
     a = p.parse_args()
     if a.check_qos:
