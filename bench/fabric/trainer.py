@@ -63,13 +63,25 @@ def qos_missing(stagger):
     """Names of the QoS API the binding lacks (empty when it has all)."""
     cls = stagger.Checkpointer
     missing = [m for m in QOS_METHODS if not hasattr(cls, m)]
-    try:  # a Python signature
-        params = inspect.signature(cls.__init__).parameters
-        has = lambda k: k in params  # noqa: E731
-    except (TypeError, ValueError):  # pybind11: the signature is the doc
-        doc = getattr(cls.__init__, "__doc__", "") or ""
-        has = lambda k: re.search(rf"\b{k}\b", doc)  # noqa: E731
-    missing += [k for k in QOS_KWARGS if not has(k)]
+    # stagger.Checkpointer is a Python subclass whose __init__ passes
+    # *args, **kwargs on: the keywords are those of the first class up the
+    # MRO that names its own (the pybind11 class, whose signature is its
+    # doc).
+    names = set()
+    for klass in cls.__mro__:
+        init = klass.__dict__.get("__init__")
+        if init is None:
+            continue
+        try:  # a Python signature
+            params = inspect.signature(init).parameters
+            if any(p.kind == p.VAR_KEYWORD for p in params.values()):
+                continue
+            names = set(params)
+        except (TypeError, ValueError):  # pybind11: the signature is the doc
+            doc = getattr(init, "__doc__", "") or ""
+            names = set(re.findall(r"\b(\w+):", doc))
+        break
+    missing += [k for k in QOS_KWARGS if k not in names]
     return missing
 
 
