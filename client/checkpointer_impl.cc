@@ -33,6 +33,7 @@
 #include "client/server_set.h"
 #include "client/shaping.h"
 #include "client/staging_pool.h"
+#include "client/staging_prep.h"
 #include "client/step_guard.h"
 #include "format/names.h"
 #include "metrics/http_exporter.h"
@@ -99,6 +100,7 @@ class CheckpointerImpl : public Checkpointer {
         }) {}
 
   ~CheckpointerImpl() override {
+    prep_.Settle();  // its preparation uses members destroyed before it
     WaitAll();
     {
       absl::MutexLock lock(&async_mu_);
@@ -169,6 +171,34 @@ class CheckpointerImpl : public Checkpointer {
           absl::StrCat("tensor '", t.name, "' is already registered"));
     }
     tensors_.emplace(t.name, Registered{t, *bytes});
+    if (!staging_.fixed()) prep_.Request(RegisteredStaging(), kPrepQuiet);
+    return absl::OkStatus();
+  }
+
+  // Staging for the tensors registered now that this rank stores.
+  uint64_t RegisteredStaging() const {
+    std::vector<uint64_t> sizes;
+    for (const auto& [name, reg] : tensors_) {
+      if (Stores(reg)) sizes.push_back(reg.bytes);
+    }
+    return StagingNeeded(sizes, options_.chunk_size);
+  }
+
+  // On the prep thread: sizes the pool, unless a save holds it (it grows
+  // at a later save then), and faults it in a slab at a time until done or
+  // a save comes (whose copies fault the rest).
+  Status PrepareInBackground(uint64_t bytes,
+                             const std::function<bool()>& cancelled) {
+    {
+      absl::MutexLock lock(&save_mu_);
+      if (outstanding_ > 0) return absl::OkStatus();
+    }
+    STAGGER_RETURN_IF_ERROR(
+        staging_.Size(bytes, /*in_use=*/false, /*populate=*/false));
+    StagingPool* pool = staging_.pool();
+    while (!cancelled() && pool->FaultInNext()) {
+      staging_prefaulted_ += pool->slab_bytes();
+    }
     return absl::OkStatus();
   }
 
@@ -177,16 +207,13 @@ class CheckpointerImpl : public Checkpointer {
   void PrimeStepGuard() { step_guard_.Prime(); }
 
   Status PrepareStaging() override {
-    std::vector<uint64_t> sizes;
-    for (const auto& [name, reg] : tensors_) {
-      if (Stores(reg)) sizes.push_back(reg.bytes);
-    }
+    prep_.Settle();  // one preparation at a time
     bool in_use;
     {
       absl::MutexLock lock(&save_mu_);
       in_use = outstanding_ > 0;
     }
-    return staging_.Size(StagingNeeded(sizes, options_.chunk_size), in_use);
+    return staging_.Size(RegisteredStaging(), in_use);
   }
 
   Result<SaveHandle> Save(int64_t step, const SaveOptions& so) override {
@@ -203,6 +230,9 @@ class CheckpointerImpl : public Checkpointer {
     STAGGER_RETURN_IF_ERROR(TakeSaveSlot(step));
     SaveSlot slot(this);  // given back on every return before the submit
     SavePlan plan = Plan(step);
+    // A background preparation still waiting is dropped (this save sizes
+    // the pool), one under way is finished first.
+    prep_.Settle();
     STAGGER_RETURN_IF_ERROR(ReadyToCopy(plan, so));
     shaping_->StartSave(plan.state_bytes, so.deadline_s >= 0
                                               ? so.deadline_s
@@ -264,8 +294,13 @@ class CheckpointerImpl : public Checkpointer {
       absl::MutexLock lock(&save_mu_);
       in_use = outstanding_ > 1;  // another save holds staging slabs
     }
+    // A new pool is faulted in by the snapshot's copies, on the copy
+    // threads and in parallel, not here on the caller's thread: a lazy
+    // save's copies run while the training loop goes on, and an eager
+    // one's fault in parallel what one thread would fault alone
+    // (qos/README.md, "CPU": measured).
     return staging_.Size(StagingNeeded(plan.tensor_bytes, options_.chunk_size),
-                         in_use);
+                         in_use, /*populate=*/false);
   }
 
   // Runs the save on the driver thread; its slot is given back when it
@@ -425,6 +460,8 @@ class CheckpointerImpl : public Checkpointer {
     absl::MutexLock lock(&metrics_mu_);
     ClientMetrics m = metrics_;
     m.servers_down = servers_->size() - servers_->up();
+    m.staging_pool_bytes = staging_.size();
+    m.staging_prefaulted_bytes = staging_prefaulted_.load();
     m.callers_waiting = shaping_->callers_waiting();
     const qos::CollectiveGateStats g = shaping_->GateStats();
     m.gate_learned = g.learned;
@@ -633,6 +670,14 @@ class CheckpointerImpl : public Checkpointer {
   std::unique_ptr<SnapshotSource> host_source_;
   std::map<int, std::unique_ptr<SnapshotSource>> cuda_sources_;
   Staging staging_;  // pinned with the first of cuda_sources_
+  std::atomic<uint64_t> staging_prefaulted_{0};  // by prep_
+  // Sizes staging_ ahead of the first Save(); destroyed before it.
+  static constexpr absl::Duration kPrepQuiet = absl::Milliseconds(20);
+  StagingPrep prep_{
+      [this](uint64_t bytes, const std::function<bool()>& cancelled) {
+        return PrepareInBackground(bytes, cancelled);
+      },
+      options_.background_cpu == BackgroundCpu::kIdle};
   // StepsAsync calls still running (the destructor waits for them).
   absl::Mutex async_mu_;
   int async_calls_ ABSL_GUARDED_BY(async_mu_) = 0;

@@ -57,6 +57,12 @@ std::string RenderClientMetrics(const ClientMetrics& m, const std::string& job,
             m.loads_failed, l);
   w.Counter("stagger_client_loaded_bytes_total",
             "Registered bytes filled by successful loads.", m.bytes_loaded, l);
+  w.Gauge("stagger_client_staging_pool_bytes",
+          "The default staging pool's size (0: none yet).",
+          m.staging_pool_bytes, l);
+  w.Counter("stagger_client_staging_prefaulted_bytes_total",
+            "Staging bytes faulted in ahead of the saves, in the background.",
+            m.staging_prefaulted_bytes, l);
   w.Gauge("stagger_client_servers_down",
           "Servers of the set marked down (their copies went to the next "
           "server of each ranking).",

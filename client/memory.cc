@@ -43,9 +43,10 @@ Staging::Staging(std::unique_ptr<StagingPool> fixed, uint64_t chunk_size,
     : pool_(std::move(fixed)),
       fixed_(pool_ != nullptr),
       chunk_size_(chunk_size),
-      job_(std::move(job)) {}
+      job_(std::move(job)),
+      size_(pool_ ? pool_->size() : 0) {}
 
-Status Staging::Size(uint64_t needed, bool in_use) {
+Status Staging::Size(uint64_t needed, bool in_use, bool populate) {
   if (fixed_) return absl::OkStatus();
   // Whole slabs, as the pool maps them: a pool made for `want` then
   // satisfies the next save of the same state instead of being made anew.
@@ -69,10 +70,12 @@ Status Staging::Size(uint64_t needed, bool in_use) {
   // is large enough.
   std::unique_ptr<StagingPool> pool = SparePool::Take(want, cap, chunk_size_);
   if (pool == nullptr || !pool->Reset().ok()) {
-    STAGGER_ASSIGN_OR_RETURN(pool, StagingPool::Create(want, chunk_size_));
+    STAGGER_ASSIGN_OR_RETURN(pool,
+                             StagingPool::Create(want, chunk_size_, populate));
   }
   Unpin();
   pool_ = std::move(pool);
+  size_ = pool_->size();
   Pin();
   return absl::OkStatus();
 }

@@ -6,6 +6,7 @@
 #ifndef STAGGER_CLIENT_MEMORY_H_
 #define STAGGER_CLIENT_MEMORY_H_
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -45,9 +46,11 @@ class Staging {
   ~Staging();
 
   // Before a save that needs `needed` bytes: creates or grows the default
-  // pool. With `in_use` (another save holds slabs) the pool is not replaced
-  // and grows at a later save. A state over the cap logs once.
-  Status Size(uint64_t needed, bool in_use);
+  // pool, faulted in now with `populate` (else by the snapshot's copies,
+  // off the caller's thread for a lazy save). With `in_use` (another save
+  // holds slabs) the pool is not replaced and grows at a later save. A
+  // state over the cap logs once.
+  Status Size(uint64_t needed, bool in_use, bool populate = true);
   // The source to pin the pool with (the first CUDA one); the pool is
   // pinned now and whenever it is replaced. A pool that cannot be pinned
   // still works, just slower.
@@ -56,6 +59,10 @@ class Staging {
   void Unpin();
 
   StagingPool* pool() const { return pool_.get(); }
+  // An explicit staging_bytes pool (never resized).
+  bool fixed() const { return fixed_; }
+  // The pool's size (0: none yet); safe from any thread.
+  uint64_t size() const { return size_.load(std::memory_order_relaxed); }
 
  private:
   void Pin();
@@ -67,6 +74,7 @@ class Staging {
   SnapshotSource* cuda_ = nullptr;
   bool pinned_ = false;
   bool warned_ = false;
+  std::atomic<uint64_t> size_{0};
 };
 
 }  // namespace stagger::client

@@ -9,6 +9,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "util/memory_map.h"
 
 namespace stagger::client {
 
@@ -26,23 +27,30 @@ uint64_t HostMemoryShare() {
 uint64_t StagingPool::DefaultBytes() { return HostMemoryShare(); }
 
 Result<std::unique_ptr<StagingPool>> StagingPool::Create(uint64_t total_bytes,
-                                                         uint64_t slab_bytes) {
+                                                         uint64_t slab_bytes,
+                                                         bool populate) {
   if (slab_bytes == 0 || slab_bytes % 4096 != 0) {
     return absl::InvalidArgumentError(absl::StrCat(
         "staging slab of ", slab_bytes, " bytes is not a multiple of 4096"));
   }
   uint64_t slabs = std::max<uint64_t>(1, total_bytes / slab_bytes);
   uint64_t len = slabs * slab_bytes;
-  // MAP_POPULATE pre-faults the pages so the first snapshot does not pay
-  // for them inside the training loop's stall.
-  void* p = mmap(nullptr, len, PROT_READ | PROT_WRITE,
-                 MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
-  if (p == MAP_FAILED) {
+  util::MapOptions o;
+  // On huge pages: faulting it in (now, or at the first snapshot's copies)
+  // costs a fault per 2 MiB instead of one per 4 KiB page.
+  o.huge_pages = true;
+  // Pre-faulted so the first snapshot does not pay for the pages inside
+  // the training loop's stall.
+  o.populate = populate;
+  // A data loader's forked workers neither inherit the pool nor share its
+  // pages copy-on-write.
+  o.dont_fork = true;
+  char* p = util::MapAnonymous(len, o);
+  if (p == nullptr) {
     return absl::ResourceExhaustedError(absl::StrCat(
         "cannot map ", len, " bytes of staging memory: ", strerror(errno)));
   }
-  return std::unique_ptr<StagingPool>(
-      new StagingPool(static_cast<char*>(p), slabs, slab_bytes));
+  return std::unique_ptr<StagingPool>(new StagingPool(p, slabs, slab_bytes));
 }
 
 StagingPool::StagingPool(char* base, uint64_t slabs, uint64_t slab_bytes)
@@ -52,7 +60,7 @@ StagingPool::StagingPool(char* base, uint64_t slabs, uint64_t slab_bytes)
     free_.push_back(base + (i - 1) * slab_bytes);
 }
 
-StagingPool::~StagingPool() { munmap(base_, slabs_ * slab_bytes_); }
+StagingPool::~StagingPool() { util::Unmap(base_, slabs_ * slab_bytes_); }
 
 uint64_t StagingPool::Footprint(uint64_t len, uint64_t slab_bytes) {
   if (len == 0 || 2 * len > slab_bytes) return slab_bytes;
@@ -139,6 +147,32 @@ Status StagingPool::Reset() {
   std::fill(cut_.begin(), cut_.end(), 0);
   peak_ = 0;
   return absl::OkStatus();
+}
+
+bool StagingPool::FaultInNext() {
+  char* slab = nullptr;
+  {
+    absl::MutexLock lock(&mu_);
+    while (slab == nullptr && next_fault_ < slabs_) {
+      char* s = base_ + next_fault_ * slab_bytes_;
+      ++next_fault_;
+      auto it = std::find(free_.begin(), free_.end(), s);
+      if (it == free_.end()) continue;  // in use: its copy faults it in
+      free_.erase(it);
+      slab = s;
+    }
+    if (slab == nullptr) return false;
+  }
+  // Off the free list meanwhile: no save writes into it, so a write per
+  // page (a fault per huge page where it is on them) changes nothing anyone
+  // reads.
+  const uint64_t page = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+  for (uint64_t off = 0; off < slab_bytes_; off += page) {
+    reinterpret_cast<volatile char*>(slab)[off] = 0;
+  }
+  absl::MutexLock lock(&mu_);
+  free_.push_back(slab);  // taken first by the next Acquire
+  return true;
 }
 
 uint64_t StagingPool::SizeOf(const char* p) const {

@@ -33,10 +33,13 @@ uint64_t HostMemoryShare();
 
 class StagingPool {
  public:
-  // Maps max(total_bytes, slab_bytes) rounded down to whole slabs.
-  // RESOURCE_EXHAUSTED when the memory cannot be mapped.
+  // Maps max(total_bytes, slab_bytes) rounded down to whole slabs, on
+  // huge pages where the kernel gives them and not inherited by fork(),
+  // and faults it all in now with `populate` (else the first copies into
+  // each page do). RESOURCE_EXHAUSTED when the memory cannot be mapped.
   static Result<std::unique_ptr<StagingPool>> Create(uint64_t total_bytes,
-                                                     uint64_t slab_bytes);
+                                                     uint64_t slab_bytes,
+                                                     bool populate = true);
   ~StagingPool();
 
   // A free slab, or piece for `len` bytes (default: a whole slab); blocks
@@ -52,6 +55,11 @@ class StagingPool {
   // merged back) and forgets the peak: a pool handed to another user.
   // FAILED_PRECONDITION, changing nothing, while anything is acquired.
   Status Reset();
+  // Faults in the next whole slab that is free and was not faulted in by
+  // this call before (it is off the free list meanwhile); false when none
+  // is left. For a pool made without `populate`, a slab at a time, so that
+  // a save can start in between.
+  bool FaultInNext();
   // The size of the slab or piece at `p` (from Acquire()).
   uint64_t SizeOf(const char* p) const;
   // The bytes Acquire(len) takes from the pool: a whole slab, or the
@@ -88,6 +96,7 @@ class StagingPool {
   // Per slab: the class it is cut into, 0 while whole.
   std::vector<uint8_t> cut_ ABSL_GUARDED_BY(mu_);
   uint64_t in_use_ ABSL_GUARDED_BY(mu_) = 0;  // bytes handed out
+  uint64_t next_fault_ ABSL_GUARDED_BY(mu_) = 0;  // FaultInNext's next slab
   uint64_t peak_ ABSL_GUARDED_BY(mu_) = 0;
 };
 

@@ -2,6 +2,8 @@
 
 #include <sys/mman.h>
 
+#include "util/memory_map.h"
+
 namespace stagger::transport {
 
 std::shared_ptr<BufferPool> BufferPool::Create(size_t max_cached_bytes,
@@ -15,27 +17,12 @@ BufferPool::~BufferPool() {
 }
 
 char* BufferPool::Map(size_t block) {
-  if (!huge_pages_ || block < kHugePage) {
-    void* m = ::mmap(nullptr, block, PROT_READ | PROT_WRITE,
-                     MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    return m == MAP_FAILED ? nullptr : static_cast<char*>(m);
-  }
-  // Aligned to a huge page and advised as one: the first touch of a new
-  // block (a buffer held long, as the server's memory tier holds them)
-  // takes a fault per 2 MiB instead of one per 4 KiB page.
-  void* m = ::mmap(nullptr, block + kHugePage, PROT_READ | PROT_WRITE,
-                   MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (m == MAP_FAILED) return nullptr;
-  const uintptr_t start = reinterpret_cast<uintptr_t>(m);
-  const uintptr_t aligned = (start + kHugePage - 1) & ~(kHugePage - 1);
-  if (aligned > start) ::munmap(m, aligned - start);
-  const uintptr_t end = start + block + kHugePage;
-  if (end > aligned + block) {
-    ::munmap(reinterpret_cast<void*>(aligned + block), end - aligned - block);
-  }
-  char* p = reinterpret_cast<char*>(aligned);
-  ::madvise(p, block, MADV_HUGEPAGE);  // advice only: fine if refused
-  return p;
+  // Huge pages: the first touch of a new block (a buffer held long, as the
+  // server's memory tier holds them) takes a fault per 2 MiB instead of
+  // one per 4 KiB page.
+  util::MapOptions o;
+  o.huge_pages = huge_pages_;
+  return util::MapAnonymous(block, o);
 }
 
 Buffer BufferPool::Get(size_t size, size_t headroom) {

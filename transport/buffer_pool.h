@@ -23,6 +23,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
 #include "transport/buffer.h"
+#include "util/memory_map.h"
 
 namespace stagger::transport {
 
@@ -30,7 +31,7 @@ class BufferPool final : public BufferRecycler,
                          public std::enable_shared_from_this<BufferPool> {
  public:
   static constexpr size_t kGranule = 64 << 10;
-  static constexpr size_t kHugePage = 2 << 20;
+  static constexpr size_t kHugePage = util::kHugePage;
 
   // With `huge_pages`, new blocks of kHugePage or more start on a huge-page
   // boundary and are advised MADV_HUGEPAGE: the first touch of a block

@@ -191,6 +191,8 @@ py::dict MetricsDict(const ClientMetrics& m) {
   d["loads_failed"] = m.loads_failed;
   d["bytes_loaded"] = m.bytes_loaded;
   d["servers_down"] = m.servers_down;
+  d["staging_pool_bytes"] = m.staging_pool_bytes;
+  d["staging_prefaulted_bytes"] = m.staging_prefaulted_bytes;
   d["gate_learned"] = m.gate_learned;
   d["gate_period_s"] = m.gate_period_s;
   d["gate_models_learned"] = m.gate_models_learned;
@@ -414,12 +416,13 @@ void BindCheckpointerData(PyCheckpointer& c) {
       .def(
           "prepare",
           [](py::object self, const py::dict& tensors, const py::dict& dtypes,
-             const py::dict& shards) {
+             const py::dict& shards, bool background) {
             Checkpointer& ck = self.cast<Checkpointer&>();
             Held held;
+            // Registering asks for a background preparation by itself.
             RegisterAll(ck, tensors, false, dtypes, shards, &held);
             Status s;
-            {
+            if (!background) {
               py::gil_scoped_release release;
               s = ck.PrepareStaging();
             }
@@ -427,10 +430,12 @@ void BindCheckpointerData(PyCheckpointer& c) {
             Check(s);
           },
           py::arg("tensors"), py::arg("dtypes") = py::dict(),
-          py::arg("shards") = py::dict(),
-          "Size the staging memory for these arrays and fault it in now, "
-          "so that the first save() of them does not pay for it: call once "
-          "at set-up, outside the training loop. Arguments as save().")
+          py::arg("shards") = py::dict(), py::arg("background") = false,
+          "Size the staging memory for these arrays and fault it in, so "
+          "that the first save() of them does not pay for it: now, or with "
+          "background=True on a thread of the Checkpointer's (at idle "
+          "priority), returning at once; a save() meanwhile waits for it. "
+          "Arguments as save().")
       .def(
           "before_update",
           [](py::object self) {

@@ -114,6 +114,12 @@ struct ClientMetrics {
   // Servers of the set marked down (did not answer at Open, or died): their
   // copies went to the next server of each ranking (replicas).
   uint64_t servers_down = 0;
+  // The default staging pool's size now (0: none yet). It is made and
+  // faulted in on a thread of the Checkpointer's shortly after tensors
+  // are registered, or by the first Save().
+  uint64_t staging_pool_bytes = 0;
+  // Bytes of staging that thread faulted in ahead of the saves.
+  uint64_t staging_prefaulted_bytes = 0;
   // QoS collective gate (qos_yield "learn"): whether it holds a model of
   // the iteration, that model's period, and how often one was learned and
   // dropped (a pattern that keeps changing is dropped and relearned; until
@@ -170,12 +176,14 @@ class Checkpointer {
 
   // Sizes the default staging pool (CheckpointerOptions::staging_bytes 0)
   // for the tensors registered now and faults its pages in, on this
-  // thread, so that Save() of them pays neither: call it once at set-up,
-  // after Register(), outside the training loop. Without it the first
-  // Save() of a state larger than the pool maps and faults the memory
-  // inside its stall. OK at once with an explicit staging_bytes (allocated
-  // at Open), when the pool already holds the state, or while a save is
-  // in flight (its slabs are in use; the next Save() grows the pool).
+  // thread, so that Save() of them pays neither. Register() already asks
+  // for the same on a background thread of the Checkpointer's, 20 ms
+  // after the last registration (at idle priority with background_cpu
+  // "idle"); a Save() before it is done waits for it, and one before it
+  // started sizes the pool itself, its copies faulting the new pages in.
+  // OK at once with an explicit staging_bytes (allocated at Open), when
+  // the pool already holds the state, or while a save is in flight (its
+  // slabs are in use; the next Save() grows the pool).
   // RESOURCE_EXHAUSTED when the memory cannot be mapped.
   virtual Status PrepareStaging() = 0;
 

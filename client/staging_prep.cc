@@ -1,0 +1,82 @@
+#include "client/staging_prep.h"
+
+#include <pthread.h>
+
+#include <utility>
+
+#include "qos/cpu_share.h"
+
+namespace stagger::client {
+
+StagingPrep::StagingPrep(Prepare prepare, bool low_priority)
+    : prepare_(std::move(prepare)), low_priority_(low_priority) {}
+
+StagingPrep::~StagingPrep() {
+  {
+    absl::MutexLock lock(&mu_);
+    stop_ = true;
+    pending_ = false;
+    cancel_ = true;
+  }
+  if (thread_.joinable()) thread_.join();
+}
+
+void StagingPrep::Request(uint64_t bytes, absl::Duration quiet) {
+  absl::MutexLock lock(&mu_);
+  if (stop_) return;
+  pending_ = true;
+  bytes_ = bytes;
+  due_ = absl::Now() + quiet;
+  ++generation_;
+  if (!thread_.joinable()) thread_ = std::thread([this] { Loop(); });
+}
+
+void StagingPrep::Settle() {
+  absl::MutexLock lock(&mu_);
+  pending_ = false;
+  cancel_ = true;
+  mu_.Await(absl::Condition(
+      +[](bool* running) { return !*running; }, &running_));
+}
+
+int StagingPrep::runs() const {
+  absl::MutexLock lock(&mu_);
+  return runs_;
+}
+
+Status StagingPrep::last_status() const {
+  absl::MutexLock lock(&mu_);
+  return last_;
+}
+
+void StagingPrep::Loop() {
+  pthread_setname_np(pthread_self(), "stg-prep");
+  if (low_priority_) qos::LowerThisThread();
+  absl::MutexLock lock(&mu_);
+  for (;;) {
+    auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      return stop_ || pending_;
+    };
+    mu_.Await(absl::Condition(&ready));
+    if (stop_) return;
+    // Quiet: wait until the due time passes with no newer request (a
+    // newer one moves the due time; Settle or stop drop it).
+    const uint64_t seen = generation_;
+    auto changed = [this, seen]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      return stop_ || !pending_ || generation_ != seen;
+    };
+    if (mu_.AwaitWithDeadline(absl::Condition(&changed), due_)) continue;
+    pending_ = false;
+    running_ = true;
+    cancel_ = false;
+    const uint64_t bytes = bytes_;
+    mu_.Unlock();
+    Status s = prepare_(bytes, [this] { return cancel_.load(); });
+    mu_.Lock();
+    running_ = false;
+    ++runs_;
+    last_ = std::move(s);
+  }
+}
+
+}  // namespace stagger::client
