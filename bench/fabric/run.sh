@@ -44,6 +44,8 @@
 #                       every 256 KiB (sparse), or every element (dense)
 # --cpu-load            other work on every trainer node in every mode, the
 #                       baseline too: a process busy half of every 20 ms
+# --ck-opt KEY=VALUE    one more Checkpointer keyword for naive and qos
+#                       (repeatable), e.g. --ck-opt background_cpu=normal
 # --runs N              the whole run N times (a new fabric each); prints
 #                       each run's table, then the medians and the worst
 #                       run of the figures (RESULT fabric_runs)
@@ -88,6 +90,7 @@ server_args=()
 defaults=0
 update=""
 cpu_load=0
+ck_opts=()
 runs=1
 all_args=("$@")
 
@@ -122,6 +125,7 @@ while [[ $# -gt 0 ]]; do
     --defaults) defaults=1 ;;
     --update) need "$@"; update="$2"; shift ;;
     --cpu-load) cpu_load=1 ;;
+    --ck-opt) need "$@"; ck_opts+=(--ck-opt "$2"); shift ;;
     --runs) need "$@"; runs="$2"; shift ;;
     --server-arg) need "$@"; server_args+=("$2"); shift ;;
     --server-arg=*) server_args+=("${1#--server-arg=}") ;;
@@ -396,6 +400,7 @@ run_mode() {  # MODE [trainer args...]
   fi
   local extra=(--update "$update")
   [[ $defaults -eq 1 ]] && extra+=(--defaults)
+  extra+=("${ck_opts[@]}")
   before="$(s0_rx_bytes)"
   for ((r = 0; r < nodes; r++)); do
     ip netns exec "${prefix}n$r" "${ns_env[@]}" \

@@ -222,6 +222,14 @@ def open_checkpointer(stagger, a, state_bytes):
         # Once the binding has QoS, naive turns it off explicitly.
         kw.update(qos_deadline_s=0.0, qos_yield="off", ranks_per_node=1,
                   rate_limit_Bps=0.0)
+    for opt in a.ck_opt:
+        key, _, value = opt.partition("=")
+        for conv in (int, float, str):
+            try:
+                kw[key] = conv(value)
+                break
+            except ValueError:
+                continue
     return stagger.Checkpointer(**kw)
 
 
@@ -249,13 +257,16 @@ def run_loop(a, emit):
 
     ck, state = None, None
     stagger = None
+    # The baseline updates the same state too: the update is the training
+    # job's work, not the checkpoint's (a dense one takes CPU every
+    # iteration).
+    state = make_state(a.ckpt_mib * MiB, seed=a.rank)
     if a.mode != "baseline":
         stagger = import_stagger()
         if a.mode == "qos" and qos_missing(stagger):
             print("qos mode unavailable: binding lacks "
                   + ", ".join(qos_missing(stagger)), file=sys.stderr)
             return 3
-        state = make_state(a.ckpt_mib * MiB, seed=a.rank)
         t0 = time.perf_counter()
         # A slab per chunk: each array's partial last chunk takes a whole
         # one, so the snapshot never waits for the paced drain.
@@ -311,21 +322,22 @@ def run_loop(a, emit):
         tx_ar = eth0_tx_bytes() - tx0
         time.sleep(compute_s)
         save_s = before_s = 0.0
-        if state is not None:
-            if lazy_pending:  # the snapshot must end before the update
-                ts = time.perf_counter()
-                ck.before_update()
-                before_s = time.perf_counter() - ts
-                lazy_pending = False
-            update_state(state, it,
-                         a.every if a.update == "dense" else 0)
-            # Saves only where J iterations follow, so every checkpoint's
-            # traffic meets the collectives.
-            if (it + 1) % a.every == 0 and it + 1 + a.every <= a.iters:
-                ts = time.perf_counter()
-                pending.append(ck.save(state, it + 1, lazy=lazy))
-                save_s = time.perf_counter() - ts
-                lazy_pending = lazy
+        if lazy_pending:  # the snapshot must end before the update
+            ts = time.perf_counter()
+            ck.before_update()
+            before_s = time.perf_counter() - ts
+            lazy_pending = False
+        update_state(state, it,
+                     a.every if a.update == "dense" else 0)
+        # Saves only where J iterations follow, so every checkpoint's
+        # traffic meets the collectives.
+        if ck is not None and (it + 1) % a.every == 0 and \
+                it + 1 + a.every <= a.iters:
+            ts = time.perf_counter()
+            pending.append(ck.save(state, it + 1, lazy=lazy))
+            save_s = time.perf_counter() - ts
+            lazy_pending = lazy
+        if ck is not None:
             drain(block=False)
         t2 = time.perf_counter()
         retrans = ring.retransmits()
@@ -374,6 +386,10 @@ def main():
     p.add_argument("--defaults", action="store_true",
                    help="open the Checkpointer with default options (the "
                    "deadline alone in qos mode; QoS off in naive mode)")
+    p.add_argument("--ck-opt", action="append", default=[],
+                   metavar="KEY=VALUE",
+                   help="one more Checkpointer keyword (repeatable), e.g. "
+                   "background_cpu=normal")
     p.add_argument("--out", default="/dev/stdout")
     a = p.parse_args()
     if a.check_qos:
