@@ -120,7 +120,7 @@ class CheckpointerImpl : public Checkpointer {
   static std::function<void()> BackgroundThreadInit(
       const CheckpointerOptions& o) {
     if (o.background_cpu != BackgroundCpu::kIdle) return nullptr;
-    return [] { qos::LowerThisThread(); };
+    return [] { LowerBackgroundThread(); };
   }
 
   // snapshot_overlap for a save whose chunks come from `chunks`' sources.

@@ -7,7 +7,6 @@
 
 #include "format/data_plane.h"
 #include "qos/clock.h"
-#include "qos/cpu_share.h"
 
 namespace stagger::client {
 namespace {
@@ -141,7 +140,7 @@ bool Sender::Ready() const {
 
 void Sender::ShapedLoop() {
   pthread_setname_np(pthread_self(), "stg-send");
-  if (shaping_->LowPriority()) qos::LowerThisThread();
+  if (shaping_->LowPriority()) LowerBackgroundThread();
   for (;;) {
     SendItem item;
     {

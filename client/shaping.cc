@@ -1,12 +1,15 @@
 #include "client/shaping.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdlib>
 #include <limits>
 
 #include "absl/strings/str_cat.h"
+#include "qos/cpu_share.h"
 #include "qos/stagger_schedule.h"
+#include "util/log.h"
 
 namespace stagger::client {
 namespace {
@@ -34,6 +37,19 @@ uint64_t Burst(double rate, uint64_t chunk_size) {
 }
 
 }  // namespace
+
+void LowerBackgroundThread() {
+  const qos::BackgroundPriority got = qos::LowerThisThread();
+  static std::atomic<bool> said{false};
+  if (got != qos::BackgroundPriority::kIdle && !said.exchange(true)) {
+    log::Warning("stagger",
+                 absl::StrCat("SCHED_IDLE refused for the checkpoint's "
+                              "background threads; they run at ",
+                              qos::BackgroundPriorityName(got),
+                              " priority and may take CPU time from "
+                              "training"));
+  }
+}
 
 Status Shaping::Validate(const CheckpointerOptions& o) {
   STAGGER_RETURN_IF_ERROR(CheckRate("qos_deadline_s", o.qos_deadline_s));

@@ -41,6 +41,11 @@ struct ShapingStats {
   double cpu_yield_s = 0;  // encoders paused for collectives (AwaitCpu)
 };
 
+// Moves the calling thread to the lowest CPU and I/O priority the
+// platform gives (qos::LowerThisThread) and, the first time in the process
+// that SCHED_IDLE is refused, logs what the thread got instead.
+void LowerBackgroundThread();
+
 class Shaping {
  public:
   // INVALID_ARGUMENT naming the option when one is out of range;

@@ -4,7 +4,7 @@
 
 #include <utility>
 
-#include "qos/cpu_share.h"
+#include "client/shaping.h"
 
 namespace stagger::client {
 
@@ -51,7 +51,7 @@ Status StagingPrep::last_status() const {
 
 void StagingPrep::Loop() {
   pthread_setname_np(pthread_self(), "stg-prep");
-  if (low_priority_) qos::LowerThisThread();
+  if (low_priority_) LowerBackgroundThread();
   absl::MutexLock lock(&mu_);
   for (;;) {
     auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {

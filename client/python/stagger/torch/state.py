@@ -185,11 +185,15 @@ def save_state_dict(ck, state_dict, step, *, shards=None, replicated=False,
                    durability=durability)
 
 
-def prepare_state_dict(ck, state_dict, *, shards=None, replicated=False):
-    """Sizes ``ck``'s staging memory for ``state_dict`` and faults it in
-    now, so that the first ``save_state_dict`` of it does not pay for that
-    in its stall. Call once at set-up, outside the training loop, with the
-    state dict (and ``shards``/``replicated``) the saves will use.
+def prepare_state_dict(ck, state_dict, *, shards=None, replicated=False,
+                       background=False):
+    """Sizes ``ck``'s staging memory for ``state_dict`` and faults it in,
+    so that the first ``save_state_dict`` of it does not pay for that in
+    its stall: now, or with ``background=True`` on a thread of the
+    Checkpointer's at idle priority, returning at once (a save meanwhile
+    stops it and faults the rest itself, off the caller's thread). Call
+    once at set-up, with the state dict (and ``shards``/``replicated``)
+    the saves will use.
     """
     if not isinstance(state_dict, dict):
         raise TypeError("state_dict must be a dict")
@@ -199,7 +203,7 @@ def prepare_state_dict(ck, state_dict, *, shards=None, replicated=False):
     plan.regs.tensors[meta.META] = doc
     plan.regs.tensors[meta.META_LEN] = np.array([doc.size], dtype=np.int64)
     ck.prepare(plan.regs.tensors, dtypes=plan.regs.dtypes,
-               shards=plan.regs.shards)
+               shards=plan.regs.shards, background=background)
 
 
 def read_metadata(ck, step="latest"):
