@@ -213,7 +213,8 @@ def summary(d, json_out):
           f"{cfg['every']}; "
           f"{'default options' if cfg.get('defaults') else 'raw codec'}, "
           f"{cfg.get('update', 'sparse')} updates"
-          f"{', other CPU work on every trainer node' if cfg.get('cpu_load') else ''}")
+          f"{', other CPU work on every trainer node' if cfg.get('cpu_load') else ''}"
+          f"{', server at SCHED_IDLE (diagnostic)' if cfg.get('server_idle') else ''}")
     if idle:
         print(f"idle fraction (compute / baseline p50) {idle:.3f}")
     head = ("mode", "iters", "p50_ms", "p99_ms", "p50_x", "p99_x", "ckpts",

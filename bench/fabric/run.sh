@@ -46,6 +46,10 @@
 #                       baseline too: a process busy half of every 20 ms
 # --ck-opt KEY=VALUE    one more Checkpointer keyword for naive and qos
 #                       (repeatable), e.g. --ck-opt background_cpu=normal
+# --server-idle         run stagger-server at SCHED_IDLE (chrt --idle): a
+#                       diagnostic for this one-host fabric, where s0 shares
+#                       the trainers' cores, to tell the server's CPU from
+#                       the client's in the figures; not a production mode
 # --runs N              the whole run N times (a new fabric each); prints
 #                       each run's table, then the medians and the worst
 #                       run of the figures (RESULT fabric_runs)
@@ -90,6 +94,7 @@ server_args=()
 defaults=0
 update=""
 cpu_load=0
+server_idle=0
 ck_opts=()
 runs=1
 all_args=("$@")
@@ -125,6 +130,7 @@ while [[ $# -gt 0 ]]; do
     --defaults) defaults=1 ;;
     --update) need "$@"; update="$2"; shift ;;
     --cpu-load) cpu_load=1 ;;
+    --server-idle) server_idle=1 ;;
     --ck-opt) need "$@"; ck_opts+=(--ck-opt "$2"); shift ;;
     --runs) need "$@"; runs="$2"; shift ;;
     --server-arg) need "$@"; server_args+=("$2"); shift ;;
@@ -333,10 +339,10 @@ printf '{"nodes": %d, "rate_mbit": %d, "storage_rate_mbit": %d,
  "queue_ms": %d, "allreduce_mib": %d, "compute_ms": %d, "iters": %d,
  "every": %d, "ckpt_mib": %d, "chunk_kib": %d, "warmup": %d,
  "qos_yield": "%s", "save_mode": "%s", "defaults": %d, "update": "%s",
- "cpu_load": %d}\n' \
+ "cpu_load": %d, "server_idle": %d}\n' \
   "$nodes" "$rate_mbit" "$storage_rate_mbit" "$queue_ms" "$allreduce_mib" \
   "$compute_ms" "$iters" "$every" "$ckpt_mib" "$chunk_kib" "$warmup" \
-  "$qos_yield" "$save_mode" "$defaults" "$update" "$cpu_load" \
+  "$qos_yield" "$save_mode" "$defaults" "$update" "$cpu_load" "$server_idle" \
   > "$work/config.json"
 
 # --- the ceiling: TCP goodput n0 -> s0 through the caps.
@@ -352,7 +358,9 @@ server_pid=""
 start_server() {  # MODE
   local mode="$1"
   mkdir -p "$work/data-$mode"
-  ip netns exec "$ns_s0" "${ns_env[@]}" "$server_bin" \
+  local prio=()
+  [[ $server_idle -eq 1 ]] && prio=(chrt --idle 0)
+  ip netns exec "$ns_s0" "${ns_env[@]}" "${prio[@]}" "$server_bin" \
     --data "$work/data-$mode" --listen "$s0_ip:7700" --insecure \
     "${server_args[@]}" \
     > "$work/server-$mode.out" 2> "$work/server-$mode.log" &

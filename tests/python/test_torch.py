@@ -708,8 +708,10 @@ def test_prepare_state_dict_spares_the_first_save_its_page_faults(tmp_path):
     open_cks = []
 
     def first_save_growth(how, job):
+        # A chunk size of its own: no pool parked by an earlier test of
+        # this process (spare pools go to the same chunk size) is taken.
         ck = stagger.Checkpointer(servers=f"embedded:{tmp_path}", job=job,
-                                  snapshot_overlap="off")
+                                  snapshot_overlap="off", chunk_size=2 << 20)
         open_cks.append(ck)
         if how == "now":
             st.prepare_state_dict(ck, sd)
