@@ -170,19 +170,14 @@ class CheckpointerImpl : public Checkpointer {
       return absl::InvalidArgumentError(
           absl::StrCat("tensor '", t.name, "' is already registered"));
     }
-    tensors_.emplace(t.name, Registered{t, *bytes});
+    auto added = tensors_.emplace(t.name, Registered{t, *bytes});
+    if (Stores(added.first->second)) registered_staging_.Add(*bytes);
     if (!staging_.fixed()) prep_.Request(RegisteredStaging(), kPrepQuiet);
     return absl::OkStatus();
   }
 
   // Staging for the tensors registered now that this rank stores.
-  uint64_t RegisteredStaging() const {
-    std::vector<uint64_t> sizes;
-    for (const auto& [name, reg] : tensors_) {
-      if (Stores(reg)) sizes.push_back(reg.bytes);
-    }
-    return StagingNeeded(sizes, options_.chunk_size);
-  }
+  uint64_t RegisteredStaging() const { return registered_staging_.Needed(); }
 
   // On the prep thread: sizes the pool, unless a save holds it (it grows
   // at a later save then), and faults it in a slab at a time until done or
@@ -202,7 +197,10 @@ class CheckpointerImpl : public Checkpointer {
     return absl::OkStatus();
   }
 
-  void ClearRegistrations() override { tensors_.clear(); }
+  void ClearRegistrations() override {
+    tensors_.clear();
+    registered_staging_.Clear();
+  }
 
   void PrimeStepGuard() { step_guard_.Prime(); }
 
@@ -685,6 +683,7 @@ class CheckpointerImpl : public Checkpointer {
   ChunkIo io_;
   StepGuard step_guard_;
   std::map<std::string, Registered> tensors_;
+  StagingTally registered_staging_{options_.chunk_size};  // of tensors_
 
   // The outstanding-save slot a Save() took: given back when Save()
   // returns early, unless handed over to the save's driver.

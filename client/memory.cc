@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <cstdlib>
-#include <map>
 
 #include "absl/strings/str_cat.h"
 #include "client/spare_pool.h"
@@ -16,26 +15,37 @@ uint64_t DeltaMemoryBytes(const CheckpointerOptions& o) {
   return o.delta_memory_bytes != 0 ? o.delta_memory_bytes : HostMemoryShare();
 }
 
+void StagingTally::Add(uint64_t bytes) {
+  slabs_ += bytes / chunk_size_;
+  const uint64_t tail = bytes % chunk_size_;
+  if (tail == 0) return;
+  const uint64_t piece = StagingPool::Footprint(tail, chunk_size_);
+  if (piece < chunk_size_) {
+    ++pieces_[piece];
+  } else {
+    ++slabs_;  // a tail over half a slab takes a whole one
+  }
+}
+
+void StagingTally::Clear() {
+  slabs_ = 0;
+  pieces_.clear();
+}
+
+uint64_t StagingTally::Needed() const {
+  uint64_t slabs = slabs_;
+  // Each size's pieces are cut from slabs of their own.
+  for (const auto& [piece, n] : pieces_) {
+    slabs += (n * piece + chunk_size_ - 1) / chunk_size_;
+  }
+  return slabs * chunk_size_;
+}
+
 uint64_t StagingNeeded(const std::vector<uint64_t>& tensor_bytes,
                        uint64_t chunk_size) {
-  uint64_t slabs = 0;
-  std::map<uint64_t, uint64_t> pieces;  // piece size -> count
-  for (uint64_t bytes : tensor_bytes) {
-    slabs += bytes / chunk_size;
-    const uint64_t tail = bytes % chunk_size;
-    if (tail == 0) continue;
-    const uint64_t piece = StagingPool::Footprint(tail, chunk_size);
-    if (piece < chunk_size) {
-      ++pieces[piece];
-    } else {
-      ++slabs;  // a tail over half a slab takes a whole one
-    }
-  }
-  // Each size's pieces are cut from slabs of their own.
-  for (const auto& [piece, n] : pieces) {
-    slabs += (n * piece + chunk_size - 1) / chunk_size;
-  }
-  return slabs * chunk_size;
+  StagingTally tally(chunk_size);
+  for (uint64_t bytes : tensor_bytes) tally.Add(bytes);
+  return tally.Needed();
 }
 
 Staging::Staging(std::unique_ptr<StagingPool> fixed, uint64_t chunk_size,

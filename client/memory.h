@@ -8,6 +8,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -28,6 +29,22 @@ uint64_t DeltaMemoryBytes(const CheckpointerOptions& o);
 // slab per whole chunk and per last, partial chunk over half a slab; the
 // smaller last chunks take pieces (StagingPool), each size's pieces cut
 // from slabs of their own, the last of them perhaps partly used.
+// StagingNeeded kept as tensors come, one Add() each (Register() is called
+// once per tensor: summing every registration again at each would cost
+// O(n^2) for n tensors).
+class StagingTally {
+ public:
+  explicit StagingTally(uint64_t chunk_size) : chunk_size_(chunk_size) {}
+  void Add(uint64_t tensor_bytes);
+  void Clear();
+  uint64_t Needed() const;
+
+ private:
+  uint64_t chunk_size_;
+  uint64_t slabs_ = 0;
+  std::map<uint64_t, uint64_t> pieces_;  // piece size -> count
+};
+
 uint64_t StagingNeeded(const std::vector<uint64_t>& tensor_bytes,
                        uint64_t chunk_size);
 

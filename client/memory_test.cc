@@ -24,6 +24,20 @@ TEST(StagingNeeded, WholeChunksTakeSlabsAndTailsTakePieces) {
   EXPECT_EQ(StagingNeeded({kChunk / 2 + 1}, kChunk), kChunk);
 }
 
+TEST(StagingNeeded, ATallyKeptAsTensorsComeMatchesAndClears) {
+  StagingTally tally(kChunk);
+  EXPECT_EQ(tally.Needed(), 0u);
+  const std::vector<uint64_t> sizes = {3000, kChunk + 5000, 4000, 3 * kChunk,
+                                       kChunk / 2 + 1};
+  for (uint64_t b : sizes) tally.Add(b);
+  EXPECT_EQ(tally.Needed(), StagingNeeded(sizes, kChunk));
+  EXPECT_EQ(tally.Needed(), 7 * kChunk);  // 4 whole + 1 large tail + 2 cut
+  tally.Clear();
+  EXPECT_EQ(tally.Needed(), 0u);
+  tally.Add(kChunk);
+  EXPECT_EQ(tally.Needed(), kChunk);
+}
+
 TEST(Staging, TheDefaultPoolGrowsWhenFreeAndAFixedOneNever) {
   Staging grows(nullptr, kChunk, "j");
   EXPECT_EQ(grows.pool(), nullptr);
