@@ -35,9 +35,9 @@
 #include "client/staging_pool.h"
 #include "client/staging_prep.h"
 #include "client/step_guard.h"
+#include "client/thread_plan.h"
 #include "format/names.h"
 #include "metrics/http_exporter.h"
-#include "qos/cpu_share.h"
 #include "transport/ucx_transport.h"
 #include "util/log.h"
 
@@ -80,17 +80,14 @@ class CheckpointerImpl : public Checkpointer {
         transport_(std::move(transport)),
         servers_(std::move(servers)),
         shaping_(std::move(shaping)),
-        cpu_(qos::ReadCpuShare()),
-        executor_(PipelineThreads(options, cpu_), "stg-encode",
-                  BackgroundThreadInit(options)),
+        threads_(PlanThreads(options, qos::ReadCpuShare())),
+        executor_(threads_.pipeline_threads, "stg-encode",
+                  threads_.background_init),
         driver_(options.max_outstanding_saves, "stg-save"),
         fetch_executor_(ChunkIo::DefaultFetchThreads(), "stg-fetch"),
-        host_source_(NewHostSnapshotSource(HostCopyThreads(cpu_))),
+        host_source_(NewHostSnapshotSource(threads_.copy_threads)),
         staging_(std::move(pool), options.chunk_size, options.job),
-        // Encoders get the cores the data path leaves: one core moves bytes
-        // to the wire (copies, completions) however many encode.
-        policy_(std::min<int>(PipelineThreads(options, cpu_),
-                              std::max(1, cpu_.cores - 1))),
+        policy_(threads_.encoder_threads),
         io_(&fetch_executor_, options.job, options.codec,
             format::EncodeOptions{options.zstd_level},
             options.max_inflight_chunks,
@@ -110,19 +107,6 @@ class CheckpointerImpl : public Checkpointer {
     staging_.Unpin();  // while the CUDA source exists
   }
 
-  // The snapshot's copies: what Save() waits for, at normal priority, on
-  // the cores this process may use.
-  static int HostCopyThreads(const qos::CpuShare& cpu) {
-    return std::clamp<int>(cpu.cores, 1, 4);
-  }
-
-  // Runs first on each pipeline thread.
-  static std::function<void()> BackgroundThreadInit(
-      const CheckpointerOptions& o) {
-    if (o.background_cpu != BackgroundCpu::kIdle) return nullptr;
-    return [] { LowerBackgroundThread(); };
-  }
-
   // snapshot_overlap for a save whose chunks come from `chunks`' sources.
   bool ShipWhileSnapshotting(const std::vector<SaveChunk>& chunks) const {
     if (options_.snapshot_overlap != SnapshotOverlap::kAuto) {
@@ -131,16 +115,10 @@ class CheckpointerImpl : public Checkpointer {
     for (const SaveChunk& c : chunks) {
       if (c.source == host_source_.get()) {
         // Host copies take cores: overlap only where as many are left over.
-        return cpu_.cores >= 2 * HostCopyThreads(cpu_);
+        return threads_.HostCopiesLeaveCores();
       }
     }
     return true;  // all on CUDA devices: the copy engines move the bytes
-  }
-
-  static int PipelineThreads(const CheckpointerOptions& o,
-                             const qos::CpuShare& cpu) {
-    if (o.pipeline_threads > 0) return o.pipeline_threads;
-    return std::clamp<int>(cpu.cores, 1, 8);
   }
 
   Status Register(const TensorSpec& t) override {
@@ -656,8 +634,8 @@ class CheckpointerImpl : public Checkpointer {
   std::shared_ptr<transport::Transport> transport_;
   std::shared_ptr<ServerSet> servers_;
   std::unique_ptr<Shaping> shaping_;
-  const qos::CpuShare cpu_;  // the cores this process may use
-  qos::Executor executor_;   // fingerprint, encode
+  const ThreadPlan threads_;  // counts and priorities, from the cores
+  qos::Executor executor_;    // fingerprint, encode
   qos::Executor driver_;    // one thread per outstanding save
   // Makes memory-level saves disk-level, in the order saved; its queue
   // runs out before the connections go.
@@ -718,70 +696,6 @@ class CheckpointerImpl : public Checkpointer {
 };
 
 }  // namespace
-
-Status ValidateOptions(const CheckpointerOptions& o) {
-  STAGGER_RETURN_IF_ERROR(format::ValidateName("job", o.job));
-  STAGGER_RETURN_IF_ERROR(Shaping::Validate(o));
-  if (o.world_size == 0) {
-    return absl::InvalidArgumentError("world_size must be at least 1");
-  }
-  if (o.rank >= o.world_size) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("rank ", o.rank, " must be < world_size ", o.world_size));
-  }
-  if (o.replicas == 0 || o.replicas > 16) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("replicas ", o.replicas, " must be in [1, 16]"));
-  }
-  if (o.chunk_size < 4096 || o.chunk_size > (64ull << 20) ||
-      o.chunk_size % 4096 != 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("chunk_size ", o.chunk_size,
-                     " must be a multiple of 4096 in [4096, 64 MiB]"));
-  }
-  if (NameOf(o.codec) == "?") {
-    return absl::InvalidArgumentError(
-        absl::StrCat("codec value ", static_cast<int>(o.codec), " unknown"));
-  }
-  if (o.zstd_level < 1 || o.zstd_level > 19) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("zstd_level ", o.zstd_level, " out of range [1, 19]"));
-  }
-  if (o.max_inflight_chunks == 0 || o.max_inflight_chunks > 1024) {
-    return absl::InvalidArgumentError(
-        "max_inflight_chunks must be in [1, 1024]");
-  }
-  if (o.max_outstanding_saves < 1 || o.max_outstanding_saves > 16) {
-    return absl::InvalidArgumentError(absl::StrCat("max_outstanding_saves ",
-                                                   o.max_outstanding_saves,
-                                                   " out of range [1, 16]"));
-  }
-  if (o.delta_chain_max < 0 || o.delta_chain_max > 32) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "delta_chain_max ", o.delta_chain_max, " out of range [0, 32]"));
-  }
-  if (NameOf(o.background_cpu) == "?") {
-    return absl::InvalidArgumentError(
-        absl::StrCat("background_cpu value ",
-                     static_cast<int>(o.background_cpu), " unknown"));
-  }
-  if (o.pipeline_threads < 0 || o.pipeline_threads > 64) {
-    return absl::InvalidArgumentError("pipeline_threads must be in [0, 64]");
-  }
-  if (NameOf(o.snapshot_overlap) == "?") {
-    return absl::InvalidArgumentError(
-        absl::StrCat("snapshot_overlap value ",
-                     static_cast<int>(o.snapshot_overlap), " unknown"));
-  }
-  if (!(o.rpc_timeout_s > 0)) {
-    return absl::InvalidArgumentError("rpc_timeout_s must be positive");
-  }
-  if (!(o.server_wait_s >= 0) || !std::isfinite(o.server_wait_s)) {
-    return absl::InvalidArgumentError(
-        "server_wait_s must be a finite number of seconds >= 0");
-  }
-  return absl::OkStatus();
-}
 
 Result<std::shared_ptr<transport::Transport>> SharedUcxTransport() {
   static absl::Mutex mu;
