@@ -207,7 +207,8 @@ class CheckpointerImpl : public Checkpointer {
     SaveSlot slot(this);  // given back on every return before the submit
     SavePlan plan = Plan(step);
     // A background preparation still waiting is dropped (this save sizes
-    // the pool), one under way is finished first.
+    // the pool); one under way stops after its current slab. Only then is
+    // the pool read: the preparation may have replaced it.
     prep_.Settle();
     STAGGER_RETURN_IF_ERROR(ReadyToCopy(plan, so));
     shaping_->StartSave(plan.state_bytes, so.deadline_s >= 0
