@@ -170,9 +170,10 @@ int Main(int argc, char** argv) {
                  "CheckpointerOptions.snapshot_overlap (auto, on, off)"}},
                {"seed", {"1", "SyntheticState seed"}},
                {"first-after-s",
-                {"1", "seconds of training between Register() and the "
-                      "first save (the client prepares its staging "
-                      "meanwhile)"}}});
+                {"1",
+                 "seconds of training between Register() and the "
+                 "first save (the client prepares its staging "
+                 "meanwhile)"}}});
   Status s = flags.Parse(argc, argv);
   if (!s.ok()) return Fail("stall", s);
   if (flags.help()) {

@@ -637,7 +637,7 @@ class CheckpointerImpl : public Checkpointer {
   std::unique_ptr<Shaping> shaping_;
   const ThreadPlan threads_;  // counts and priorities, from the cores
   qos::Executor executor_;    // fingerprint, encode
-  qos::Executor driver_;    // one thread per outstanding save
+  qos::Executor driver_;      // one thread per outstanding save
   // Makes memory-level saves disk-level, in the order saved; its queue
   // runs out before the connections go.
   Promoter promoter_{servers_.get(), options_.replicas, options_.rpc_timeout_s};

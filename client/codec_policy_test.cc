@@ -294,7 +294,8 @@ TEST(CodecPolicy, IdlePriorityEncodersDoNotMakeTheHostLookBusy) {
   EXPECT_DOUBLE_EQ(p.cpu_cap(), 0.25);
 }
 
-TEST(CodecPolicy, MarkedTrainingUnderADeadlineEncodesOnlyWhatTheEncodersKeepUp) {
+TEST(CodecPolicy,
+     MarkedTrainingUnderADeadlineEncodesOnlyWhatTheEncodersKeepUp) {
   CodecPolicy p(1, Frozen());
   MakeEncoderBound(p);  // encoders: 100 MB/s
   ChunkFacts facts;

@@ -128,9 +128,9 @@ void SaveJob::LogLate(const SaveStats& st, double deadline_s) const {
       "stagger",
       absl::StrCat("save of job '", manifest_.job(), "' step ",
                    manifest_.step(), " rank ", manifest_.rank(),
-                   " was durable after ", absl::SixDigits(st.durable_s),
-                   " s, ", absl::SixDigits(st.late_s),
-                   " s past its deadline of ", absl::SixDigits(deadline_s),
+                   " was durable after ", absl::SixDigits(st.durable_s), " s, ",
+                   absl::SixDigits(st.late_s), " s past its deadline of ",
+                   absl::SixDigits(deadline_s),
                    " s: it kept to the training job's idle windows (held back "
                    "for collectives ",
                    absl::SixDigits(st.yield_s), " s, encoders paused ",

@@ -194,9 +194,8 @@ Status Shaping::AwaitCpu() {
     if (cancelled_.load()) {
       return absl::CancelledError("qos: shaping cancelled");
     }
-    const bool hold = callers_waiting_.load() > 0
-                          ? gate_->CollectiveOpen(now)
-                          : !gate_->MaySend(now);
+    const bool hold = callers_waiting_.load() > 0 ? gate_->CollectiveOpen(now)
+                                                  : !gate_->MaySend(now);
     if (!hold) break;
     const int64_t open = gate_->NextOpenNs(now);
     clock_->SleepUntilNs(std::min(std::max(open, now + 1), now + kStepNs));

@@ -37,7 +37,7 @@ struct ShapingStats {
   double yield_s = 0;
   double paced_rate_Bps = 0;  // 0: not paced
   uint64_t windows = 0;
-  double deadline_s = 0;  // of the save last started; 0: none
+  double deadline_s = 0;   // of the save last started; 0: none
   double cpu_yield_s = 0;  // encoders paused for collectives (AwaitCpu)
 };
 

@@ -95,7 +95,7 @@ class StagingPool {
   std::vector<char*> pieces_[64] ABSL_GUARDED_BY(mu_);
   // Per slab: the class it is cut into, 0 while whole.
   std::vector<uint8_t> cut_ ABSL_GUARDED_BY(mu_);
-  uint64_t in_use_ ABSL_GUARDED_BY(mu_) = 0;  // bytes handed out
+  uint64_t in_use_ ABSL_GUARDED_BY(mu_) = 0;      // bytes handed out
   uint64_t next_fault_ ABSL_GUARDED_BY(mu_) = 0;  // FaultInNext's next slab
   uint64_t peak_ ABSL_GUARDED_BY(mu_) = 0;
 };

@@ -16,8 +16,8 @@
 #ifndef STAGGER_CLIENT_STAGING_PREP_H_
 #define STAGGER_CLIENT_STAGING_PREP_H_
 
-#include <cstdint>
 #include <atomic>
+#include <cstdint>
 #include <functional>
 #include <thread>
 

@@ -90,9 +90,8 @@ Result<double> ParseCpuMax(std::string_view text) {
   }
   if (f.size() != 2 || !absl::SimpleAtod(f[0], &quota) ||
       !absl::SimpleAtod(f[1], &period) || !(quota > 0) || !(period > 0)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("cpu.max '", Trim(text),
-                     "' is not 'max PERIOD' or 'QUOTA PERIOD'"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "cpu.max '", Trim(text), "' is not 'max PERIOD' or 'QUOTA PERIOD'"));
   }
   return quota / period;
 }
@@ -103,10 +102,9 @@ Result<double> ParseCfsQuota(std::string_view quota_us,
   if (!absl::SimpleAtod(Trim(quota_us), &quota) ||
       !absl::SimpleAtod(Trim(period_us), &period) || !(period > 0) ||
       (quota <= 0 && quota != -1)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("cpu.cfs_quota_us '", Trim(quota_us),
-                     "' / cpu.cfs_period_us '", Trim(period_us),
-                     "' is not a quota (-1 or > 0) over a period (> 0)"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "cpu.cfs_quota_us '", Trim(quota_us), "' / cpu.cfs_period_us '",
+        Trim(period_us), "' is not a quota (-1 or > 0) over a period (> 0)"));
   }
   return quota < 0 ? 0.0 : quota / period;
 }
@@ -117,10 +115,9 @@ double CgroupQuotaCores(std::string_view proc_self_cgroup,
   auto take = [&best](double q) {
     if (q > 0) best = best > 0 ? std::min(best, q) : q;
   };
-  for (absl::string_view line :
-       absl::StrSplit(absl::string_view(proc_self_cgroup.data(),
-                                        proc_self_cgroup.size()),
-                      '\n', absl::SkipEmpty())) {
+  for (absl::string_view line : absl::StrSplit(
+           absl::string_view(proc_self_cgroup.data(), proc_self_cgroup.size()),
+           '\n', absl::SkipEmpty())) {
     // "ID:CONTROLLERS:PATH"; v2 is "0::PATH".
     std::vector<absl::string_view> f =
         absl::StrSplit(line, absl::MaxSplits(':', 2));
@@ -148,8 +145,8 @@ CpuShare CombineCpuShare(int affinity, double quota, int local_ranks) {
   s.local_ranks = std::max(1, local_ranks);
   double usable = s.affinity_cores;
   if (s.quota_cores > 0) usable = std::min(usable, s.quota_cores);
-  s.cores = std::max(1, static_cast<int>(std::floor(usable / s.local_ranks +
-                                                    1e-9)));
+  s.cores =
+      std::max(1, static_cast<int>(std::floor(usable / s.local_ranks + 1e-9)));
   return s;
 }
 

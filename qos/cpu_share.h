@@ -18,9 +18,9 @@ namespace stagger::qos {
 
 // The cores this process may use, and where each figure came from.
 struct CpuShare {
-  int affinity_cores = 1;   // CPUs in the process's affinity mask
-  double quota_cores = 0;   // cgroup CPU quota in cores; 0: no quota
-  int local_ranks = 1;      // ranks sharing the node (LOCAL_WORLD_SIZE)
+  int affinity_cores = 1;  // CPUs in the process's affinity mask
+  double quota_cores = 0;  // cgroup CPU quota in cores; 0: no quota
+  int local_ranks = 1;     // ranks sharing the node (LOCAL_WORLD_SIZE)
   // min(affinity, quota) / local_ranks, rounded down, at least 1.
   int cores = 1;
 };

@@ -1,15 +1,14 @@
 // QoS through the SDK against an embedded server: a deadline spreads a save,
 // a marked collective holds it back, and the save still lands intact.
 #include <gtest/gtest.h>
-
 #include <sched.h>
 
 #include <algorithm>
+#include <chrono>
 #include <filesystem>
 #include <fstream>
-#include <string>
-#include <chrono>
 #include <optional>
+#include <string>
 #include <thread>
 #include <vector>
 

@@ -4,8 +4,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <cstdio>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 
 #include "gtest/gtest.h"
@@ -21,9 +21,7 @@ long MinorFaults() {
 
 constexpr size_t kLen = 16 << 20;
 
-TEST(MemoryMapTest, EmptyIsRefused) {
-  EXPECT_EQ(MapAnonymous(0, {}), nullptr);
-}
+TEST(MemoryMapTest, EmptyIsRefused) { EXPECT_EQ(MapAnonymous(0, {}), nullptr); }
 
 TEST(MemoryMapTest, HugePagesStartOnAHugePageBoundary) {
   MapOptions o;
