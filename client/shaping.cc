@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
-#include <cstdlib>
 #include <limits>
 
 #include "absl/strings/str_cat.h"
@@ -26,9 +25,7 @@ Status CheckRate(const char* field, double v) {
 
 uint32_t RanksPerNode(const CheckpointerOptions& o) {
   if (o.ranks_per_node > 0) return o.ranks_per_node;
-  const char* env = getenv("LOCAL_WORLD_SIZE");
-  long n = env != nullptr ? strtol(env, nullptr, 10) : 0;
-  return n > 0 && n < (1 << 20) ? static_cast<uint32_t>(n) : 1;
+  return static_cast<uint32_t>(qos::LocalWorldSize());
 }
 
 // A bucket lets one chunk, or 50 ms of its rate, through at once.

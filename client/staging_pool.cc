@@ -1,14 +1,13 @@
 #include "client/staging_pool.h"
 
-#include <sys/mman.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
-#include <cstdlib>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "qos/cpu_share.h"
 #include "util/memory_map.h"
 
 namespace stagger::client {
@@ -16,11 +15,7 @@ namespace stagger::client {
 uint64_t HostMemoryShare() {
   const uint64_t phys = static_cast<uint64_t>(sysconf(_SC_PHYS_PAGES)) *
                         static_cast<uint64_t>(sysconf(_SC_PAGE_SIZE));
-  uint64_t local_ranks = 1;
-  if (const char* env = std::getenv("LOCAL_WORLD_SIZE")) {
-    const long long n = std::atoll(env);
-    if (n > 0) local_ranks = static_cast<uint64_t>(n);
-  }
+  const uint64_t local_ranks = static_cast<uint64_t>(qos::LocalWorldSize());
   return std::max<uint64_t>(phys / 8 / local_ranks, 64ull << 20);
 }
 
@@ -163,13 +158,9 @@ bool StagingPool::FaultInNext() {
     }
     if (slab == nullptr) return false;
   }
-  // Off the free list meanwhile: no save writes into it, so a write per
-  // page (a fault per huge page where it is on them) changes nothing anyone
-  // reads.
-  const uint64_t page = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
-  for (uint64_t off = 0; off < slab_bytes_; off += page) {
-    reinterpret_cast<volatile char*>(slab)[off] = 0;
-  }
+  // Off the free list meanwhile: no save writes into it, so the zeros
+  // FaultIn writes change nothing anyone reads.
+  util::FaultIn(slab, slab_bytes_);
   absl::MutexLock lock(&mu_);
   free_.push_back(slab);  // taken first by the next Acquire
   return true;

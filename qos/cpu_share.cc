@@ -40,7 +40,8 @@ absl::string_view Trim(std::string_view s) {
   return absl::StripAsciiWhitespace(absl::string_view(s.data(), s.size()));
 }
 
-// The quota of the v2 cgroup at `dir` and every ancestor up to the root.
+// The smallest quota of the v2 cgroup at `path` (under `root`) and its
+// ancestors up to the root; 0 when none has one.
 double V2Quota(const std::string& root, std::string path) {
   double best = 0;
   for (;;) {
@@ -72,13 +73,13 @@ double V1Quota(const std::string& root, const std::string& controllers,
   return 0;
 }
 
-int LocalRanksFromEnvironment() {
+}  // namespace
+
+int LocalWorldSize() {
   const char* env = std::getenv("LOCAL_WORLD_SIZE");
   long n = env != nullptr ? std::strtol(env, nullptr, 10) : 0;
   return n > 0 && n < (1 << 20) ? static_cast<int>(n) : 1;
 }
-
-}  // namespace
 
 Result<double> ParseCpuMax(std::string_view text) {
   std::vector<absl::string_view> f =
@@ -164,7 +165,7 @@ CpuShare ReadCpuShare() {
   if (ReadSmallFile("/proc/self/cgroup", &cgroup)) {
     quota = CgroupQuotaCores(cgroup, "/sys/fs/cgroup");
   }
-  return CombineCpuShare(affinity, quota, LocalRanksFromEnvironment());
+  return CombineCpuShare(affinity, quota, LocalWorldSize());
 }
 
 const char* BackgroundPriorityName(BackgroundPriority p) {

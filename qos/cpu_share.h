@@ -45,8 +45,12 @@ double CgroupQuotaCores(std::string_view proc_self_cgroup,
 // CpuShare::cores says.
 CpuShare CombineCpuShare(int affinity, double quota, int local_ranks);
 
+// Ranks sharing this node: $LOCAL_WORLD_SIZE (as torchrun sets it), 1
+// when unset or not a number in [1, 2^20).
+int LocalWorldSize();
+
 // This process's share, from sched_getaffinity, /proc/self/cgroup under
-// /sys/fs/cgroup and $LOCAL_WORLD_SIZE (1 when unset or not a number).
+// /sys/fs/cgroup and LocalWorldSize().
 CpuShare ReadCpuShare();
 
 // How low a background thread's priority could be set.

@@ -42,14 +42,16 @@ char* MapAnonymous(size_t len, const MapOptions& options) {
     // against 0.1 s for a write per page, which faults each huge page once.
     // Without huge pages it matches MAP_POPULATE (0.27 s), and writes by
     // hand take 0.39 s.
-    if (huge || ::madvise(p, len, MADV_POPULATE_WRITE) != 0) {
-      const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
-      for (size_t off = 0; off < len; off += page) {
-        reinterpret_cast<volatile char*>(p)[off] = 0;
-      }
-    }
+    if (huge || ::madvise(p, len, MADV_POPULATE_WRITE) != 0) FaultIn(p, len);
   }
   return p;
+}
+
+void FaultIn(char* p, size_t len) {
+  const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  for (size_t off = 0; off < len; off += page) {
+    reinterpret_cast<volatile char*>(p)[off] = 0;
+  }
 }
 
 void Unmap(char* p, size_t len) {

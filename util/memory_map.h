@@ -26,6 +26,11 @@ struct MapOptions {
   bool dont_fork = false;
 };
 
+// Faults in [p, p + len) by a write per page (one fault per huge page where
+// it is on them). The bytes written are zeros: only for memory whose
+// contents nobody needs.
+void FaultIn(char* p, size_t len);
+
 // A private anonymous read-write mapping of `len` bytes (> 0), or nullptr
 // when it cannot be made (errno says why). Release with Unmap(p, len).
 char* MapAnonymous(size_t len, const MapOptions& options);
