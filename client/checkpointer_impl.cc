@@ -166,9 +166,12 @@ class CheckpointerImpl : public Checkpointer {
       absl::MutexLock lock(&save_mu_);
       if (outstanding_ > 0) return absl::OkStatus();
     }
+    StagingPool* const before = staging_.pool();
     STAGGER_RETURN_IF_ERROR(
         staging_.Size(bytes, /*in_use=*/false, /*populate=*/false));
     StagingPool* pool = staging_.pool();
+    // The pool already held the state: earlier saves faulted it in.
+    if (pool == before) return absl::OkStatus();
     while (!cancelled() && pool->FaultInNext()) {
       staging_prefaulted_ += pool->slab_bytes();
     }

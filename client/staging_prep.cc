@@ -27,7 +27,6 @@ void StagingPrep::Request(uint64_t bytes, absl::Duration quiet) {
   pending_ = true;
   bytes_ = bytes;
   due_ = absl::Now() + quiet;
-  ++generation_;
   if (!thread_.joinable()) thread_ = std::thread([this] { Loop(); });
 }
 
@@ -59,13 +58,19 @@ void StagingPrep::Loop() {
     };
     mu_.Await(absl::Condition(&ready));
     if (stop_) return;
-    // Quiet: wait until the due time passes with no newer request (a
-    // newer one moves the due time; Settle or stop drop it).
-    const uint64_t seen = generation_;
-    auto changed = [this, seen]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-      return stop_ || !pending_ || generation_ != seen;
+    // Quiet: wait out the due time, which each newer request moves later.
+    // Requests do not wake this wait (one comes per tensor registered);
+    // only Settle or stop, which drop the request, do.
+    auto dropped = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      return stop_ || !pending_;
     };
-    if (mu_.AwaitWithDeadline(absl::Condition(&changed), due_)) continue;
+    while (!dropped() && absl::Now() < due_) {
+      mu_.AwaitWithDeadline(absl::Condition(&dropped), due_);
+    }
+    if (dropped()) {
+      if (stop_) return;
+      continue;
+    }
     pending_ = false;
     running_ = true;
     cancel_ = false;

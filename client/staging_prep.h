@@ -39,7 +39,8 @@ class StagingPrep {
   StagingPrep& operator=(const StagingPrep&) = delete;
 
   // Prepare for `bytes` once `quiet` passes without another request (this
-  // one replaces any still waiting).
+  // one replaces any still waiting). Callers pass one quiet time: a
+  // shorter one than a waiting request's does not start it sooner.
   void Request(uint64_t bytes, absl::Duration quiet);
   // Drops a waiting request, and cancels a preparation under way and
   // waits for it to return (after its current step).
@@ -57,7 +58,6 @@ class StagingPrep {
   bool pending_ ABSL_GUARDED_BY(mu_) = false;
   uint64_t bytes_ ABSL_GUARDED_BY(mu_) = 0;
   absl::Time due_ ABSL_GUARDED_BY(mu_);
-  uint64_t generation_ ABSL_GUARDED_BY(mu_) = 0;  // bumped by each Request
   bool running_ ABSL_GUARDED_BY(mu_) = false;
   std::atomic<bool> cancel_{false};  // for the preparation running
   bool stop_ ABSL_GUARDED_BY(mu_) = false;

@@ -434,8 +434,8 @@ void BindCheckpointerData(PyCheckpointer& c) {
           "Size the staging memory for these arrays and fault it in, so "
           "that the first save() of them does not pay for it: now, or with "
           "background=True on a thread of the Checkpointer's (at idle "
-          "priority), returning at once; a save() meanwhile waits for it. "
-          "Arguments as save().")
+          "priority), returning at once; a save() meanwhile stops it and "
+          "its copies fault in the rest. Arguments as save().")
       .def(
           "before_update",
           [](py::object self) {
