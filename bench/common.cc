@@ -156,6 +156,17 @@ Result<int> Flags::GetInt(const std::string& name) const {
   return static_cast<int>(n);
 }
 
+Result<double> Flags::GetSeconds(const std::string& name) const {
+  std::string v = Get(name);
+  char* end = nullptr;
+  double s = strtod(v.c_str(), &end);
+  if (v.empty() || *end != '\0' || !std::isfinite(s) || s < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--", name, ": want a number of seconds >= 0, got \"", v, "\""));
+  }
+  return s;
+}
+
 double Median(std::vector<double> values) {
   if (values.empty()) return 0;
   std::sort(values.begin(), values.end());

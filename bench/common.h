@@ -43,6 +43,8 @@ class Flags {
   std::string Get(const std::string& name) const;
   Result<uint64_t> GetSize(const std::string& name) const;
   Result<int> GetInt(const std::string& name) const;
+  // A finite number of seconds >= 0; INVALID_ARGUMENT naming the flag.
+  Result<double> GetSeconds(const std::string& name) const;
 
  private:
   std::string program_;

@@ -186,6 +186,9 @@ int Main(int argc, char** argv) {
   if (!size.ok()) return Fail("stall", size.status());
   if (!iterations.ok()) return Fail("stall", iterations.status());
   if (!seed.ok()) return Fail("stall", seed.status());
+  auto first_after = flags.GetSeconds("first-after-s");
+  if (!first_after.ok()) return Fail("stall", first_after.status());
+  const double first_after_s = *first_after;
   auto overlap = ParseSnapshotOverlap(flags.Get("snapshot-overlap"));
   if (!overlap.ok()) {
     return Fail("stall", WithContext(overlap.status(), "--snapshot-overlap"));
@@ -218,7 +221,6 @@ int Main(int argc, char** argv) {
   SaveRun warmup, eager, lazy;
   // Training runs a while before its first checkpoint; the first save
   // then finds what the client set up meanwhile.
-  const double first_after_s = atof(flags.Get("first-after-s").c_str());
   std::this_thread::sleep_for(std::chrono::duration<double>(first_after_s));
   const uint64_t prepared = (*ck)->Metrics().staging_pool_bytes;
   s = RunSaves(**ck, state, 1, false, 0, &step, &warmup);

@@ -223,7 +223,7 @@ def open_checkpointer(stagger, a, state_bytes):
         kw.update(qos_deadline_s=0.0, qos_yield="off", ranks_per_node=1,
                   rate_limit_Bps=0.0)
     for opt in a.ck_opt:
-        key, _, value = opt.partition("=")
+        key, _, value = opt.partition("=")  # checked in main()
         for conv in (int, float, str):
             try:
                 kw[key] = conv(value)
@@ -392,6 +392,10 @@ def main():
                    "background_cpu=normal")
     p.add_argument("--out", default="/dev/stdout")
     a = p.parse_args()
+    for opt in a.ck_opt:
+        key, eq, _ = opt.partition("=")
+        if not eq or not key.isidentifier():
+            p.error(f"--ck-opt wants KEY=VALUE, got {opt!r}")
     if a.check_qos:
         missing = qos_missing(import_stagger())
         if missing:
