@@ -440,6 +440,7 @@ class CheckpointerImpl : public Checkpointer {
     absl::MutexLock lock(&metrics_mu_);
     ClientMetrics m = metrics_;
     m.servers_down = servers_->size() - servers_->up();
+    m.servers_cross_memory = servers_->cross_memory();
     m.staging_pool_bytes = staging_.size();
     m.staging_prefaulted_bytes = staging_prefaulted_.load();
     m.callers_waiting = shaping_->callers_waiting();

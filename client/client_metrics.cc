@@ -67,6 +67,10 @@ std::string RenderClientMetrics(const ClientMetrics& m, const std::string& job,
           "Servers of the set marked down (their copies went to the next "
           "server of each ranking).",
           m.servers_down, l);
+  w.Gauge("stagger_client_servers_cross_memory",
+          "Servers whose data connection moves payloads by cross-memory "
+          "attach (same host) rather than over the network.",
+          m.servers_cross_memory, l);
   w.Gauge("stagger_client_gate_learned",
           "QoS: 1 while the collective gate holds a model of the iteration.",
           m.gate_learned ? 1 : 0, l);

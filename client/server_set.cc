@@ -61,6 +61,15 @@ Status ServerSet::Dial(ServerConn* conn, double timeout_s,
     absl::MutexLock l(&conn->mu);
     conn->domain = reply.domain();
   }
+  // Said once per server, and again when a reconnect takes another path.
+  const std::string path = (*connected)->path().ToString();
+  bool changed;
+  {
+    absl::MutexLock l(&conn->mu);
+    changed = conn->data_path != path;
+    conn->data_path = path;
+  }
+  if (changed) log::Info("stagger", absl::StrCat(where, ": ", path));
   conn->SetData(std::shared_ptr<transport::Connection>(std::move(*connected)));
   return absl::OkStatus();
 }
@@ -341,6 +350,15 @@ std::set<std::string> ServerSet::DomainsUp() const {
 size_t ServerSet::up() const {
   size_t n = 0;
   for (const auto& s : servers_) n += s->down ? 0 : 1;
+  return n;
+}
+
+size_t ServerSet::cross_memory() const {
+  size_t n = 0;
+  for (const auto& s : servers_) {
+    auto data = s->Data();
+    n += data != nullptr && data->path().cross_memory() ? 1 : 0;
+  }
   return n;
 }
 

@@ -67,6 +67,8 @@ struct ServerConn {
   std::atomic<uint64_t> instance{0};
   // HelloReply::domain: copies of a chunk go to distinct domains.
   std::string domain ABSL_GUARDED_BY(mu);
+  // DataPath::ToString() of the data connection, as last logged.
+  std::string data_path ABSL_GUARDED_BY(mu);
 
   // The data-plane connection; nullptr while the server has never been
   // reached. A caller holds its own reference for as long as it uses it.
@@ -136,6 +138,8 @@ class ServerSet {
   // down and why, and that it is being retried in the background.
   Status AwaitUp(size_t needed, absl::Duration wait);
   size_t up() const;
+  // Servers whose data connection moves payloads by cross-memory attach.
+  size_t cross_memory() const;
   // How many times a server with a memory tier answered Hello as a new
   // process (HelloReply::instance changed): chunks it held in memory only
   // may be gone, and so may the bases of deltas against them.

@@ -170,6 +170,12 @@ int main(int argc, char** argv) {
                "without --auth-tokens, listen on addresses other machines "
                "can reach anyway: anyone who reaches them can read, write "
                "and delete every job");
+  bool no_cross_memory = false;
+  app.add_flag("--no-cross-memory", no_cross_memory,
+               "never read or write the memory of clients on this host "
+               "directly (UCX's cma: one copy, no socket); their payloads "
+               "then go through UCX's other transports, or through cma "
+               "driven by the clients themselves");
   std::string log_level = "info";
   app.add_option("--log-level", log_level,
                  "debug, info, warning or error: events below it are not "
@@ -191,6 +197,7 @@ int main(int argc, char** argv) {
   }
   stagger::log::SetLevel(*level);
   options.ingest_budget_bytes = ingest_budget_mib << 20;
+  options.cross_memory = !no_cross_memory;
   options.gc_grace_ms = static_cast<int64_t>(gc_grace_s * 1000);
   options.segment_bytes = segment_mib << 20;
   options.rebase_deltas = !no_rebase;

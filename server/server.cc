@@ -304,6 +304,7 @@ Status Server::Impl::StartDataPlane(const ServerOptions& options) {
     // The memory tier keeps received buffers: fault them in 2 MiB at a
     // time.
     ucx.huge_page_buffers = options.memory_bytes > 0;
+    ucx.cross_memory = options.cross_memory;
     STAGGER_ASSIGN_OR_RETURN(owned_transport, transport::NewUcxTransport(ucx));
     transport = owned_transport.get();
   }

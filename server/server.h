@@ -88,6 +88,11 @@ struct ServerOptions {
   // listen on anything but loopback addresses, unless `insecure`.
   std::string auth_tokens_file;
   bool insecure = false;
+  // Payloads from and to clients on this host move by cross-memory attach
+  // (transport::UcxTransportOptions::cross_memory): this server reads and
+  // writes their buffers directly. Off: it never does (clients that may
+  // ptrace it still can move bytes in and out of its buffers that way).
+  bool cross_memory = true;
   // HOST:PORT for the Prometheus metrics page (GET /metrics); empty: none.
   std::string metrics_listen;
   // The segments' file system; nullptr = io_uring (POSIX where refused).

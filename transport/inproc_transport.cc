@@ -394,6 +394,7 @@ class InProcConnection final : public Connection {
   }
 
   std::string peer() const override { return core_->peer(); }
+  DataPath path() const override { return {"inproc", "inproc"}; }
 
  private:
   std::shared_ptr<ConnCore> core_;

@@ -3,11 +3,25 @@
 #include <optional>
 #include <utility>
 
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "absl/synchronization/notification.h"
 
 namespace stagger::transport {
+
+bool DataPath::cross_memory() const {
+  for (absl::string_view name : absl::StrSplit(payloads, ',')) {
+    if (absl::StartsWith(name, "cma/")) return true;
+  }
+  return false;
+}
+
+std::string DataPath::ToString() const {
+  return absl::StrCat("payloads by ", payloads.empty() ? "?" : payloads,
+                      ", messages by ", messages.empty() ? "?" : messages);
+}
 
 Result<Message> Connection::CallSync(uint16_t op, std::string_view header,
                                      std::string_view payload) {

@@ -45,6 +45,21 @@ using ReplyCallback = std::function<void(Result<Message>)>;
 // waits for the peer's work. Same thread rules as ReplyCallback.
 using SentCallback = std::function<void()>;
 
+// How a connection's bytes travel, as "transport/device" names (UCX:
+// "tcp/lo", "cma/memory", "rc_mlx5/mlx5_0:1"; in-process: "inproc"):
+// `messages` carries requests, replies and small payloads, `payloads` the
+// large ones (rendezvous). Several names are comma-separated; "" when not
+// known.
+struct DataPath {
+  std::string messages;
+  std::string payloads;
+  // Payloads move by cross-memory attach between two processes of one
+  // host (UCX's cma): one copy, no socket.
+  bool cross_memory() const;
+  // "payloads by cma/memory, messages by tcp/lo".
+  std::string ToString() const;
+};
+
 // Client side of one connection. Thread-safe.
 class Connection {
  public:
@@ -73,6 +88,10 @@ class Connection {
 
   // The address given to Connect(): "ucx:..." or "inproc:name".
   virtual std::string peer() const = 0;
+
+  // How this connection's bytes travel, as UCX chose when it connected
+  // (empty fields: not known).
+  virtual DataPath path() const { return {}; }
 };
 
 // The server's handle on one request's reply. Send() exactly once, from any

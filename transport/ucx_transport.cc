@@ -52,6 +52,7 @@ class UcxConnection final : public Connection {
   }
   std::string peer() const override { return address_; }
   bool broken() const override { return loop_->broken(); }
+  DataPath path() const override { return loop_->path(); }
 
  private:
   std::shared_ptr<UcxClientLoop> loop_;
@@ -116,8 +117,9 @@ class UcxTransport final : public Transport {
 
 Result<std::unique_ptr<Transport>> NewUcxTransport(
     const UcxTransportOptions& options) {
-  STAGGER_ASSIGN_OR_RETURN(auto context,
-                           UcxContext::Create(options.net_devices));
+  STAGGER_ASSIGN_OR_RETURN(
+      auto context,
+      UcxContext::Create(options.net_devices, options.cross_memory));
   return std::unique_ptr<Transport>(
       new UcxTransport(std::move(context), options));
 }

@@ -51,6 +51,12 @@ struct UcxTransportOptions {
   // "mlx5_0:1,eth0"); "" leaves UCX_NET_DEVICES (or UCX's default: all)
   // in force. UCX's tcp transport listens on one port per device.
   std::string net_devices;
+  // Rendezvous payloads between two processes of one host (the same IPC and
+  // PID namespaces) travel by cross-memory attach (UCX's cma transport:
+  // one copy, no socket); other peers are not affected. The environment's
+  // UCX_CMA_MEMORY_INVALIDATE, when set, decides instead. README.md,
+  // "Same host: cma".
+  bool cross_memory = true;
 };
 
 // Creates the UCX context. FAILED_PRECONDITION or INTERNAL when UCX cannot

@@ -331,7 +331,9 @@ done
 addr_csv="$(IFS=,; echo "${addrs[*]}")"
 
 # UCX over tcp on eth0 only: shared memory between namespaces would bypass
-# the capped links.
+# the capped links. Each node's processes also get an IPC namespace of
+# their own (unshare --ipc), which is what tells UCX they are on another
+# host (transport/README.md, "Same host: cma").
 ns_env=(env "PYTHONPATH=$py_path" UCX_TLS=tcp UCX_NET_DEVICES=eth0
         UCX_WARN_UNUSED_ENV_VARS=n)
 
@@ -360,7 +362,8 @@ start_server() {  # MODE
   mkdir -p "$work/data-$mode"
   local prio=()
   [[ $server_idle -eq 1 ]] && prio=(chrt --idle 0)
-  ip netns exec "$ns_s0" "${ns_env[@]}" "${prio[@]}" "$server_bin" \
+  ip netns exec "$ns_s0" unshare --ipc "${ns_env[@]}" "${prio[@]}" \
+    "$server_bin" \
     --data "$work/data-$mode" --listen "$s0_ip:7700" --insecure \
     "${server_args[@]}" \
     > "$work/server-$mode.out" 2> "$work/server-$mode.log" &
@@ -411,7 +414,7 @@ run_mode() {  # MODE [trainer args...]
   extra+=("${ck_opts[@]}")
   before="$(s0_rx_bytes)"
   for ((r = 0; r < nodes; r++)); do
-    ip netns exec "${prefix}n$r" "${ns_env[@]}" \
+    ip netns exec "${prefix}n$r" unshare --ipc "${ns_env[@]}" \
       timeout -k 10 "$limit_s" "$python" "$here/trainer.py" \
       --mode "$mode" --rank "$r" --addrs "$addr_csv" \
       --server "$s0_ip:7700" --job "fabric-$mode-$$" \

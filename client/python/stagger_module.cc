@@ -191,6 +191,7 @@ py::dict MetricsDict(const ClientMetrics& m) {
   d["loads_failed"] = m.loads_failed;
   d["bytes_loaded"] = m.bytes_loaded;
   d["servers_down"] = m.servers_down;
+  d["servers_cross_memory"] = m.servers_cross_memory;
   d["staging_pool_bytes"] = m.staging_pool_bytes;
   d["staging_prefaulted_bytes"] = m.staging_prefaulted_bytes;
   d["gate_learned"] = m.gate_learned;

@@ -114,6 +114,10 @@ struct ClientMetrics {
   // Servers of the set marked down (did not answer at Open, or died): their
   // copies went to the next server of each ranking (replicas).
   uint64_t servers_down = 0;
+  // Servers whose data connection moves payloads by cross-memory attach
+  // (UCX's cma: a server on this host); the others' go over the network.
+  // Each connection also logs its path once (transport/README.md).
+  uint64_t servers_cross_memory = 0;
   // The default staging pool's size now (0: none yet). It is made and
   // faulted in on a thread of the Checkpointer's shortly after tensors
   // are registered, or by the first Save().

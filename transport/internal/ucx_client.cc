@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
+#include "transport/internal/ucx_lanes.h"
 #include "transport/internal/ucx_status.h"
 #include "util/log.h"
 
@@ -158,6 +159,7 @@ void UcxClientLoop::OnMessage(uint64_t ep_id, const Frame& frame,
                               std::string header, Buffer payload) {
   switch (frame.kind) {
     case FrameKind::kHelloAck:
+      if (ucp_ep_h ep = EndpointHandle(ep_id)) path_ = DescribeEndpoint(ep);
       ReportConnect(absl::OkStatus());
       return;
     case FrameKind::kReply: {

@@ -43,6 +43,9 @@ class UcxClientLoop final : public UcxWorkerLoop {
   const std::string& peer() const { return peer_; }
   // True once the endpoint failed or the loop stopped. Any thread.
   bool broken() const { return broken_.load(); }
+  // The transports UCX chose for the endpoint; set before Connect()
+  // returns, so any thread may read it after.
+  const transport::DataPath& path() const { return path_; }
 
  private:
   struct PendingCall {
@@ -81,6 +84,9 @@ class UcxClientLoop final : public UcxWorkerLoop {
   // This worker's address, sent in each hello (the listener answers on an
   // endpoint of its own made from it).
   std::string own_address_;
+
+  // Written by the progress thread before connected_ is notified.
+  transport::DataPath path_;
 
   // Progress thread only.
   uint64_t ep_id_ = 0;

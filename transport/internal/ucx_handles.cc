@@ -1,5 +1,6 @@
 #include "transport/internal/ucx_handles.h"
 
+#include <cstdlib>
 #include <cstring>
 
 #include "absl/strings/ascii.h"
@@ -12,9 +13,15 @@ namespace stagger::transport_internal {
 
 namespace {
 
+// The UCX setting that lets cma carry rendezvous payloads between two
+// processes of one host (transport/README.md, "Same host: cma").
+constexpr char kCmaKey[] = "MEMORY_INVALIDATE";  // of the cma memory domain
+
 // A context with features AM and WAKEUP; with `net_devices`, only those
-// network devices.
-Result<ucp_context_h> InitContext(const std::string& net_devices) {
+// network devices; with `cross_memory`, cma for rendezvous payloads unless
+// the environment decides (UCX_CMA_MEMORY_INVALIDATE).
+Result<ucp_context_h> InitContext(const std::string& net_devices,
+                                  bool cross_memory) {
   ucp_config_t* config = nullptr;
   ucs_status_t st = ucp_config_read(nullptr, nullptr, &config);
   if (st != UCS_OK) return FromUcs(st, "reading UCX configuration");
@@ -24,6 +31,13 @@ Result<ucp_context_h> InitContext(const std::string& net_devices) {
       ucp_config_release(config);
       return FromUcs(st, absl::StrCat("limiting UCX to the network devices '",
                                       net_devices, "'"));
+    }
+  }
+  if (getenv("UCX_CMA_MEMORY_INVALIDATE") == nullptr) {
+    st = ucp_config_modify(config, kCmaKey, cross_memory ? "y" : "n");
+    if (st != UCS_OK) {
+      ucp_config_release(config);
+      return FromUcs(st, "setting UCX's cma transport up");
     }
   }
   ucp_params_t params{};
@@ -43,8 +57,9 @@ Result<ucp_context_h> InitContext(const std::string& net_devices) {
 }  // namespace
 
 Result<std::shared_ptr<UcxContext>> UcxContext::Create(
-    const std::string& net_devices) {
-  STAGGER_ASSIGN_OR_RETURN(ucp_context_h context, InitContext(net_devices));
+    const std::string& net_devices, bool cross_memory) {
+  STAGGER_ASSIGN_OR_RETURN(ucp_context_h context,
+                           InitContext(net_devices, cross_memory));
   return std::shared_ptr<UcxContext>(new UcxContext(context));
 }
 

@@ -21,12 +21,13 @@ namespace stagger::transport_internal {
 
 // Owns one ucp_context (features AM and WAKEUP). Configuration comes from the
 // environment (UCX_TLS and friends); a non-empty `net_devices` replaces
-// UCX_NET_DEVICES.
+// UCX_NET_DEVICES; `cross_memory` turns cma on for rendezvous payloads
+// between processes of one host (UcxTransportOptions::cross_memory).
 class UcxContext {
  public:
   // FAILED_PRECONDITION / INTERNAL (from FromUcs) when UCX cannot start.
   static Result<std::shared_ptr<UcxContext>> Create(
-      const std::string& net_devices = "");
+      const std::string& net_devices = "", bool cross_memory = true);
   ~UcxContext();
   UcxContext(const UcxContext&) = delete;
   UcxContext& operator=(const UcxContext&) = delete;

@@ -292,6 +292,11 @@ UcxWorkerLoop::Endpoint UcxWorkerLoop::Forget(uint64_t ep_id) {
   return gone;
 }
 
+ucp_ep_h UcxWorkerLoop::EndpointHandle(uint64_t ep_id) const {
+  auto it = endpoints_.find(ep_id);
+  return it == endpoints_.end() ? nullptr : it->second.ep;
+}
+
 void UcxWorkerLoop::CloseEndpoint(uint64_t ep_id, Status why, bool force) {
   if (!EndpointAlive(ep_id)) return;
   Endpoint gone = Forget(ep_id);

@@ -116,6 +116,8 @@ class UcxWorkerLoop : public std::enable_shared_from_this<UcxWorkerLoop> {
   // Takes ownership of `ep`; returns its id (never 0).
   uint64_t AddEndpoint(ucp_ep_h ep, std::string peer);
   bool EndpointAlive(uint64_t ep_id) const;
+  // The live endpoint's handle; nullptr when it is gone.
+  ucp_ep_h EndpointHandle(uint64_t ep_id) const;
   // The peer's "host:port", or "" when the endpoint is gone.
   std::string PeerOf(uint64_t ep_id) const;
   // Closes the endpoint (forcefully, or after flushing), and then runs
