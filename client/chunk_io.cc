@@ -143,41 +143,64 @@ void ChunkIo::FetchFrom(std::shared_ptr<FetchAttempt> a) {
     FetchRange(std::move(a), server, *data);
     return;
   }
-  data->Call(static_cast<uint16_t>(DataOp::kGetChunk),
-             format::EncodeGetChunk({job_, a->id}), std::string_view(),
-             [this, a, server](Result<transport::Message> reply) {
-               auto failed = [this, a, server](const Status& s) {
-                 if (IsServerGone(s)) ServerSet::MarkDown(server, s);
-                 const bool last = a->next >= a->item->servers.size();
-                 if (last && a->errors.empty()) {
-                   // The only place to ask: its own error, unchanged in kind.
-                   a->finish(WithContext(
-                       s, absl::StrCat("chunk ", a->id.ToHex(), " from server ",
-                                       server->address)));
-                   return;
-                 }
-                 a->errors.push_back(absl::StrCat("server ", server->address,
-                                                  ": ", s.message()));
-                 a->Note(s);
-                 if (absl::IsDataLoss(s)) a->bad.push_back(server);
-                 FetchFrom(a);
-               };
-               if (!reply.ok()) {
-                 failed(reply.status());
-                 return;
-               }
-               // Decoding is CPU work: move it off the progress thread.
-               auto msg =
-                   std::make_shared<transport::Message>(std::move(*reply));
-               executor_->Submit([this, a, server, msg, failed] {
-                 Status s = DecodeFetched(*a, server, *msg);
-                 if (s.ok()) {
-                   a->finish(s);
-                 } else {
-                   failed(s);
-                 }
-               });
-             });
+  auto on_reply = [this, a, server](Result<transport::Message> reply) {
+    auto failed = [this, a, server](const Status& s) {
+      if (IsServerGone(s)) ServerSet::MarkDown(server, s);
+      const bool last = a->next >= a->item->servers.size();
+      if (last && a->errors.empty()) {
+        // The only place to ask: its own error, unchanged in kind.
+        a->finish(
+            WithContext(s, absl::StrCat("chunk ", a->id.ToHex(),
+                                        " from server ", server->address)));
+        return;
+      }
+      a->errors.push_back(
+          absl::StrCat("server ", server->address, ": ", s.message()));
+      a->Note(s);
+      if (absl::IsDataLoss(s)) a->bad.push_back(server);
+      FetchFrom(a);
+    };
+    if (!reply.ok()) {
+      failed(reply.status());
+      return;
+    }
+    // Decoding is CPU work: move it off the progress thread.
+    auto msg = std::make_shared<transport::Message>(std::move(*reply));
+    executor_->Submit([this, a, server, msg, failed] {
+      Status s = DecodeFetched(*a, server, *msg);
+      if (s.ok()) {
+        a->finish(s);
+      } else {
+        failed(s);
+      }
+    });
+  };
+  const std::string request = format::EncodeGetChunk({job_, a->id});
+  if (item.dest == nullptr || item.scatter != nullptr) {
+    data->Call(static_cast<uint16_t>(DataOp::kGetChunk), request,
+               std::string_view(), std::move(on_reply));
+    return;
+  }
+  // A chunk that maps to one contiguous run: a raw copy of it lands in the
+  // destination as it is received, and is checked there (DecodeReply).
+  data->CallInto(static_cast<uint16_t>(DataOp::kGetChunk), request,
+                 std::string_view(), std::move(on_reply),
+                 IntoDestination(a->id, item));
+}
+
+transport::ReplyInto ChunkIo::IntoDestination(const format::ChunkId& id,
+                                              const FetchItem& item) {
+  const size_t raw = item.ref->raw_length();
+  transport::ReplyInto into;
+  into.data = item.dest;
+  into.size = raw;
+  into.accept = [id, raw](std::string_view header) {
+    Result<format::Reply> r = format::DecodeReply(header);
+    return r.ok() && r->status.ok() && r->has_record &&
+           r->record.codec == format::Codec::kRaw && r->record.chunk_id == id &&
+           r->record.raw_length == raw && r->record.encoded_length == raw;
+  };
+  return into;
 }
 
 void ChunkIo::FetchRange(std::shared_ptr<FetchAttempt> a, ServerConn* server,
@@ -365,7 +388,10 @@ Status ChunkIo::DecodeReply(ServerConn* server, const format::ChunkId& id,
   for (size_t i = chain.size(); i-- > 0;) {
     const Link& l = chain[i];
     char* dest = i == 0 ? out : above.data();
-    if (i + 1 == chain.size()) {
+    if (i + 1 == chain.size() && l.codec == format::Codec::kRaw &&
+        l.payload.data() == dest && l.payload.size() == raw_length) {
+      // Received in place (ChunkIo::IntoDestination): checked below.
+    } else if (i + 1 == chain.size()) {
       STAGGER_RETURN_IF_ERROR(
           format::Decode(l.codec, l.payload, dest, raw_length));
     } else {

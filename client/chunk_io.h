@@ -157,6 +157,10 @@ class ChunkIo {
   struct PutState;
   // Asks the next server of the attempt for its chunk.
   void FetchFrom(std::shared_ptr<FetchAttempt> a);
+  // Where a whole-chunk reply for a direct item (one contiguous run) may
+  // land: its destination, when the reply carries the chunk raw.
+  static transport::ReplyInto IntoDestination(const format::ChunkId& id,
+                                              const FetchItem& item);
   // Asks `server` for the item's range; on any failure asks it for the
   // whole chunk instead (FetchFrom).
   void FetchRange(std::shared_ptr<FetchAttempt> a, ServerConn* server,

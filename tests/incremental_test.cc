@@ -22,9 +22,11 @@ constexpr size_t kChunk = 64 << 10;
 
 class IncrementalTest : public ::testing::Test {
  protected:
-  std::unique_ptr<Checkpointer> Open(const std::string& codec = "auto") {
+  // On an embedded server in dir_, or on `servers` (a stagger-server).
+  std::unique_ptr<Checkpointer> Open(const std::string& codec = "auto",
+                                     const std::string& servers = "") {
     CheckpointerOptions o;
-    o.servers = "embedded:" + dir_.path();
+    o.servers = servers.empty() ? "embedded:" + dir_.path() : servers;
     o.job = "incr";
     o.chunk_size = kChunk;
     o.codec = *ParseCodecChoice(codec);
@@ -352,7 +354,38 @@ TEST_F(IncrementalTest, CorruptBaseFailsEveryDependentLoadWithDataLoss) {
 
 // A server that sends wrong bytes under intact checksums (a bug, a hostile
 // peer, memory corrupted before the CRC was taken): the load hashes what
-// it received against the chunk id. A raw payload is checked by that alone.
+// it received against the chunk id. A raw payload is checked by that alone,
+// also where it was received straight into the tensor (a stagger-server
+// over UCX: ChunkIo::IntoDestination).
+void FlipRawByteUnderGoodChecksums(const std::string& seg) {
+  std::vector<uint64_t> whole = WholeRecords(seg);
+  ASSERT_EQ(whole.size(), 1u);
+  std::fstream f(seg, std::ios::in | std::ios::out | std::ios::binary);
+  ASSERT_TRUE(f.good()) << seg;
+  std::string rec(64 + kChunk, '\0');
+  f.seekg(whole[0]);
+  f.read(rec.data(), rec.size());
+  ASSERT_EQ(rec[6], 0) << "a raw record";
+  rec[64 + 100] ^= 0x40;
+  const uint32_t payload_crc = format::Crc32c(rec.data() + 64, kChunk);
+  std::memcpy(&rec[40], &payload_crc, 4);
+  const uint32_t header_crc = format::Crc32c(rec.data(), 60);
+  std::memcpy(&rec[60], &header_crc, 4);
+  f.seekp(whole[0]);
+  f.write(rec.data(), rec.size());
+}
+
+void ExpectHashMismatch(Checkpointer& ck, size_t floats) {
+  std::vector<float> out(floats);
+  ASSERT_TRUE(
+      ck.Register({"w", "F32", {int64_t(out.size())}, out.data()}).ok());
+  auto r = ck.Load(1);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kDataLoss) << r.status();
+  EXPECT_NE(r.status().message().find("do not match chunk id"),
+            std::string::npos)
+      << r.status();
+}
+
 TEST_F(IncrementalTest, RawBytesWithRecomputedChecksumsFailTheLoad) {
   std::vector<float> w = Weights(kChunk / 4, 31);
   {
@@ -360,33 +393,33 @@ TEST_F(IncrementalTest, RawBytesWithRecomputedChecksumsFailTheLoad) {
     ASSERT_TRUE(ck->Register({"w", "F32", {int64_t(w.size())}, w.data()}).ok());
     ASSERT_TRUE(ck->Save(1)->Wait().ok());
   }
-  std::string seg = dir_.path() + "/segments/incr/00000001.seg";
-  std::vector<uint64_t> whole = WholeRecords(seg);
-  ASSERT_EQ(whole.size(), 1u);
-  {
-    std::fstream f(seg, std::ios::in | std::ios::out | std::ios::binary);
-    ASSERT_TRUE(f.good()) << seg;
-    std::string rec(64 + kChunk, '\0');
-    f.seekg(whole[0]);
-    f.read(rec.data(), rec.size());
-    ASSERT_EQ(rec[6], 0) << "a raw record";
-    rec[64 + 100] ^= 0x40;
-    const uint32_t payload_crc = format::Crc32c(rec.data() + 64, kChunk);
-    std::memcpy(&rec[40], &payload_crc, 4);
-    const uint32_t header_crc = format::Crc32c(rec.data(), 60);
-    std::memcpy(&rec[60], &header_crc, 4);
-    f.seekp(whole[0]);
-    f.write(rec.data(), rec.size());
-  }
+  FlipRawByteUnderGoodChecksums(dir_.path() + "/segments/incr/00000001.seg");
   auto ck = Open("raw");
-  std::vector<float> out(w.size());
-  ASSERT_TRUE(
-      ck->Register({"w", "F32", {int64_t(out.size())}, out.data()}).ok());
-  auto r = ck->Load(1);
-  EXPECT_EQ(r.status().code(), absl::StatusCode::kDataLoss) << r.status();
-  EXPECT_NE(r.status().message().find("do not match chunk id"),
-            std::string::npos)
-      << r.status();
+  ExpectHashMismatch(*ck, w.size());
+}
+
+TEST_F(IncrementalTest, RawBytesReceivedIntoTheTensorAreCheckedThere) {
+  std::vector<float> w = Weights(kChunk / 4, 32);
+  auto server = testutil::ServerProcess::Start(dir_.path());
+  ASSERT_TRUE(server.ok()) << server.status();
+  {
+    auto ck = Open("raw", (*server)->grpc());
+    ASSERT_TRUE(ck->Register({"w", "F32", {int64_t(w.size())}, w.data()}).ok());
+    ASSERT_TRUE(ck->Save(1)->Wait().ok());
+    // Intact, the same load is bit-exact.
+    std::vector<float> out(w.size());
+    auto fresh = Open("raw", (*server)->grpc());
+    ASSERT_TRUE(
+        fresh->Register({"w", "F32", {int64_t(out.size())}, out.data()}).ok());
+    ASSERT_TRUE(fresh->Load(1).ok());
+    EXPECT_EQ(std::memcmp(out.data(), w.data(), w.size() * 4), 0);
+  }
+  EXPECT_EQ((*server)->Stop(SIGTERM), 0);
+  FlipRawByteUnderGoodChecksums(dir_.path() + "/segments/incr/00000001.seg");
+  auto again = testutil::ServerProcess::Start(dir_.path());
+  ASSERT_TRUE(again.ok()) << again.status();
+  auto ck = Open("raw", (*again)->grpc());
+  ExpectHashMismatch(*ck, w.size());
 }
 
 TEST_F(IncrementalTest, GcBetweenSavesNeverBreaksAKeptStep) {

@@ -30,7 +30,9 @@ class BufferRecycler {
 struct BufferFree {
   std::shared_ptr<BufferRecycler> recycler;  // nullptr: std::free
   size_t block = 0;                          // bytes of the allocation
+  bool borrowed = false;                     // Buffer::Borrow: not ours
   void operator()(char* p) const {
+    if (borrowed) return;
     if (recycler) {
       recycler->Recycle(p, block);
     } else {
@@ -89,6 +91,18 @@ class Buffer {
     b.capacity_ = block - headroom;
     return b;
   }
+  // A buffer over `size` bytes at `p` that it does not own (no alignment
+  // asked): the memory must outlive it and is never freed by it. What a
+  // reply is received into when its caller named the place
+  // (Connection::CallInto).
+  static Buffer Borrow(char* p, size_t size) {
+    Buffer b;
+    b.data_ = std::unique_ptr<char, Free>(p, Free{nullptr, size, true});
+    b.size_ = size;
+    b.capacity_ = size;
+    return b;
+  }
+  bool borrowed() const { return data_.get_deleter().borrowed; }
   static Buffer CopyOf(std::string_view bytes) {
     Buffer b(bytes.size());
     if (!bytes.empty()) std::memcpy(b.data(), bytes.data(), bytes.size());

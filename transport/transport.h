@@ -60,6 +60,16 @@ struct DataPath {
   std::string ToString() const;
 };
 
+// Where a reply's payload may land (Connection::CallInto): `size` bytes at
+// `data`, when the payload is exactly `size` bytes long and `accept(header)`
+// (the reply's message header) says so. Otherwise the payload arrives in a
+// buffer of the transport's, as with Call.
+struct ReplyInto {
+  char* data = nullptr;
+  size_t size = 0;
+  std::function<bool(std::string_view header)> accept;
+};
+
 // Client side of one connection. Thread-safe.
 class Connection {
  public:
@@ -76,6 +86,19 @@ class Connection {
   virtual void Call(uint16_t op, std::string_view header,
                     std::string_view payload, ReplyCallback done,
                     SentCallback sent) = 0;
+
+  // Call() whose reply payload is received straight into `into` where the
+  // transport can (UCX: a rendezvous payload is pulled there, no copy
+  // after); the reply's Message::payload then borrows that memory
+  // (Buffer::borrowed()). `into.data` must stay valid until `done` runs,
+  // and until then nothing else may use it: the transport may write there
+  // even when the reply fails in the end (a connection lost mid-pull).
+  // `accept` runs on a transport thread. The default receives as Call does.
+  virtual void CallInto(uint16_t op, std::string_view header,
+                        std::string_view payload, ReplyCallback done,
+                        ReplyInto into) {
+    Call(op, header, payload, std::move(done), nullptr);
+  }
 
   // Call() and wait for the reply.
   Result<Message> CallSync(uint16_t op, std::string_view header,

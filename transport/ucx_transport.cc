@@ -53,6 +53,10 @@ class UcxConnection final : public Connection {
   std::string peer() const override { return address_; }
   bool broken() const override { return loop_->broken(); }
   DataPath path() const override { return loop_->path(); }
+  void CallInto(uint16_t op, std::string_view header, std::string_view payload,
+                ReplyCallback done, ReplyInto into) override {
+    loop_->Call(op, header, payload, std::move(done), nullptr, std::move(into));
+  }
 
  private:
   std::shared_ptr<UcxClientLoop> loop_;

@@ -5,6 +5,7 @@
 #include <poll.h>
 #include <ucp/api/ucp.h>
 
+#include <atomic>
 #include <chrono>
 #include <random>
 #include <string>
@@ -13,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/blocking_counter.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
 #include "gtest/gtest.h"
 #include "transport/internal/frame.h"
 #include "transport/internal/ucx_handles.h"
@@ -423,6 +425,106 @@ TEST(UcxHeadroomTest, PulledPayloadsLeaveTheAskedRoomInFront) {
   // and the bytes themselves intact.
   EXPECT_EQ(r->header, "64 0 0");
   EXPECT_EQ(r->payload.view(), payload);
+}
+
+// CallInto: a rendezvous reply the caller accepts lands in its memory (the
+// reply borrows it, nothing copied after); one of another length, one it
+// refuses by header, and an eager one arrive in transport buffers, and the
+// caller's memory is left alone.
+TEST(UcxCallIntoTest, AcceptedRendezvousRepliesLandInTheCallersMemory) {
+  auto t = NewUcxTransport();
+  ASSERT_TRUE(t.ok()) << t.status();
+  CountingEcho handler;
+  auto listener = (*t)->Listen("ucx:", &handler);
+  ASSERT_TRUE(listener.ok()) << listener.status();
+  auto conn = (*t)->Connect((*listener)->address());
+  ASSERT_TRUE(conn.ok()) << conn.status();
+  std::mt19937 rng(5);
+  auto pattern = [&rng](size_t n) {
+    std::string p(n, '\0');
+    for (char& c : p) c = static_cast<char>(rng());
+    return p;
+  };
+  struct Case {
+    std::string header;
+    size_t payload;
+    size_t into;
+    bool landed;
+  };
+  const Case cases[] = {{"take", 3 << 20, 3 << 20, true},
+                        {"take", 3 << 20, 4 << 20, false},
+                        {"refuse", 3 << 20, 3 << 20, false},
+                        {"take", 1000, 1000, false}};  // eager
+  for (const Case& c : cases) {
+    SCOPED_TRACE(absl::StrCat(c.header, " ", c.payload, " into ", c.into));
+    const std::string payload = pattern(c.payload);
+    std::string dest(c.into, 'x');
+    std::string seen;
+    absl::Notification done;
+    Result<Message> reply = absl::UnknownError("no reply");
+    ReplyInto into;
+    into.data = dest.data();
+    into.size = dest.size();
+    into.accept = [&seen](std::string_view h) {
+      seen = std::string(h);
+      return h == "take";
+    };
+    (*conn)->CallInto(
+        1, c.header, payload,
+        [&](Result<Message> r) {
+          reply = std::move(r);
+          done.Notify();
+        },
+        std::move(into));
+    done.WaitForNotification();
+    ASSERT_TRUE(reply.ok()) << reply.status();
+    EXPECT_EQ(reply->payload.view(), payload);
+    EXPECT_EQ(reply->payload.borrowed(), c.landed);
+    if (c.landed) {
+      EXPECT_EQ(reply->payload.data(), dest.data());
+      EXPECT_EQ(dest, payload);
+    } else {
+      EXPECT_EQ(dest, std::string(c.into, 'x'));
+    }
+    // Asked only when the length fits, and with the reply's header.
+    EXPECT_EQ(seen, c.payload == c.into && c.payload >= (64 << 10)
+                        ? c.header
+                        : std::string());
+  }
+}
+
+// A connection lost while a reply is being pulled into the caller's memory
+// finishes the call only once the pull has ended.
+TEST(UcxCallIntoTest, ListenerGoneMidReplyFailsTheCallAfterThePull) {
+  auto t = NewUcxTransport();
+  ASSERT_TRUE(t.ok()) << t.status();
+  CountingEcho handler;
+  auto listener = (*t)->Listen("ucx:", &handler);
+  ASSERT_TRUE(listener.ok()) << listener.status();
+  auto conn = (*t)->Connect((*listener)->address());
+  ASSERT_TRUE(conn.ok()) << conn.status();
+  constexpr int kCalls = 8;
+  const std::string payload(8 << 20, 'p');
+  std::vector<std::string> dests(kCalls, std::string(payload.size(), 'x'));
+  absl::BlockingCounter done(kCalls);
+  std::atomic<int> ok{0}, failed{0};
+  for (int i = 0; i < kCalls; ++i) {
+    ReplyInto into{dests[i].data(), dests[i].size(), nullptr};
+    (*conn)->CallInto(
+        1, "h", payload,
+        [&, i](Result<Message> r) {
+          if (r.ok() && r->payload.view() == payload) {
+            ++ok;
+          } else if (!r.ok() && absl::IsUnavailable(r.status())) {
+            ++failed;
+          }
+          done.DecrementCount();
+        },
+        std::move(into));
+  }
+  listener->reset();  // goes away with replies in flight
+  done.Wait();
+  EXPECT_EQ(ok + failed, kCalls);
 }
 
 TEST(BufferTest, WithHeadroomPlacesBytesAfterTheRoom) {

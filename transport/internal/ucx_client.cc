@@ -82,7 +82,8 @@ void UcxClientLoop::ReportConnect(const Status& status) {
 void UcxClientLoop::Call(uint16_t op, std::string_view header,
                          std::string_view payload,
                          transport::ReplyCallback done,
-                         transport::SentCallback sent) {
+                         transport::SentCallback sent,
+                         transport::ReplyInto into) {
   Status valid = CheckSizes(header, payload);
   if (!valid.ok()) {
     // Report on the progress thread like every other outcome, unless the
@@ -94,8 +95,9 @@ void UcxClientLoop::Call(uint16_t op, std::string_view header,
   auto shared = std::make_shared<transport::ReplyCallback>(std::move(done));
   auto shared_sent = std::make_shared<transport::SentCallback>(std::move(sent));
   bool posted = Post([this, op, header = std::string(header), payload, shared,
-                      shared_sent]() mutable {
-    StartCall(op, header, payload, std::move(*shared), std::move(*shared_sent));
+                      shared_sent, into = std::move(into)]() mutable {
+    StartCall(op, header, payload, std::move(*shared), std::move(*shared_sent),
+              std::move(into));
   });
   if (!posted) {
     (*shared)(absl::UnavailableError(
@@ -106,7 +108,8 @@ void UcxClientLoop::Call(uint16_t op, std::string_view header,
 void UcxClientLoop::StartCall(uint16_t op, const std::string& header,
                               std::string_view payload,
                               transport::ReplyCallback done,
-                              transport::SentCallback sent) {
+                              transport::SentCallback sent,
+                              transport::ReplyInto into) {
   if (!down_.ok() || stopping()) {
     done(down_.ok() ? absl::UnavailableError(
                           absl::StrCat("connection to ", peer_, " is closing"))
@@ -116,6 +119,7 @@ void UcxClientLoop::StartCall(uint16_t op, const std::string& header,
   uint64_t id = next_request_id_++;
   pending_[id].done = std::move(done);
   pending_[id].on_sent = std::move(sent);
+  pending_[id].into = std::move(into);
   Send(ep_id_, FrameKind::kRequest, op, id, header, payload, Buffer(),
        [this, id](Status s) { OnSent(id, s); });
 }
@@ -147,7 +151,7 @@ void UcxClientLoop::Settle(uint64_t request_id, Result<Message> outcome) {
 void UcxClientLoop::MaybeFinish(uint64_t request_id) {
   auto it = pending_.find(request_id);
   if (it == pending_.end() || !it->second.sent ||
-      !it->second.outcome.has_value()) {
+      !it->second.outcome.has_value() || it->second.pulling_into) {
     return;
   }
   PendingCall call = std::move(it->second);
@@ -183,6 +187,29 @@ void UcxClientLoop::OnMessage(uint64_t ep_id, const Frame& frame,
       return;
     }
   }
+}
+
+transport::Buffer UcxClientLoop::PullInto(const Frame& frame,
+                                          const std::string& header,
+                                          size_t length) {
+  if (frame.kind != FrameKind::kReply) return Buffer();
+  auto it = pending_.find(frame.request_id);
+  if (it == pending_.end() || it->second.outcome.has_value()) return Buffer();
+  PendingCall& call = it->second;
+  if (call.into.data == nullptr || call.into.size != length ||
+      (call.into.accept && !call.into.accept(header))) {
+    return Buffer();
+  }
+  call.pulling_into = true;
+  return Buffer::Borrow(call.into.data, length);
+}
+
+void UcxClientLoop::PullEnded(const Frame& frame) {
+  if (frame.kind != FrameKind::kReply) return;
+  auto it = pending_.find(frame.request_id);
+  if (it == pending_.end() || !it->second.pulling_into) return;
+  it->second.pulling_into = false;
+  MaybeFinish(frame.request_id);
 }
 
 void UcxClientLoop::OnEndpointDown(uint64_t ep_id, const Status& why) {

@@ -37,8 +37,11 @@ class UcxClientLoop final : public UcxWorkerLoop {
 
   // See transport::Connection::Call. `done` runs on the progress thread, or
   // on the caller's thread when the connection is already shut down.
+  // With `into` (Connection::CallInto), a reply payload it accepts is
+  // pulled there.
   void Call(uint16_t op, std::string_view header, std::string_view payload,
-            transport::ReplyCallback done, transport::SentCallback sent);
+            transport::ReplyCallback done, transport::SentCallback sent,
+            transport::ReplyInto into = {});
 
   const std::string& peer() const { return peer_; }
   // True once the endpoint failed or the loop stopped. Any thread.
@@ -53,6 +56,10 @@ class UcxClientLoop final : public UcxWorkerLoop {
     transport::SentCallback on_sent;  // may be empty
     bool sent = false;
     std::optional<Result<transport::Message>> outcome;
+    transport::ReplyInto into;  // data == nullptr: none
+    // A reply payload is being pulled into `into`: the call does not
+    // finish (its caller may then free the memory) until the pull ended.
+    bool pulling_into = false;
   };
 
   UcxClientLoop(std::shared_ptr<UcxContext> context, UcxLoopOptions options,
@@ -62,7 +69,7 @@ class UcxClientLoop final : public UcxWorkerLoop {
 
   void StartCall(uint16_t op, const std::string& header,
                  std::string_view payload, transport::ReplyCallback done,
-                 transport::SentCallback sent);
+                 transport::SentCallback sent, transport::ReplyInto into);
   void Settle(uint64_t request_id, Result<transport::Message> outcome);
   void OnSent(uint64_t request_id, const Status& status);
   void MaybeFinish(uint64_t request_id);
@@ -71,6 +78,9 @@ class UcxClientLoop final : public UcxWorkerLoop {
   void OnMessage(uint64_t ep_id, const Frame& frame, std::string header,
                  transport::Buffer payload) override;
   void OnEndpointDown(uint64_t ep_id, const Status& why) override;
+  transport::Buffer PullInto(const Frame& frame, const std::string& header,
+                             size_t length) override;
+  void PullEnded(const Frame& frame) override;
   void OnStopped() override;
 
   const std::string peer_;

@@ -440,9 +440,14 @@ bool UcxWorkerLoop::StartPulls() {
       continue;
     }
     // With the header in the data, the payload is copied out below anyway.
-    op->data = op->frame.header_in_data()
-                   ? Buffer(op->length)
-                   : pull_buffers_->Get(op->length, options_.payload_headroom);
+    if (op->frame.header_in_data()) {
+      op->data = Buffer(op->length);
+    } else {
+      op->data = PullInto(op->frame, op->header, op->length);
+      if (op->data.empty()) {
+        op->data = pull_buffers_->Get(op->length, options_.payload_headroom);
+      }
+    }
     ucp_request_param_t param{};
     param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK |
                          UCP_OP_ATTR_FIELD_USER_DATA |
@@ -470,6 +475,10 @@ void UcxWorkerLoop::FinishPull(PullOp* raw, Status status) {
   std::unique_ptr<PullOp> op = std::move(it->second);
   pulls_.erase(it);
   pull_bytes_ -= op->length;
+  if (op->data.borrowed()) {
+    // Not here, in a UCX callback: after the progress call returns.
+    Defer([this, frame = op->frame] { PullEnded(frame); });
+  }
   if (!status.ok()) {
     // Without its payload the message is lost; fail the connection so the
     // requester hears about it instead of waiting forever.

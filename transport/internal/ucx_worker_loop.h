@@ -164,6 +164,16 @@ class UcxWorkerLoop : public std::enable_shared_from_this<UcxWorkerLoop> {
   // ours to keep or close); `header` is its message header. The default
   // ignores it.
   virtual void OnStrayHello(FrameKind kind, std::string header) {}
+  // A rendezvous payload of `length` bytes is about to be pulled for a
+  // message of `frame` (its header in the AM header): a Buffer to pull it
+  // into instead of one from the pool (Buffer::Borrow), or an empty one.
+  virtual transport::Buffer PullInto(const Frame& frame,
+                                     const std::string& header, size_t length) {
+    return transport::Buffer();
+  }
+  // A pull into a PullInto buffer ended (landed, failed, or dropped): UCX
+  // writes there no more.
+  virtual void PullEnded(const Frame& frame) {}
   // Shutdown began: no more posted tasks will run; endpoints still open.
   virtual void OnShutdown() {}
   // The worker is destroyed; last chance to complete outstanding work.
