@@ -40,12 +40,19 @@ or 2 s from one run to the next, and DCP's load of a few large tensors
 was seen to take 4-7 s in some turns and 1.1-1.4 s in others. The page cache is
 dropped before each load (/proc/sys/vm/drop_caches; the output says when
 that is not allowed); the stagger-server is restarted after the drop.
-Prints a table per layout, the loads' times in turn, and
+Then stagger loads --load-reps times more with the server's page cache
+warm (the server holds the step in memory). The machine's ceilings are
+measured in the same run (build/bin/bench_ceilings: disk write and read,
+O_DIRECT; UCX loopback), beside the copy floor. Prints a table per
+layout, the loads' times in turn, the ceilings, and
 
   RESULT peers layout=L eager_x_async=... eager_x_floor=... lazy_x_async=...
          dcp_durable_x_stagger=... dcp_bytes_x_stagger=... load_x_dcp=...
-         load_best_x_dcp=...
+         load_best_x_dcp=... warm_load_x_floor=... load_x_disk_read=...
          ratio=eager_x_async
+
+(warm_load_x_floor: the warm load's bandwidth over the copy floor's;
+load_x_disk_read: the cold load's over the disk's read ceiling)
 
 ratios the targets of BENCHMARKS.md are stated in. Exits 2 when torch 2.x
 or DCP is missing.
@@ -248,14 +255,16 @@ def dcp_load(sd, d, dropped):
                                                     tensors(dest)))
 
 
-def stagger_load(sd, server, dropped):
+def stagger_load(sd, server, dropped, cold=True):
     """load_state_dict of step 4 from a fresh Checkpointer, the server
-    restarted after the cache was dropped."""
+    restarted after the cache was dropped (cold), or as it is (warm: the
+    server's page cache holds the step after a cold load read it)."""
     import stagger.torch as st
     dest = empty_like_tree(sd)
-    server.stop()
-    dropped.append(drop_caches())
-    server.start()
+    if cold:
+        server.stop()
+        dropped.append(drop_caches())
+        server.start()
     ck = st.checkpointer(server.grpc, job="peers")
     t = time.perf_counter()
     st.load_state_dict(ck, dest, step=4)
@@ -333,6 +342,22 @@ def stagger_step_bytes(sd, work, server_bin):
             server.stop()
 
 
+def ceilings(work, nbytes):
+    """The disk's write and read ceilings and the UCX loopback's, as
+    bench_ceilings measures them (GB/s), or None where it is not built."""
+    exe = os.path.join(ROOT, "build", "bin", "bench_ceilings")
+    if not os.path.exists(exe):
+        return None
+    r = subprocess.run([exe, "--dir", work, "--size", str(nbytes),
+                        "--iterations", "1"], capture_output=True, text=True)
+    for line in r.stdout.splitlines():
+        if line.startswith("RESULT ceilings "):
+            kv = dict(f.split("=", 1) for f in line.split()[2:])
+            return {k: float(v) for k, v in kv.items()}
+    print(f"dcp.py: bench_ceilings failed: {r.stdout}{r.stderr}")
+    return None
+
+
 def floor_copy(sd):
     torch.set_num_threads(os.cpu_count() or 1)
     src = tensors(sd)
@@ -375,6 +400,7 @@ def main():
         dropped = []
         try:
             floor = floor_copy(sd)
+            ceil = ceilings(work, nbytes)
             d = run_dcp(sd, work, dropped)
             # What DCP's step 2 holds, to check its load against.
             d["sd2"] = [t.clone() for t in tensors(sd)]
@@ -386,6 +412,9 @@ def main():
                 loads = [(dcp_load(sd, d, dropped),
                           stagger_load(sd, s["server"], dropped))
                          for _ in range(a.load_reps)]
+                # The server's page cache now holds the step.
+                warm = [stagger_load(sd, s["server"], dropped, cold=False)
+                        for _ in range(a.load_reps)]
             finally:
                 s["server"].stop()
             d["load_s"] = statistics.median(x[0][0] for x in loads)
@@ -393,7 +422,9 @@ def main():
             d["load_best_s"] = min(x[0][0] for x in loads)
             s["load_best_s"] = min(x[1][0] for x in loads)
             d["bit_exact"] = all(x[0][1] for x in loads)
-            s["bit_exact"] = all(x[1][1] for x in loads)
+            s["bit_exact"] = all(x[1][1] for x in loads) and \
+                all(x[1] for x in warm)
+            s["warm_load_s"] = statistics.median(x[0] for x in warm)
             load_runs = " ".join(f"{x[0][0]:.3f}/{x[1][0]:.3f}" for x in loads)
             step_bytes = stagger_step_bytes(sd, work, a.server_bin)
         finally:
@@ -415,6 +446,8 @@ def main():
                  d["load_s"], s["load_s"]),
                 ("load of the last step, fastest (s)", d["load_best_s"],
                  s["load_best_s"]),
+                ("load, server's page cache warm, median (s)", None,
+                 s["warm_load_s"]),
                 ("bit exact", d["bit_exact"], s["bit_exact"])]
         print(f"{'figure':<48} {'DCP':>10} {'stagger':>10}")
         for name, x, y in rows:
@@ -424,6 +457,13 @@ def main():
                                         else str(y))
             print(f"{name:<48} {fx:>10} {fy:>10}")
         print(f"{'copy floor, all threads (s)':<48} {floor:>10.3f}")
+        if ceil:
+            print(f"ceilings (GB/s): disk write {ceil['disk_write_GBps']:.2f}, "
+                  f"disk read {ceil['disk_read_GBps']:.2f}, UCX loopback "
+                  f"{ceil['link_GBps']:.2f}, memcpy floor "
+                  f"{nbytes / floor / 1e9:.2f}; stagger's cold load "
+                  f"{nbytes / s['load_s'] / 1e9:.2f}, warm "
+                  f"{nbytes / s['warm_load_s'] / 1e9:.2f}")
         print(f"cold loads in turn, DCP/stagger (s): {load_runs}")
         r = {"eager_x_async": s["eager_block_s"] / d["async_block_s"],
              "eager_x_floor": s["eager_block_s"] / floor,
@@ -431,7 +471,12 @@ def main():
              "dcp_durable_x_stagger": d["async_durable_s"] / s["durable_s"],
              "dcp_bytes_x_stagger": d["bytes"] / max(1, step_bytes),
              "load_x_dcp": s["load_s"] / d["load_s"],
-             "load_best_x_dcp": s["load_best_s"] / d["load_best_s"]}
+             "load_best_x_dcp": s["load_best_s"] / d["load_best_s"],
+             # Shares of a ceiling's bandwidth (1 = at the ceiling).
+             "warm_load_x_floor": floor / s["warm_load_s"]}
+        if ceil:
+            r["load_x_disk_read"] = (nbytes / s["load_s"] / 1e9
+                                     / ceil["disk_read_GBps"])
         print("RESULT peers layout=" + layout + " "
               + " ".join(f"{k}={v:.4g}" for k, v in r.items())
               + f" ratio={r['eager_x_async']:.4g}")
