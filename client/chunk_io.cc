@@ -10,7 +10,6 @@
 #include "format/crc32c.h"
 #include "format/data_plane.h"
 #include "util/log.h"
-#include "util/memory_map.h"
 
 namespace stagger::client {
 namespace {
@@ -24,46 +23,6 @@ using format::DataOp;
 // keyframe every RebaserOptions::max_behind_hops (64) deltas; forward
 // deltas not yet rebased add a few.
 constexpr int kMaxDeltaDepth = 1024;
-
-// Faults in the destinations of a load's direct items (one contiguous run
-// each) on a thread of its own, in order, while the fetches run: a raw
-// chunk is copied into its destination by the data connection's one
-// progress thread (ChunkIo::IntoDestination), and a destination never
-// touched (torch.empty) made that thread fault every page first, which
-// took it three times as long as the copy. Bytes are not changed
-// (util::PopulateWritable). Stops at the first refusal, and when the
-// load ends.
-class DestinationFaulter {
- public:
-  // Below this many bytes of direct destinations a thread is not worth it.
-  static constexpr uint64_t kMinBytes = 64ull << 20;
-
-  explicit DestinationFaulter(const std::vector<FetchItem>& items) {
-    uint64_t bytes = 0;
-    for (const FetchItem& item : items) {
-      if (item.dest != nullptr && item.scatter == nullptr) {
-        ranges_.push_back({item.dest, item.ref->raw_length()});
-        bytes += ranges_.back().second;
-      }
-    }
-    if (bytes < kMinBytes) return;
-    thread_ = std::thread([this] {
-      for (const auto& [p, len] : ranges_) {
-        if (stop_.load(std::memory_order_relaxed)) return;
-        if (!util::PopulateWritable(p, len)) return;
-      }
-    });
-  }
-  ~DestinationFaulter() {
-    stop_ = true;
-    if (thread_.joinable()) thread_.join();
-  }
-
- private:
-  std::vector<std::pair<char*, size_t>> ranges_;
-  std::atomic<bool> stop_{false};
-  std::thread thread_;
-};
 
 // Copies the runs of a decoded chunk to their places in `dest`.
 Status Scatter(std::string_view chunk, const std::vector<format::CopyRun>& runs,
@@ -131,7 +90,6 @@ Status ChunkIo::Fetch(
         format::ChunkId::FromBytes(item.ref->id()).status());
   }
   Window window(max_inflight_, /*stop_on_error=*/!on_result);
-  DestinationFaulter faulter(items);  // declared after: joined first
   for (size_t i = 0; i < items.size(); ++i) {
     const FetchItem& item = items[i];
     if (!window.Acquire()) break;

@@ -427,18 +427,31 @@ TEST(UcxHeadroomTest, PulledPayloadsLeaveTheAskedRoomInFront) {
   EXPECT_EQ(r->payload.view(), payload);
 }
 
+// A UCX transport, an echo listener and a connection to it.
+class UcxCallIntoTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto t = NewUcxTransport();
+    ASSERT_TRUE(t.ok()) << t.status();
+    transport_ = std::move(*t);
+    auto l = transport_->Listen("ucx:", &handler_);
+    ASSERT_TRUE(l.ok()) << l.status();
+    listener_ = std::move(*l);
+    auto c = transport_->Connect(listener_->address());
+    ASSERT_TRUE(c.ok()) << c.status();
+    conn_ = std::move(*c);
+  }
+  CountingEcho handler_;
+  std::unique_ptr<Transport> transport_;
+  std::unique_ptr<Listener> listener_;
+  std::unique_ptr<Connection> conn_;
+};
+
 // CallInto: a rendezvous reply the caller accepts lands in its memory (the
 // reply borrows it, nothing copied after); one of another length, one it
 // refuses by header, and an eager one arrive in transport buffers, and the
 // caller's memory is left alone.
-TEST(UcxCallIntoTest, AcceptedRendezvousRepliesLandInTheCallersMemory) {
-  auto t = NewUcxTransport();
-  ASSERT_TRUE(t.ok()) << t.status();
-  CountingEcho handler;
-  auto listener = (*t)->Listen("ucx:", &handler);
-  ASSERT_TRUE(listener.ok()) << listener.status();
-  auto conn = (*t)->Connect((*listener)->address());
-  ASSERT_TRUE(conn.ok()) << conn.status();
+TEST_F(UcxCallIntoTest, AcceptedRendezvousRepliesLandInTheCallersMemory) {
   std::mt19937 rng(5);
   auto pattern = [&rng](size_t n) {
     std::string p(n, '\0');
@@ -469,7 +482,7 @@ TEST(UcxCallIntoTest, AcceptedRendezvousRepliesLandInTheCallersMemory) {
       seen = std::string(h);
       return h == "take";
     };
-    (*conn)->CallInto(
+    conn_->CallInto(
         1, c.header, payload,
         [&](Result<Message> r) {
           reply = std::move(r);
@@ -495,14 +508,7 @@ TEST(UcxCallIntoTest, AcceptedRendezvousRepliesLandInTheCallersMemory) {
 
 // A connection lost while a reply is being pulled into the caller's memory
 // finishes the call only once the pull has ended.
-TEST(UcxCallIntoTest, ListenerGoneMidReplyFailsTheCallAfterThePull) {
-  auto t = NewUcxTransport();
-  ASSERT_TRUE(t.ok()) << t.status();
-  CountingEcho handler;
-  auto listener = (*t)->Listen("ucx:", &handler);
-  ASSERT_TRUE(listener.ok()) << listener.status();
-  auto conn = (*t)->Connect((*listener)->address());
-  ASSERT_TRUE(conn.ok()) << conn.status();
+TEST_F(UcxCallIntoTest, ListenerGoneMidReplyFailsTheCallAfterThePull) {
   constexpr int kCalls = 8;
   const std::string payload(8 << 20, 'p');
   std::vector<std::string> dests(kCalls, std::string(payload.size(), 'x'));
@@ -510,7 +516,7 @@ TEST(UcxCallIntoTest, ListenerGoneMidReplyFailsTheCallAfterThePull) {
   std::atomic<int> ok{0}, failed{0};
   for (int i = 0; i < kCalls; ++i) {
     ReplyInto into{dests[i].data(), dests[i].size(), nullptr};
-    (*conn)->CallInto(
+    conn_->CallInto(
         1, "h", payload,
         [&, i](Result<Message> r) {
           if (r.ok() && r->payload.view() == payload) {
@@ -522,7 +528,7 @@ TEST(UcxCallIntoTest, ListenerGoneMidReplyFailsTheCallAfterThePull) {
         },
         std::move(into));
   }
-  listener->reset();  // goes away with replies in flight
+  listener_.reset();  // goes away with replies in flight
   done.Wait();
   EXPECT_EQ(ok + failed, kCalls);
 }

@@ -54,16 +54,6 @@ void FaultIn(char* p, size_t len) {
   }
 }
 
-bool PopulateWritable(char* p, size_t len) {
-  if (len == 0) return true;
-  const uintptr_t page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
-  const uintptr_t start = reinterpret_cast<uintptr_t>(p) & ~(page - 1);
-  const uintptr_t end =
-      (reinterpret_cast<uintptr_t>(p) + len + page - 1) & ~(page - 1);
-  return ::madvise(reinterpret_cast<void*>(start), end - start,
-                   MADV_POPULATE_WRITE) == 0;
-}
-
 void Unmap(char* p, size_t len) {
   if (p != nullptr && len > 0) ::munmap(p, len);
 }

@@ -31,14 +31,6 @@ struct MapOptions {
 // contents nobody needs.
 void FaultIn(char* p, size_t len);
 
-// Asks the kernel to fault in the pages that [p, p + len) touches,
-// writable, without changing a byte (MADV_POPULATE_WRITE, Linux 5.14):
-// for memory that holds data, or that other threads write meanwhile
-// (neighbours sharing its first and last page). False where the kernel
-// refuses (older kernels, mappings it cannot populate); nothing happened
-// then, and the pages fault in when first written.
-bool PopulateWritable(char* p, size_t len);
-
 // A private anonymous read-write mapping of `len` bytes (> 0), or nullptr
 // when it cannot be made (errno says why). Release with Unmap(p, len).
 char* MapAnonymous(size_t len, const MapOptions& options);

@@ -56,29 +56,6 @@ TEST(MemoryMapTest, PopulatedMemoryTakesNoFaultWhenWritten) {
   EXPECT_LE(populated, 8);
 }
 
-// PopulateWritable faults in the pages a range touches, its unaligned ends
-// included, and leaves every byte as it was.
-TEST(MemoryMapTest, PopulateWritableKeepsBytesAndTakesTheFaults) {
-  char* m = MapAnonymous(kLen, {});
-  ASSERT_NE(m, nullptr);
-  m[0] = 'a';         // a neighbour's byte on the first page
-  m[kLen - 1] = 'z';  // and on the last
-  char* p = m + 100;  // unaligned at both ends
-  const size_t len = kLen - 200;
-  if (!PopulateWritable(p, len)) {
-    Unmap(m, kLen);
-    GTEST_SKIP() << "MADV_POPULATE_WRITE refused (kernel before 5.14?)";
-  }
-  EXPECT_EQ(m[0], 'a');
-  EXPECT_EQ(m[kLen - 1], 'z');
-  EXPECT_EQ(p[12345], 0);
-  const long before = MinorFaults();
-  memset(m, 1, kLen);
-  EXPECT_LE(MinorFaults() - before, 8);
-  Unmap(m, kLen);
-  EXPECT_TRUE(PopulateWritable(p, 0));
-}
-
 TEST(MemoryMapTest, AForkedChildDoesNotInheritADontForkMapping) {
   MapOptions o;
   o.dont_fork = true;

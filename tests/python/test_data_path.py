@@ -24,29 +24,30 @@ def state(seed):
     return np.random.default_rng(seed).random(N)
 
 
-def test_same_host_payloads_move_by_cross_memory(server, capfd):
-    ck = stagger.Checkpointer(servers=server, job="samehost", rank=0,
-                              world_size=1)
-    a = state(1)
+def round_trip(servers, job, seed):
+    """Saves a state of three chunks and a tail and loads it into fresh,
+    never-touched memory (np.zeros of this size is mapped, not written);
+    the Checkpointer, once the load was bit-exact."""
+    ck = stagger.Checkpointer(servers=servers, job=job, rank=0, world_size=1)
+    a = state(seed)
     ck.save({"a": a}, step=1).wait()
     out = np.zeros_like(a)
     ck.load({"a": out}, step=1)
     assert np.array_equal(out, a)
+    return ck
+
+
+def test_same_host_payloads_move_by_cross_memory(server, capfd):
+    ck = round_trip(server, "samehost", 1)
     assert ck.metrics()["servers_cross_memory"] == 1
     err = capfd.readouterr().err
     assert f"data plane of server {server}: payloads by cma/memory" in err
 
 
-def test_server_without_cross_memory_still_serves(tmp_path, capfd):
+def test_server_without_cross_memory_still_serves(tmp_path):
     proc, grpc = start_server(tmp_path / "data", "--no-cross-memory")
     try:
-        ck = stagger.Checkpointer(servers=grpc, job="nocma", rank=0,
-                                  world_size=1)
-        a = state(2)
-        ck.save({"a": a}, step=1).wait()
-        out = np.zeros_like(a)
-        ck.load({"a": out}, step=1)
-        assert np.array_equal(out, a)
+        ck = round_trip(grpc, "nocma", 2)
         del ck
     finally:
         proc.terminate()
@@ -54,16 +55,11 @@ def test_server_without_cross_memory_still_serves(tmp_path, capfd):
 
 
 CLIENT = textwrap.dedent("""
-    import sys, numpy as np, stagger
+    import sys
     sys.path.insert(0, sys.argv[2])
-    from test_data_path import state
-    ck = stagger.Checkpointer(servers=sys.argv[1], job="otherhost", rank=0,
-                              world_size=1)
-    a = state(3)
-    ck.save({"a": a}, step=1).wait()
-    out = np.zeros_like(a)
-    ck.load({"a": out}, step=1)
-    print("bit-exact", bool(np.array_equal(out, a)))
+    from test_data_path import round_trip
+    ck = round_trip(sys.argv[1], "otherhost", 3)
+    print("bit-exact True")
     print("cross_memory", ck.metrics()["servers_cross_memory"])
 """)
 
