@@ -374,10 +374,9 @@ void Compactor::Run() {
     if (absl::IsCancelled(r.status())) {
       // A shutdown stopped it between records: not a fault, so not an
       // error line (the demo ended with one on every run).
-      log::Info("stagger-server",
-                absl::StrCat("compaction of job '", job,
-                             "' stopped for the shutdown: ",
-                             r.status().message()));
+      log::Info("stagger-server", absl::StrCat("compaction of job '", job,
+                                               "' stopped for the shutdown: ",
+                                               r.status().message()));
     } else if (!r.ok()) {
       log::Error("stagger-server", absl::StrCat("compaction of job '", job,
                                                 "': ", r.status().ToString()));
