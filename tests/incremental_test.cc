@@ -398,28 +398,61 @@ TEST_F(IncrementalTest, RawBytesWithRecomputedChecksumsFailTheLoad) {
   ExpectHashMismatch(*ck, w.size());
 }
 
-TEST_F(IncrementalTest, RawBytesReceivedIntoTheTensorAreCheckedThere) {
+// Through a stagger-server over UCX, with payloads by cma (the default on
+// one host) and over tcp (a server that does no cma and a client whose UCX
+// leaves cma out: UCX_CMA_MEMORY_INVALIDATE=n on both sides).
+void RawBytesCheckedInPlace(const std::string& dir, bool cma) {
+  struct Env {  // unset on every return
+    explicit Env(bool set) {
+      if (set) setenv("UCX_CMA_MEMORY_INVALIDATE", "n", 1);
+    }
+    ~Env() { unsetenv("UCX_CMA_MEMORY_INVALIDATE"); }
+  } env(!cma);
+  const std::vector<std::string> args =
+      cma ? std::vector<std::string>{}
+          : std::vector<std::string>{"--no-cross-memory"};
+  auto open = [](const std::string& servers) {
+    CheckpointerOptions o;
+    o.servers = servers;
+    o.job = "incr";
+    o.chunk_size = kChunk;
+    o.codec = CodecChoice::kRaw;
+    auto ck = Checkpointer::Open(o);
+    EXPECT_TRUE(ck.ok()) << ck.status();
+    return ck.ok() ? std::move(*ck) : nullptr;
+  };
   std::vector<float> w = Weights(kChunk / 4, 32);
-  auto server = testutil::ServerProcess::Start(dir_.path());
+  auto server = testutil::ServerProcess::Start(dir, args);
   ASSERT_TRUE(server.ok()) << server.status();
   {
-    auto ck = Open("raw", (*server)->grpc());
+    auto ck = open((*server)->grpc());
+    ASSERT_NE(ck, nullptr);
     ASSERT_TRUE(ck->Register({"w", "F32", {int64_t(w.size())}, w.data()}).ok());
     ASSERT_TRUE(ck->Save(1)->Wait().ok());
-    // Intact, the same load is bit-exact.
+    // Intact, the same load is bit-exact, over the path asked for.
     std::vector<float> out(w.size());
-    auto fresh = Open("raw", (*server)->grpc());
+    auto fresh = open((*server)->grpc());
     ASSERT_TRUE(
         fresh->Register({"w", "F32", {int64_t(out.size())}, out.data()}).ok());
     ASSERT_TRUE(fresh->Load(1).ok());
     EXPECT_EQ(std::memcmp(out.data(), w.data(), w.size() * 4), 0);
+    EXPECT_EQ(fresh->Metrics().servers_cross_memory, cma ? 1u : 0u);
   }
   EXPECT_EQ((*server)->Stop(SIGTERM), 0);
-  FlipRawByteUnderGoodChecksums(dir_.path() + "/segments/incr/00000001.seg");
-  auto again = testutil::ServerProcess::Start(dir_.path());
+  FlipRawByteUnderGoodChecksums(dir + "/segments/incr/00000001.seg");
+  auto again = testutil::ServerProcess::Start(dir, args);
   ASSERT_TRUE(again.ok()) << again.status();
-  auto ck = Open("raw", (*again)->grpc());
+  auto ck = open((*again)->grpc());
+  ASSERT_NE(ck, nullptr);
   ExpectHashMismatch(*ck, w.size());
+}
+
+TEST_F(IncrementalTest, RawBytesReceivedIntoTheTensorAreCheckedThere) {
+  RawBytesCheckedInPlace(dir_.path(), /*cma=*/true);
+}
+
+TEST_F(IncrementalTest, RawBytesOverTcpAreCheckedToo) {
+  RawBytesCheckedInPlace(dir_.path(), /*cma=*/false);
 }
 
 TEST_F(IncrementalTest, GcBetweenSavesNeverBreaksAKeptStep) {
