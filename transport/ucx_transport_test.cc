@@ -427,23 +427,16 @@ TEST(UcxHeadroomTest, PulledPayloadsLeaveTheAskedRoomInFront) {
   EXPECT_EQ(r->payload.view(), payload);
 }
 
-// A UCX transport, an echo listener and a connection to it.
-class UcxCallIntoTest : public ::testing::Test {
+// UcxTransportTest's echo listener and a connection to it.
+class UcxCallIntoTest : public UcxTransportTest {
  protected:
   void SetUp() override {
-    auto t = NewUcxTransport();
-    ASSERT_TRUE(t.ok()) << t.status();
-    transport_ = std::move(*t);
-    auto l = transport_->Listen("ucx:", &handler_);
-    ASSERT_TRUE(l.ok()) << l.status();
-    listener_ = std::move(*l);
+    UcxTransportTest::SetUp();
+    ASSERT_NE(listener_, nullptr);
     auto c = transport_->Connect(listener_->address());
     ASSERT_TRUE(c.ok()) << c.status();
     conn_ = std::move(*c);
   }
-  CountingEcho handler_;
-  std::unique_ptr<Transport> transport_;
-  std::unique_ptr<Listener> listener_;
   std::unique_ptr<Connection> conn_;
 };
 
