@@ -499,8 +499,8 @@ class CheckpointerImpl : public Checkpointer {
   Result<int64_t> Load(int64_t step, const std::atomic<bool>& cancel) override {
     // The staging preparation waits until the load is done: it would fault
     // memory on the cores and the memory bus the load needs (it took a
-    // quarter of a cold load's CPU), and a process that only loads never
-    // uses it. The training that follows a load saves later.
+    // quarter of a cold load's CPU). It is asked for again after, for the
+    // saves of the training that usually follows a load.
     prep_.Settle();
     Result<int64_t> r = LoadTargets(step, cancel);
     if (!staging_.fixed()) prep_.Request(RegisteredStaging(), kPrepQuiet);
