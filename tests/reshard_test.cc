@@ -12,6 +12,7 @@
 #include <map>
 #include <random>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -123,7 +124,7 @@ class ReshardTest : public ::testing::Test {
   std::unique_ptr<Checkpointer> Open(uint32_t rank, uint32_t world) {
     CheckpointerOptions o;
     o.servers = servers_.empty() ? "embedded:" + dir_.path() : servers_;
-    o.job = "rs";
+    o.job = job_;
     o.rank = rank;
     o.world_size = world;
     o.chunk_size = kChunk;
@@ -232,6 +233,7 @@ class ReshardTest : public ::testing::Test {
 
   testutil::TempDir dir_;
   std::string servers_;  // empty: an embedded server in dir_
+  std::string job_ = "rs";
   uint32_t replicas_ = 1;
   Global w_, e_, norm_, part_;
 };
@@ -423,10 +425,10 @@ TEST_F(ReshardTest, RowReshardIsSentEachByteOnce) {
 
 // Flips a payload byte of every chunk record in the segments under `data`;
 // returns how many.
-int CorruptEveryRecord(const std::string& data) {
+// Flips a payload byte of every record in the segments under `dir`.
+int CorruptEveryRecord(const std::string& dir) {
   int n = 0;
-  for (const auto& e :
-       std::filesystem::recursive_directory_iterator(data + "/segments")) {
+  for (const auto& e : std::filesystem::recursive_directory_iterator(dir)) {
     if (e.path().extension() != ".seg") continue;
     std::fstream f(e.path(), std::ios::in | std::ios::out | std::ios::binary);
     const auto size = std::filesystem::file_size(e.path());
@@ -466,24 +468,46 @@ TEST_F(ReshardTest, ColumnReshardIsSentTheRowPartsItNeeds) {
 
 // Two copies of every chunk, every record of one server's copy bad: its
 // range reads fail (DATA_LOSS), and the load falls back to whole chunks,
-// from the other server, bit-exact; the bad copies read are repaired.
+// from the other server, bit-exact; the bad copies read are repaired. Each
+// server holds the bad copies in turn.
 TEST_F(ReshardTest, RangeOfABadCopyFallsBackToTheOtherCopy) {
-  auto a = testutil::ServerProcess::Start(dir_.path() + "/a",
+  const std::string a_dir = dir_.path() + "/a", b_dir = dir_.path() + "/b";
+  auto a = testutil::ServerProcess::Start(a_dir,
                                           {"--metrics-listen", "127.0.0.1:0"});
   ASSERT_TRUE(a.ok()) << a.status();
-  auto b = testutil::ServerProcess::Start(dir_.path() + "/b",
+  auto b = testutil::ServerProcess::Start(b_dir,
                                           {"--metrics-listen", "127.0.0.1:0"});
   ASSERT_TRUE(b.ok()) << b.status();
   servers_ = (*a)->grpc() + "," + (*b)->grpc();
   replicas_ = 2;
-  SaveFourRanks();
-  ASSERT_GT(CorruptEveryRecord(dir_.path() + "/a"), 10);
-  const double written = ReadBytes(**a, "stagger_server_chunks_written_total");
-  LoadAndCheck(3, false);
-  EXPECT_GT(ReadBytes(**a, "stagger_server_verify_failures_total"), 0);
-  EXPECT_GT(ReadBytes(**b, "stagger_server_ranges_read_total"), 0);
-  // The bad copies read were repaired: rewritten on a.
-  EXPECT_GT(ReadBytes(**a, "stagger_server_chunks_written_total"), written);
+  // Which copy a range is asked of first follows the servers' ranking,
+  // which hangs on their addresses (ports picked at random). So each copy
+  // in turn is the bad one, in a job of its own: every chunk read by
+  // ranges meets a bad first copy in one of the two.
+  double bad_range_reads = 0;
+  for (const auto& [bad, bad_dir, good, job] :
+       {std::tuple{a->get(), a_dir, b->get(), "rs"},
+        std::tuple{b->get(), b_dir, a->get(), "rs2"}}) {
+    SCOPED_TRACE(absl::StrCat("job ", job, ", bad copies on ", bad->grpc()));
+    job_ = job;
+    SaveFourRanks();
+    ASSERT_GT(CorruptEveryRecord(bad_dir + "/segments/" + job), 10);
+    const double written =
+        ReadBytes(*bad, "stagger_server_chunks_written_total");
+    const double failures =
+        ReadBytes(*bad, "stagger_server_verify_failures_total");
+    const double ranges = ReadBytes(*bad, "stagger_server_range_decodes_total");
+    const double served = ReadBytes(*good, "stagger_server_chunks_read_total");
+    LoadAndCheck(3, false);  // every byte as saved
+    EXPECT_GT(ReadBytes(*bad, "stagger_server_verify_failures_total"),
+              failures);
+    EXPECT_GT(ReadBytes(*good, "stagger_server_chunks_read_total"), served);
+    // The bad copies read were repaired: rewritten where they were bad.
+    EXPECT_GT(ReadBytes(*bad, "stagger_server_chunks_written_total"), written);
+    bad_range_reads +=
+        ReadBytes(*bad, "stagger_server_range_decodes_total") - ranges;
+  }
+  EXPECT_GT(bad_range_reads, 0);
 }
 
 TEST_F(ReshardTest, TwoServersLoadAndConsolidate) {
