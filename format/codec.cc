@@ -7,108 +7,15 @@
 #include <type_traits>
 
 #include "absl/strings/str_cat.h"
+#include "format/internal/byte_group.h"
 
 namespace stagger::format {
 namespace {
-
-// out[b * n + i] = in[i * w + b] for the n whole elements of width w.
-void Group(const char* in, size_t n, int w, char* out) {
-  for (size_t i = 0; i < n; ++i) {
-    for (int b = 0; b < w; ++b) out[b * n + i] = in[i * w + b];
-  }
-}
-
-void Ungroup(const char* in, size_t n, int w, char* out) {
-  for (size_t i = 0; i < n; ++i) {
-    for (int b = 0; b < w; ++b) out[i * w + b] = in[b * n + i];
-  }
-}
-
-// Specialisations the compiler can unroll for the common widths.
-template <int W>
-void GroupW(const char* in, size_t n, char* out) {
-  for (size_t i = 0; i < n; ++i) {
-    for (int b = 0; b < W; ++b) out[b * n + i] = in[i * W + b];
-  }
-}
-template <int W>
-void UngroupW(const char* in, size_t n, char* out) {
-  for (size_t i = 0; i < n; ++i) {
-    for (int b = 0; b < W; ++b) out[i * W + b] = in[b * n + i];
-  }
-}
-
-// out[b * n + i] = x[i * W + b] ^ y[i * W + b]: XOR and group in one pass
-// (y == nullptr: grouping alone).
-template <int W>
-void XorGroupW(const char* x, const char* y, size_t n, char* out) {
-  if (y == nullptr) return GroupW<W>(x, n, out);
-  for (size_t i = 0; i < n; ++i) {
-    for (int b = 0; b < W; ++b) out[b * n + i] = x[i * W + b] ^ y[i * W + b];
-  }
-}
 
 inline uint64_t Load64(const char* p) {
   uint64_t v;
   std::memcpy(&v, p, 8);
   return v;
-}
-
-// XorGroupW<2> a word (4 elements) at a time; the tail bytewise. With
-// y == nullptr, plain grouping of x.
-void XorGroup2(const char* x, const char* y, size_t n, char* out) {
-  char* g0 = out;
-  char* g1 = out + n;
-  size_t i = 0;
-  for (; i + 4 <= n; i += 4) {
-    const uint64_t v =
-        Load64(x + 2 * i) ^ (y == nullptr ? 0 : Load64(y + 2 * i));
-    const uint32_t lo = static_cast<uint32_t>((v & 0xff) | ((v >> 8) & 0xff00) |
-                                              ((v >> 16) & 0xff0000) |
-                                              ((v >> 24) & 0xff000000));
-    const uint32_t hi = static_cast<uint32_t>(
-        ((v >> 8) & 0xff) | ((v >> 16) & 0xff00) | ((v >> 24) & 0xff0000) |
-        ((v >> 32) & 0xff000000));
-    std::memcpy(g0 + i, &lo, 4);
-    std::memcpy(g1 + i, &hi, 4);
-  }
-  for (; i < n; ++i) {
-    g0[i] = x[2 * i] ^ (y == nullptr ? 0 : y[2 * i]);
-    g1[i] = x[2 * i + 1] ^ (y == nullptr ? 0 : y[2 * i + 1]);
-  }
-}
-
-// XorGroupW<4> a word (2 elements) at a time; the tail bytewise. With
-// y == nullptr, plain grouping of x.
-void XorGroup4(const char* x, const char* y, size_t n, char* out) {
-  size_t i = 0;
-  for (; i + 2 <= n; i += 2) {
-    const uint64_t v =
-        Load64(x + 4 * i) ^ (y == nullptr ? 0 : Load64(y + 4 * i));
-    for (int b = 0; b < 4; ++b) {
-      const uint16_t pair = static_cast<uint16_t>(
-          ((v >> (8 * b)) & 0xff) | (((v >> (8 * b + 32)) & 0xff) << 8));
-      std::memcpy(out + b * n + i, &pair, 2);
-    }
-  }
-  for (; i < n; ++i) {
-    for (int b = 0; b < 4; ++b) {
-      out[b * n + i] = x[4 * i + b] ^ (y == nullptr ? 0 : y[4 * i + b]);
-    }
-  }
-}
-
-void XorGroupAny(const char* x, const char* y, size_t n, int w, char* out) {
-  switch (w) {
-    case 1:
-      return XorGroupW<1>(x, y, n, out);
-    case 2:
-      return XorGroup2(x, y, n, out);
-    case 4:
-      return XorGroup4(x, y, n, out);
-    default:
-      return XorGroupW<8>(x, y, n, out);
-  }
 }
 
 // A buffer of at least `n` bytes for this thread, reused from call to call
@@ -117,32 +24,6 @@ char* Scratch(size_t n) {
   static thread_local std::string scratch;
   if (scratch.size() < n) scratch.resize(n);
   return scratch.data();
-}
-
-void GroupAny(const char* in, size_t n, int w, char* out) {
-  switch (w) {
-    case 2:
-      return GroupW<2>(in, n, out);
-    case 4:
-      return GroupW<4>(in, n, out);
-    case 8:
-      return GroupW<8>(in, n, out);
-    default:
-      return Group(in, n, w, out);
-  }
-}
-
-void UngroupAny(const char* in, size_t n, int w, char* out) {
-  switch (w) {
-    case 2:
-      return UngroupW<2>(in, n, out);
-    case 4:
-      return UngroupW<4>(in, n, out);
-    case 8:
-      return UngroupW<8>(in, n, out);
-    default:
-      return Ungroup(in, n, w, out);
-  }
 }
 
 // Compresses `in` into `out` after `prefix` bytes already there; returns
@@ -206,7 +87,7 @@ Result<Codec> Encode(Codec codec, std::string_view raw, std::string* out,
     }
     size_t n = raw.size() / w;
     char* grouped = Scratch(raw.size());
-    GroupAny(raw.data(), n, w, grouped);
+    internal::GroupBytes(raw.data(), nullptr, n, w, grouped);
     std::memcpy(grouped + n * w, raw.data() + n * w, raw.size() - n * w);
     out->assign(1, static_cast<char>(w));
     STAGGER_RETURN_IF_ERROR(ZstdAppend(std::string_view(grouped, raw.size()),
@@ -258,20 +139,23 @@ void NumGroup(const char* x, const char* y, size_t n, char* out) {
     const U d = ZigZag<U>(static_cast<U>(Ordered(a) - Ordered(b)));
     std::memcpy(z + i * sizeof(U), &d, sizeof(U));
   }
-  XorGroupAny(z, nullptr, n, sizeof(U), out);
+  internal::GroupBytes(z, nullptr, n, sizeof(U), out);
 }
 
 // The inverse: out[i] = Unordered(Ordered(base[i]) + UnZigZag(z[i])).
 template <typename U>
 void NumUngroup(const char* grouped, const char* base, size_t n, char* out) {
+  // The differences ungrouped first (a fast transpose) into scratch of
+  // their own: `out` may be the base.
+  static thread_local std::string diffs;
+  if (diffs.size() < n * sizeof(U)) diffs.resize(n * sizeof(U));
+  char* z = diffs.data();
+  internal::UngroupBytes(grouped, nullptr, n, sizeof(U), z);
   for (size_t i = 0; i < n; ++i) {
-    U z = 0;
-    for (size_t k = 0; k < sizeof(U); ++k) {
-      z |= static_cast<U>(static_cast<uint8_t>(grouped[k * n + i])) << (8 * k);
-    }
-    U b;
+    U d, b;
+    std::memcpy(&d, z + i * sizeof(U), sizeof(U));
     std::memcpy(&b, base + i * sizeof(U), sizeof(U));
-    U v = Unordered<U>(static_cast<U>(Ordered(b) + UnZigZag(z)));
+    U v = Unordered<U>(static_cast<U>(Ordered(b) + UnZigZag(d)));
     std::memcpy(out + i * sizeof(U), &v, sizeof(U));
   }
 }
@@ -317,7 +201,7 @@ void NumGroupSwar(const char* x, const char* y, size_t n, char* out) {
     const U d = ZigZag<U>(static_cast<U>(Ordered(a) - Ordered(b)));
     std::memcpy(z + i * kSize, &d, kSize);
   }
-  XorGroupAny(z, nullptr, n, kSize, out);
+  internal::GroupBytes(z, nullptr, n, kSize, out);
 }
 
 void NumGroupAny(const char* x, const char* y, size_t n, int w, char* out) {
@@ -371,7 +255,7 @@ void GroupDelta(Codec codec, int w, std::string_view raw, std::string_view base,
   if (codec == Codec::kNumDeltaByteGroupZstd) {
     NumGroupAny(raw.data(), base.data(), n, w, grouped);
   } else {
-    XorGroupAny(raw.data(), base.data(), n, w, grouped);
+    internal::GroupBytes(raw.data(), base.data(), n, w, grouped);
   }
   for (size_t i = n * w; i < raw.size(); ++i) grouped[i] = raw[i] ^ base[i];
 }
@@ -466,13 +350,9 @@ Status DecodeDelta(Codec codec, std::string_view payload, std::string_view base,
     for (size_t i = n * w; i < raw_length; ++i) out[i] = grouped[i] ^ base[i];
     return absl::OkStatus();
   }
-  if (w == 1) {
-    std::memcpy(out, grouped, raw_length);
-  } else {
-    UngroupAny(grouped, n, w, out);
-    std::memcpy(out + n * w, grouped + n * w, raw_length - n * w);
-  }
-  for (size_t i = 0; i < raw_length; ++i) out[i] ^= base[i];
+  // Ungrouped and XORed with the base in one pass (out may be the base).
+  internal::UngroupBytes(grouped, base.data(), n, w, out);
+  for (size_t i = n * w; i < raw_length; ++i) out[i] = grouped[i] ^ base[i];
   return absl::OkStatus();
 }
 
@@ -501,7 +381,7 @@ Status Decode(Codec codec, std::string_view payload, char* out,
       STAGGER_RETURN_IF_ERROR(
           ZstdDecode(payload.substr(1), grouped, raw_length));
       size_t n = raw_length / w;
-      UngroupAny(grouped, n, w, out);
+      internal::UngroupBytes(grouped, nullptr, n, w, out);
       std::memcpy(out + n * w, grouped + n * w, raw_length - n * w);
       return absl::OkStatus();
     }

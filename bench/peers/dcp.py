@@ -42,18 +42,22 @@ dropped before each load (/proc/sys/vm/drop_caches; the output says when
 that is not allowed); the stagger-server is restarted after the drop.
 Then a second stagger-server with a memory tier (--memory-bytes) takes a
 save with durability "memory", and stagger loads it --load-reps times
-(the server holds the step in RAM). The machine's ceilings are
+into fresh tensors and --load-reps times into tensors already in memory
+(the server holds the step in RAM; fresh tensors' pages are faulted in by
+the load, which on a VM can cost more than the copy). The machine's ceilings are
 measured in the same run (build/bin/bench_ceilings: disk write and read,
 O_DIRECT; UCX loopback), beside the copy floor. Prints a table per
 layout, the loads' times in turn, the ceilings, and
 
   RESULT peers layout=L eager_x_async=... eager_x_floor=... lazy_x_async=...
          dcp_durable_x_stagger=... dcp_bytes_x_stagger=... load_x_dcp=...
-         load_best_x_dcp=... memory_load_x_floor=... load_x_disk_read=...
+         load_best_x_dcp=... memory_load_x_floor=... memory_fresh_x_floor=...
+         load_x_disk_read=...
          ratio=eager_x_async
 
-(memory_load_x_floor: the memory-tier load's bandwidth over the copy
-floor's;
+(memory_load_x_floor: the memory-tier load's bandwidth into resident
+tensors over the copy floor's, which copies into resident memory too;
+memory_fresh_x_floor: the same into fresh tensors;
 load_x_disk_read: the cold load's over the disk's read ceiling)
 
 ratios the targets of BENCHMARKS.md are stated in. Exits 2 when torch 2.x
@@ -322,7 +326,10 @@ def run_stagger(sd, work, server_bin, dropped, step_s):
 def stagger_memory_loads(sd, work, server_bin, reps):
     """Loads of a step the server holds in RAM: a stagger-server with a
     memory tier, a save with durability "memory", then `reps` loads from
-    fresh Checkpointers (median seconds, all bit exact)."""
+    fresh Checkpointers into fresh tensors (whose pages the load faults
+    in, as DCP's loads do) and `reps` into tensors already in memory (a
+    resumed trainer's initialized model; the copy floor's case). Returns
+    the two medians (s) and whether every load was bit exact."""
     sys.path.insert(0, os.path.join(ROOT, "build", "python"))
     import stagger.torch as st
     nbytes = sum(t.numel() * t.element_size() for t in tensors(sd))
@@ -332,17 +339,24 @@ def stagger_memory_loads(sd, work, server_bin, reps):
         ck = st.checkpointer(server.grpc, job="memory", durability="memory")
         st.save_state_dict(ck, sd, 1).wait()
         del ck
-        times, exact = [], True
-        for _ in range(reps):
-            dest = empty_like_tree(sd)
+        resident = empty_like_tree(sd)
+        for d, x in zip(tensors(resident), tensors(sd)):
+            d.zero_()
+        fresh, touched, exact = [], [], True
+        for i in range(2 * reps):
+            dest = empty_like_tree(sd) if i % 2 == 0 else resident
             ck = st.checkpointer(server.grpc, job="memory")
             t = time.perf_counter()
             st.load_state_dict(ck, dest, step=1)
-            times.append(time.perf_counter() - t)
+            (fresh if i % 2 == 0 else touched).append(
+                time.perf_counter() - t)
             del ck
             exact = exact and all(torch.equal(a, b) for a, b in
                                   zip(tensors(sd), tensors(dest)))
-        return statistics.median(times), exact
+            if i % 2 == 1:
+                for d in tensors(resident):
+                    d.zero_()
+        return statistics.median(fresh), statistics.median(touched), exact
     finally:
         server.stop()
 
@@ -450,7 +464,8 @@ def main():
             s["load_best_s"] = min(x[1][0] for x in loads)
             d["bit_exact"] = all(x[0][1] for x in loads)
             s["bit_exact"] = all(x[1][1] for x in loads)
-            s["memory_load_s"], s["memory_exact"] = stagger_memory_loads(
+            (s["memory_load_fresh_s"], s["memory_load_s"],
+             s["memory_exact"]) = stagger_memory_loads(
                 sd, work, a.server_bin, a.load_reps)
             load_runs = " ".join(f"{x[0][0]:.3f}/{x[1][0]:.3f}" for x in loads)
             step_bytes = stagger_step_bytes(sd, work, a.server_bin)
@@ -473,7 +488,9 @@ def main():
                  d["load_s"], s["load_s"]),
                 ("load of the last step, fastest (s)", d["load_best_s"],
                  s["load_best_s"]),
-                ("load from the servers' RAM (memory tier), median (s)",
+                ("load from the servers' RAM into fresh tensors (s)",
+                 None, s["memory_load_fresh_s"]),
+                ("load from the servers' RAM into resident ones (s)",
                  None, s["memory_load_s"]),
                 ("bit exact", d["bit_exact"],
                  s["bit_exact"] and s["memory_exact"])]
@@ -501,7 +518,8 @@ def main():
              "load_x_dcp": s["load_s"] / d["load_s"],
              "load_best_x_dcp": s["load_best_s"] / d["load_best_s"],
              # Shares of a ceiling's bandwidth (1 = at the ceiling).
-             "memory_load_x_floor": floor / s["memory_load_s"]}
+             "memory_load_x_floor": floor / s["memory_load_s"],
+             "memory_fresh_x_floor": floor / s["memory_load_fresh_s"]}
         if ceil:
             r["load_x_disk_read"] = (nbytes / s["load_s"] / 1e9
                                      / ceil["disk_read_GBps"])
