@@ -7,6 +7,7 @@
 #include <map>
 #include <optional>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "format/manifest.h"
 
@@ -190,6 +191,20 @@ Result<pb::StepInfo> CommitShard(ServerSet& servers, size_t replicas,
   pb::CommitShardRequest req;
   *req.mutable_manifest() = manifest;
   req.set_chunks_elsewhere(servers.size() > 1);
+  if (manifest.in_memory()) {
+    // The coordinators confirm its copies on disk themselves
+    // (server/promoter.h): where they are and how many it needs. An
+    // embedded server has no address another can reach.
+    for (size_t i = 0; i < servers.size(); ++i) {
+      const std::string& a = servers.server(i).address;
+      if (absl::StartsWith(a, "embedded:")) {
+        req.clear_copy_servers();
+        break;
+      }
+      req.add_copy_servers(a);
+    }
+    req.set_replicas(static_cast<uint32_t>(replicas));
+  }
   std::optional<pb::StepInfo> first;
   std::vector<ServerConn*> committed_to;
   size_t committed = 0;

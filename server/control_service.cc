@@ -9,6 +9,7 @@
 #include "absl/time/clock.h"
 #include "format/names.h"
 #include "format/record.h"
+#include "server/promoter.h"
 #include "server/tier/drainer.h"
 #include "util/log.h"
 
@@ -101,6 +102,14 @@ grpc::Status ControlService::CommitShard(grpc::ServerContext* ctx,
   if (Status a = Authorize(ctx, req->manifest().job()); !a.ok()) {
     return ToGrpc(a);
   }
+  auto info = Commit(*req);
+  if (!info.ok()) return ToGrpc(info.status());
+  *reply->mutable_step() = std::move(*info);
+  return grpc::Status::OK;
+}
+
+Result<pb::StepInfo> ControlService::Commit(const pb::CommitShardRequest& r) {
+  const pb::CommitShardRequest* req = &r;
   MetaStore::HeldLookup held;
   if (memory_ != nullptr) {
     held = [this](const std::string& job,
@@ -115,16 +124,19 @@ grpc::Status ControlService::CommitShard(grpc::ServerContext* ctx,
       return m;
     };
   }
+  // Where a memory-level shard's copies are, for the promoter.
+  pb::MemoryShard plan;
+  *plan.mutable_servers() = req->copy_servers();
+  plan.set_replicas(std::max<uint32_t>(1, req->replicas()));
   auto info =
-      meta_->CommitShard(req->manifest(), req->chunks_elsewhere(), held);
+      meta_->CommitShard(req->manifest(), req->chunks_elsewhere(), held, &plan);
   if (!info.ok()) {
     ++counters_.failed_commits;
-    return ToGrpc(WithContext(
-        info.status(), absl::StrCat("commit of job '", req->manifest().job(),
-                                    "' step ", req->manifest().step(), " rank ",
-                                    req->manifest().rank())));
+    return WithContext(
+        info.status(),
+        absl::StrCat("commit of job '", req->manifest().job(), "' step ",
+                     req->manifest().step(), " rank ", req->manifest().rank()));
   }
-  *reply->mutable_step() = *info;
   ++counters_.shard_commits;
   // A memory-level shard is logged once it is disk-level (its commit
   // again without in_memory): a rebuild must not bring back a step whose
@@ -168,7 +180,10 @@ grpc::Status ControlService::CommitShard(grpc::ServerContext* ctx,
       if (compactor_ != nullptr) compactor_->Schedule(req->manifest().job());
     }
   }
-  return grpc::Status::OK;
+  if (req->manifest().in_memory() && promoter_ != nullptr) {
+    promoter_->Notify();
+  }
+  return info;
 }
 
 void ControlService::RewriteLog(const std::string& job) {

@@ -20,6 +20,8 @@
 
 namespace stagger::server {
 
+class Promoter;
+
 namespace tier {
 class Drainer;
 }
@@ -81,6 +83,13 @@ class ControlService final : public pb::Stagger::Service {
   // a memory-level commit finds chunks held there, and Flush waits for
   // them to reach the disk.
   void SetMemoryTier(MemoryTier* memory) { memory_ = memory; }
+  // With a promoter (not owned): a memory-level commit wakes it.
+  void SetPromoter(Promoter* promoter) { promoter_ = promoter; }
+
+  // CommitShard without the call: commits the shard in the meta store,
+  // logs it, wakes the drainer, applies retention. The promoter commits
+  // the shards it confirmed on disk with it.
+  Result<pb::StepInfo> Commit(const pb::CommitShardRequest& req);
 
   grpc::Status Hello(grpc::ServerContext*, const pb::HelloRequest*,
                      pb::HelloReply*) override;
@@ -135,6 +144,7 @@ class ControlService final : public pb::Stagger::Service {
   Rebaser* rebaser_ = nullptr;
   tier::Drainer* drainer_ = nullptr;
   MemoryTier* memory_ = nullptr;
+  Promoter* promoter_ = nullptr;
   const uint64_t instance_;  // HelloReply::instance
   RetentionPolicy retention_;
   ControlCounters counters_;

@@ -136,6 +136,14 @@ int main(int argc, char** argv) {
                  "file of 'TOKEN JOB[,JOB...]' lines ('*': every job): every "
                  "call must carry a token allowed its job (default: no "
                  "tokens, and then only loopback addresses unless --insecure)");
+  app.add_option("--peer-token-file", options.peer_token_file,
+                 "file whose first line is a token the other servers accept "
+                 "for every job: this server asks them whether the chunks of "
+                 "memory-level saves are on their disks, to make those saves "
+                 "disk-level itself (needed when they use --auth-tokens)");
+  app.add_option("--peer-tls-ca", options.peer_tls_ca_file,
+                 "PEM roots to trust the other servers' TLS certificates "
+                 "(default: --tls-cert's chain)");
   bool no_rebase = false;
   app.add_flag("--no-rebase", no_rebase,
                "store deltas as clients send them instead of keeping the "

@@ -16,61 +16,28 @@
 #include "format/internal/endian.h"
 #include "format/manifest.h"
 #include "format/names.h"
+#include "server/internal/meta_keys.h"
 
 namespace stagger::server {
 namespace {
+
+using meta_internal::BadKey;
+using meta_internal::ChunkKey;
+using meta_internal::DrainedKey;
+using meta_internal::FromRocks;
+using meta_internal::JobPrefix;
+using meta_internal::kColdOnly;
+using meta_internal::MemoryShardKey;
+using meta_internal::MemoryShardPrefix;
+using meta_internal::ParseValue;
+using meta_internal::PutBE64;
+using meta_internal::ShardKey;
+using meta_internal::StepKey;
 
 using format_internal::GetLE;
 using format_internal::PutLE;
 
 constexpr size_t kChunkMetaSize = 49;
-
-Status FromRocks(const rocksdb::Status& s, std::string_view what) {
-  if (s.ok()) return absl::OkStatus();
-  std::string msg = absl::StrCat("metadata ", AsAbsl(what), ": ", s.ToString());
-  if (s.IsNotFound()) return absl::NotFoundError(msg);
-  if (s.IsNoSpace()) return absl::ResourceExhaustedError(msg);
-  if (s.IsCorruption()) return absl::DataLossError(msg);
-  if (s.IsIOError()) return absl::UnavailableError(msg);
-  return absl::InternalError(msg);
-}
-
-void PutBE64(std::string* out, uint64_t v) {
-  for (int i = 7; i >= 0; --i) out->push_back(static_cast<char>(v >> (8 * i)));
-}
-
-std::string JobPrefix(char kind, const std::string& job) {
-  std::string k(1, kind);
-  k += '/';
-  k += job;
-  k += '\0';
-  return k;
-}
-std::string ChunkKey(const std::string& job, const format::ChunkId& id) {
-  return JobPrefix('c', job) + id.ToBytes();
-}
-std::string BadKey(const std::string& job, const format::ChunkId& id) {
-  return JobPrefix('b', job) + id.ToBytes();
-}
-std::string StepKey(const std::string& job, int64_t step) {
-  std::string k = JobPrefix('s', job);
-  PutBE64(&k, static_cast<uint64_t>(step));
-  return k;
-}
-// The value of a drained-step key for a step imported from the cold store.
-constexpr char kColdOnly[] = "cold-only";
-
-std::string DrainedKey(const std::string& job, int64_t step) {
-  std::string k = JobPrefix('r', job);
-  PutBE64(&k, static_cast<uint64_t>(step));
-  return k;
-}
-std::string ShardKey(const std::string& job, int64_t step, uint32_t rank) {
-  std::string k = JobPrefix('m', job);
-  PutBE64(&k, static_cast<uint64_t>(step));
-  for (int i = 3; i >= 0; --i) k.push_back(static_cast<char>(rank >> (8 * i)));
-  return k;
-}
 
 std::string EncodeChunkMeta(const ChunkMeta& m) {
   std::string v(kChunkMetaSize, '\0');
@@ -117,16 +84,6 @@ Result<ChunkMeta> DecodeChunkMeta(std::string_view v) {
     const char* b = v.data() + v.size() - 12;
     m.behind_hops = GetLE<uint32_t>(b);
     m.behind_bytes = GetLE<uint64_t>(b + 4);
-  }
-  return m;
-}
-
-template <typename Msg>
-Result<Msg> ParseValue(const std::string& v, std::string_view what) {
-  Msg m;
-  if (!m.ParseFromString(v)) {
-    return absl::DataLossError(
-        absl::StrCat("corrupt metadata record: ", AsAbsl(what)));
   }
   return m;
 }
@@ -282,7 +239,8 @@ Result<pb::StepInfo> MetaStore::StepToCommit(const pb::ShardManifest& m) {
 
 Result<pb::StepInfo> MetaStore::CommitShard(pb::ShardManifest m,
                                             bool chunks_elsewhere,
-                                            const HeldLookup& held) {
+                                            const HeldLookup& held,
+                                            const pb::MemoryShard* plan) {
   STAGGER_RETURN_IF_ERROR(format::ValidateShardManifest(m));
   const std::string& job = m.job();
   uint64_t stored = 0, raw = 0;
@@ -312,6 +270,7 @@ Result<pb::StepInfo> MetaStore::CommitShard(pb::ShardManifest m,
       rocksdb::WriteBatch batch;
       batch.Put(ShardKey(job, m.step(), m.rank()), prior.SerializeAsString());
       batch.Put(StepKey(job, m.step()), info.SerializeAsString());
+      batch.Delete(MemoryShardKey(job, m.step(), m.rank()));
       rocksdb::WriteOptions wo;
       wo.sync = true;
       STAGGER_RETURN_IF_ERROR(FromRocks(db_->Write(wo, &batch), "commit"));
@@ -338,6 +297,12 @@ Result<pb::StepInfo> MetaStore::CommitShard(pb::ShardManifest m,
   rocksdb::WriteBatch batch;
   batch.Put(ShardKey(job, m.step(), m.rank()), m.SerializeAsString());
   batch.Put(StepKey(job, m.step()), info.SerializeAsString());
+  if (!m.in_memory()) {
+    batch.Delete(MemoryShardKey(job, m.step(), m.rank()));  // set aside
+  } else if (plan != nullptr && !plan->servers().empty()) {
+    batch.Put(MemoryShardKey(job, m.step(), m.rank()),
+              plan->SerializeAsString());
+  }
   rocksdb::WriteOptions wo;
   wo.sync = true;
   STAGGER_RETURN_IF_ERROR(FromRocks(db_->Write(wo, &batch), "commit"));
@@ -439,6 +404,7 @@ Result<GcResult> MetaStore::DeleteStepsLocked(
       for (uint32_t rank : s.committed_ranks()) {
         batch.Delete(ShardKey(job, s.step(), rank));
       }
+      DeleteMemoryShards(job, s.step(), &batch);
       r.steps_deleted.push_back(s.step());
     } else {
       kept.push_back(s);
@@ -488,30 +454,36 @@ Result<SweepResult> MetaStore::Sweep(const std::string& job, ChunkIdSet live,
   return DeleteUnreferenced(job, live, grace_ms, &batch);
 }
 
+Status MetaStore::AddShardChunks(const pb::ShardManifest& shard,
+                                 ChunkIdSet* live) {
+  for (const auto& t : shard.tensors()) {
+    for (const auto& c : t.chunks()) {
+      auto id = format::ChunkId::FromBytes(c.id());
+      auto base = c.base_id().empty()
+                      ? Result<format::ChunkId>(format::ChunkId{})
+                      : format::ChunkId::FromBytes(c.base_id());
+      if (!id.ok() || !base.ok()) {
+        return absl::DataLossError(absl::StrCat(
+            "job '", shard.job(), "' step ", shard.step(), " rank ",
+            shard.rank(), " tensor '", t.name(), "': corrupt chunk id"));
+      }
+      live->insert(*id);
+      if (!c.base_id().empty()) live->insert(*base);
+    }
+  }
+  return absl::OkStatus();
+}
+
 Status MetaStore::AddReferenced(const std::string& job,
                                 const std::vector<pb::StepInfo>& steps,
                                 ChunkIdSet* live) {
   for (const auto& s : steps) {
     for (uint32_t rank : s.committed_ranks()) {
       STAGGER_ASSIGN_OR_RETURN(auto shard, GetShard(job, s.step(), rank));
-      for (const auto& t : shard.tensors()) {
-        for (const auto& c : t.chunks()) {
-          auto id = format::ChunkId::FromBytes(c.id());
-          auto base = c.base_id().empty()
-                          ? Result<format::ChunkId>(format::ChunkId{})
-                          : format::ChunkId::FromBytes(c.base_id());
-          if (!id.ok() || !base.ok()) {
-            return absl::DataLossError(
-                absl::StrCat("job '", job, "' step ", s.step(), " rank ", rank,
-                             " tensor '", t.name(), "': corrupt chunk id"));
-          }
-          live->insert(*id);
-          if (!c.base_id().empty()) live->insert(*base);
-        }
-      }
+      STAGGER_RETURN_IF_ERROR(AddShardChunks(shard, live));
     }
   }
-  return absl::OkStatus();
+  return AddSetAside(job, live);
 }
 
 Status MetaStore::CloseOverBases(const std::string& job, ChunkIdSet* live) {

@@ -142,15 +142,37 @@ class MetaStore {
   // too, and the rank is listed in StepInfo::memory_ranks. Committing the
   // same shard without `in_memory` then makes the rank disk-level (its
   // chunks must now be in the index, or elsewhere); the reverse is a
-  // no-op.
+  // no-op. With `plan` (a memory-level commit that says where its copies
+  // are), the shard's MemoryShard record is written in the same batch;
+  // a disk-level commit of the rank deletes it.
   using HeldLookup = std::function<std::optional<ChunkMeta>(
       const std::string& job, const format::ChunkId& id)>;
   Result<pb::StepInfo> CommitShard(pb::ShardManifest m,
                                    bool chunks_elsewhere = false,
-                                   const HeldLookup& held = nullptr);
-  // Deletes every step with a memory-level rank (at start: their chunks
-  // may have been in the RAM a crash took) and returns them by job.
-  Result<std::map<std::string, std::vector<int64_t>>> DropMemorySteps();
+                                   const HeldLookup& held = nullptr,
+                                   const pb::MemoryShard* plan = nullptr);
+
+  // Memory-level shards the servers confirm on disk (server/promoter.h).
+  struct MemoryShardRecord {
+    std::string job;
+    int64_t step = 0;
+    uint32_t rank = 0;
+    pb::MemoryShard shard;
+  };
+  // Every MemoryShard record, by job, step and rank.
+  Result<std::vector<MemoryShardRecord>> MemoryShards();
+  // Deletes one (its shard was made disk-level, or lost); a step left
+  // with no rank and no other record goes with it.
+  Status ForgetMemoryShard(const std::string& job, int64_t step, uint32_t rank);
+  // At start: every memory-level shard is taken out of its step (the rank
+  // uncommitted, the step no longer complete; a step left with no rank
+  // stays, partial, so that deleting it deletes the record too) and kept in its
+  // MemoryShard record as `set_aside`, in one synced batch: its chunks may have
+  // been in the RAM a crash took, and a step is never listed complete with
+  // bytes missing. The promoter commits it again once the servers confirm its
+  // chunks on disk. Returns the steps by job. Their chunks stay live for gc
+  // meanwhile.
+  Result<std::map<std::string, std::vector<int64_t>>> SetAsideMemoryShards();
 
   // The jobs this store holds steps or chunk index entries of, by name.
   Result<std::vector<std::string>> ListJobs();
@@ -243,7 +265,8 @@ class MetaStore {
   explicit MetaStore(std::unique_ptr<rocksdb::DB> db);
   // The drained steps of `job`; only those imported with `cold_only`.
   Result<std::set<int64_t>> TierSteps(const std::string& job, bool cold_only);
-  // Adds the chunks referenced by `steps`' manifests (ids and base ids).
+  // Adds the chunks referenced by `steps`' manifests (ids and base ids),
+  // and by the job's set-aside memory-level shards.
   Status AddReferenced(const std::string& job,
                        const std::vector<pb::StepInfo>& steps, ChunkIdSet* live)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(commit_mu_);
@@ -254,6 +277,13 @@ class MetaStore {
                                      const std::set<int64_t>& doomed,
                                      int64_t grace_ms)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(commit_mu_);
+  // Adds the ids and base ids of `shard`'s chunks.
+  static Status AddShardChunks(const pb::ShardManifest& shard,
+                               ChunkIdSet* live);
+  Status AddSetAside(const std::string& job, ChunkIdSet* live);
+  // Adds to `batch` the deletion of the MemoryShard records of `step`.
+  void DeleteMemoryShards(const std::string& job, int64_t step,
+                          rocksdb::WriteBatch* batch);
   // Adds, transitively, the bases this index records for chunks in `live`.
   Status CloseOverBases(const std::string& job, ChunkIdSet* live);
   // Adds to `batch` the deletion of the job's index entries outside `live`

@@ -1,5 +1,5 @@
-// MetaStore: which steps go (retention, deletion by name, memory-level
-// steps at start); DeleteStepsLocked (meta_store.cc) deletes them.
+// MetaStore: which steps go (retention, deletion by name);
+// DeleteStepsLocked (meta_store.cc) deletes them.
 #include <limits>
 #include <set>
 
@@ -95,29 +95,6 @@ Result<GcResult> MetaStore::DeleteSteps(const std::string& job,
         " on this server (steps: ", held, "); nothing was deleted"));
   }
   return DeleteStepsLocked(job, steps, doomed, grace_ms);
-}
-
-Result<std::map<std::string, std::vector<int64_t>>>
-MetaStore::DropMemorySteps() {
-  std::map<std::string, std::vector<int64_t>> dropped;
-  STAGGER_ASSIGN_OR_RETURN(std::vector<std::string> jobs, ListJobs());
-  absl::MutexLock lock(&commit_mu_);
-  for (const std::string& job : jobs) {
-    STAGGER_ASSIGN_OR_RETURN(auto steps,
-                             ListSteps(job, /*include_partial=*/true));
-    std::set<int64_t> doomed;
-    for (const auto& s : steps) {
-      if (!s.memory_ranks().empty()) doomed.insert(s.step());
-    }
-    if (doomed.empty()) continue;
-    // Chunks are left to the next gc (a grace no chunk is older than).
-    STAGGER_RETURN_IF_ERROR(
-        DeleteStepsLocked(job, steps, doomed,
-                          std::numeric_limits<int64_t>::max() / 2)
-            .status());
-    dropped[job].assign(doomed.begin(), doomed.end());
-  }
-  return dropped;
 }
 
 }  // namespace stagger::server

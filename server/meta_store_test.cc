@@ -94,6 +94,69 @@ TEST_F(MetaStoreTest, StepCompletesOnlyWhenAllRanksCommit) {
   EXPECT_EQ(shard->tensors(0).chunks(0).stored_length(), 2048u);
 }
 
+// A memory-level shard with a plan gets a record; at start it is set aside
+// (the step no longer complete, its chunks still live for gc), committed
+// again disk-level it is back and the record gone; a set-aside shard
+// forgotten takes a step with no other rank with it.
+TEST_F(MetaStoreTest, MemoryLevelShardsAreSetAsideAtStartNotDropped) {
+  auto c1 = StoreChunk(1);
+  auto c3 = StoreChunk(3);
+  ASSERT_TRUE(meta_->CommitShard(Shard(1, 0, 1, c1)).ok());
+  pb::MemoryShard plan;
+  plan.add_servers("10.0.0.1:7700");
+  plan.add_servers("10.0.0.2:7700");
+  plan.set_replicas(2);
+  pb::ShardManifest two = Shard(2, 0, 1, c3);
+  two.set_in_memory(true);
+  ASSERT_TRUE(meta_->CommitShard(two, false, nullptr, &plan).ok());
+  pb::ShardManifest three = Shard(3, 0, 1, c1);
+  three.set_in_memory(true);
+  ASSERT_TRUE(meta_->CommitShard(three, false, nullptr, &plan).ok());
+  auto records = meta_->MemoryShards();
+  ASSERT_TRUE(records.ok()) << records.status();
+  ASSERT_EQ(records->size(), 2u);
+  EXPECT_EQ((*records)[0].step, 2);
+  EXPECT_EQ((*records)[0].shard.replicas(), 2u);
+  EXPECT_FALSE((*records)[0].shard.has_set_aside());
+  EXPECT_EQ(meta_->LatestComplete("job")->step(), 3);
+
+  auto aside = meta_->SetAsideMemoryShards();
+  ASSERT_TRUE(aside.ok()) << aside.status();
+  EXPECT_EQ((*aside)["job"], (std::vector<int64_t>{2, 3}));
+  EXPECT_EQ(meta_->LatestComplete("job")->step(), 1);
+  auto step2 = meta_->GetStep("job", 2);
+  ASSERT_TRUE(step2.ok());
+  EXPECT_FALSE(step2->complete());
+  EXPECT_TRUE(step2->committed_ranks().empty());
+  EXPECT_TRUE(step2->memory_ranks().empty());
+  EXPECT_EQ(step2->raw_bytes(), 0u);
+  records = meta_->MemoryShards();
+  ASSERT_EQ(records->size(), 2u);
+  ASSERT_TRUE((*records)[0].shard.has_set_aside());
+  EXPECT_EQ((*records)[0].shard.set_aside().step(), 2);
+  EXPECT_EQ((*records)[0].shard.servers_size(), 2);
+  // Gc keeps the set-aside shard's chunk (step 2 is the only one using c3).
+  auto g = meta_->Gc("job", 1, 0);
+  ASSERT_TRUE(g.ok()) << g.status();
+  EXPECT_TRUE(meta_->GetChunk("job", c3).ok());
+
+  // Confirmed on disk: committed again, disk-level.
+  pb::ShardManifest back = (*records)[0].shard.set_aside();
+  back.set_in_memory(false);
+  auto info = meta_->CommitShard(back, true);
+  ASSERT_TRUE(info.ok()) << info.status();
+  EXPECT_TRUE(info->complete());
+  EXPECT_TRUE(info->memory_ranks().empty());
+  EXPECT_EQ(info->raw_bytes(), 4096u);
+  EXPECT_EQ(meta_->LatestComplete("job")->step(), 2);
+  // Lost: forgotten, and step 3 (no rank left) with it.
+  ASSERT_TRUE(meta_->ForgetMemoryShard("job", 3, 0).ok());
+  EXPECT_TRUE(meta_->MemoryShards()->empty());
+  EXPECT_EQ(meta_->GetStep("job", 3).status().code(),
+            absl::StatusCode::kNotFound);
+  EXPECT_EQ(meta_->ListSteps("job", true)->size(), 2u);
+}
+
 TEST_F(MetaStoreTest, LatestIgnoresNewerPartialSteps) {
   auto id = StoreChunk(1);
   ASSERT_TRUE(meta_->CommitShard(Shard(3, 0, 1, id)).ok());

@@ -20,6 +20,7 @@
 #include "server/memory_tier.h"
 #include "server/meta_store.h"
 #include "server/metrics_page.h"
+#include "server/promoter.h"
 #include "server/storage/segment_store.h"
 #include "server/tier/cold_read.h"
 #include "server/tier/drainer.h"
@@ -51,6 +52,7 @@ class Server::Impl {
   std::unique_ptr<transport::Listener> listener;
   std::unique_ptr<ControlService> control;
   std::unique_ptr<grpc::Server> grpc_server;
+  std::unique_ptr<Promoter> promoter;  // calls control and the peers
   std::unique_ptr<metrics::HttpExporter> metrics;  // reads all of the above
   std::string grpc_address;
   bool stopped = false;
@@ -64,6 +66,7 @@ class Server::Impl {
                            std::shared_ptr<grpc::ServerCredentials> creds,
                            const std::string& grpc_host);
   Status StartMetrics(const ServerOptions& options);
+  Status StartPromoter(const ServerOptions& options);
   // Imports the steps only the cold store holds, before anything is
   // served. NOT_FOUND when the pool does not exist; a store that cannot be
   // reached is logged and the server starts anyway (saves go to the disk).
@@ -73,6 +76,10 @@ class Server::Impl {
     if (stopped) return;
     stopped = true;
     metrics.reset();
+    // Before the control plane: it commits through it (a Flush in flight
+    // is cancelled).
+    if (control) control->SetPromoter(nullptr);
+    promoter.reset();
     // The drain's writes in flight finish; the rest waits for the next
     // start (a step is marked drained only once all of it is stored).
     if (drainer) drainer->Stop();
@@ -223,15 +230,18 @@ Status Server::Impl::OpenStores(const ServerOptions& options) {
     std::ofstream f(pid_file, std::ios::trunc);
     f << ::getpid() << "\n";
   }
-  // Steps committed at memory level and never made disk-level: their
+  // Shards committed at memory level and never made disk-level: their
   // chunks may have been in the RAM of a server that crashed (this one).
-  // A step is never listed complete with bytes missing.
-  STAGGER_ASSIGN_OR_RETURN(auto dropped, meta->DropMemorySteps());
-  for (const auto& [job, steps] : dropped) {
-    log::Warning("stagger-server",
-                 absl::StrCat("job '", job, "': dropped memory-level step(s) ",
-                              absl::StrJoin(steps, ", "),
-                              " (never confirmed on disk before this start)"));
+  // They are taken out of their steps (never listed complete with bytes
+  // missing) until the servers confirm their chunks on disk (promoter.h).
+  STAGGER_ASSIGN_OR_RETURN(auto set_aside, meta->SetAsideMemoryShards());
+  for (const auto& [job, steps] : set_aside) {
+    log::Warning(
+        "stagger-server",
+        absl::StrCat("job '", job, "': memory-level step(s) ",
+                     absl::StrJoin(steps, ", "),
+                     " set aside until their chunks are confirmed on the "
+                     "servers' disks (they are not listed until then)"));
   }
   SegmentStoreOptions seg;
   seg.dir = options.data_dir + "/segments";
@@ -355,6 +365,48 @@ Status Server::Impl::StartControlPlane(
   return absl::OkStatus();
 }
 
+Status Server::Impl::StartPromoter(const ServerOptions& options) {
+  PromoterOptions po;
+  if (!options.peer_token_file.empty()) {
+    STAGGER_ASSIGN_OR_RETURN(std::string text,
+                             ReadPem(options.peer_token_file, "peer token"));
+    po.token = text.substr(0, text.find('\n'));
+    if (!po.token.empty() && po.token.back() == '\r') po.token.pop_back();
+    if (po.token.empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("peer token file '", options.peer_token_file,
+                       "': its first line is empty"));
+    }
+  } else if (auth != nullptr) {
+    log::Warning("stagger-server",
+                 "--auth-tokens without --peer-token-file: this server cannot "
+                 "ask the others whether memory-level saves are on their "
+                 "disks; their clients make them disk-level, and those set "
+                 "aside at a start wait for a client");
+  }
+  if (!options.tls_cert_file.empty()) {
+    const std::string& roots = options.peer_tls_ca_file.empty()
+                                   ? options.tls_cert_file
+                                   : options.peer_tls_ca_file;
+    grpc::SslCredentialsOptions ssl;
+    STAGGER_ASSIGN_OR_RETURN(ssl.pem_root_certs,
+                             ReadPem(roots, "peer TLS roots"));
+    po.credentials = grpc::SslCredentials(ssl);
+  }
+  ControlService* c = control.get();
+  promoter = std::make_unique<Promoter>(
+      meta.get(),
+      [c](const pb::ShardManifest& m) {
+        pb::CommitShardRequest req;
+        *req.mutable_manifest() = m;
+        req.set_chunks_elsewhere(true);
+        return c->Commit(req);
+      },
+      std::move(po));
+  control->SetPromoter(promoter.get());
+  return absl::OkStatus();
+}
+
 Status Server::Impl::StartMetrics(const ServerOptions& options) {
   if (options.metrics_listen.empty()) return absl::OkStatus();
   MetricsSources sources;
@@ -415,6 +467,10 @@ Result<std::unique_ptr<Server>> Server::Start(const ServerOptions& options) {
   STAGGER_RETURN_IF_ERROR(impl->StartDataPlane(options));
   STAGGER_RETURN_IF_ERROR(
       impl->StartControlPlane(options, std::move(creds), grpc_hp.first));
+  if (Status s = impl->StartPromoter(options); !s.ok()) {
+    impl->Shutdown();
+    return s;
+  }
   if (Status s = impl->StartMetrics(options); !s.ok()) {
     impl->Shutdown();
     return s;

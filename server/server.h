@@ -92,6 +92,13 @@ struct ServerOptions {
   // listen on anything but loopback addresses, unless `insecure`.
   std::string auth_tokens_file;
   bool insecure = false;
+  // How this server reaches the others to confirm memory-level shards on
+  // their disks (server/promoter.h): a file whose first line is a token
+  // allowed every job there (needed when they check tokens), and the PEM
+  // roots to trust their TLS certificates (default: --tls-cert's chain,
+  // for servers sharing one certificate). TLS when this server serves it.
+  std::string peer_token_file;
+  std::string peer_tls_ca_file;
   // Payloads from and to clients on this host move by cross-memory attach
   // (transport::UcxTransportOptions::cross_memory): this server reads and
   // writes their buffers directly. Off: it never does (clients that may

@@ -1,0 +1,104 @@
+// Promoter: makes memory-level shards disk-level from the server side, so
+// that a step saved with durability "memory" reaches the disk level whether
+// or not the trainer that saved it lives, and survives a restart of every
+// server once its chunks reached their disks.
+//
+// A memory-level CommitShard names the servers the client put the shard's
+// chunks on and the copies each needs (CommitShardRequest.copy_servers,
+// replicas); the coordinator keeps them (pb::MemoryShard, in RocksDB). A
+// pass, a second after the last or when a commit wakes it:
+//
+//   per job: every chunk id (and delta base) of its memory-level shards
+//     ── Flush(job, ids) ──► each of their servers, one call per server:
+//                            waits (up to flush_wait) for that server's
+//                            write-behind, answers which ids it has on disk
+//   per shard: every id on >= replicas disks ─► committed again without
+//                                               in_memory (disk-level)
+//              set aside at start, every server answered, an id on no
+//              disk ─► forgotten: its bytes lived in RAM only (the step
+//                      stays partial and is never listed complete)
+//              otherwise ─► asked again at the next pass
+//
+// A shard the client made disk-level first is forgotten. A server that
+// cannot reach its peers (they need a token and --peer-token-file is not
+// given) leaves the shards to the client's promoter.
+//
+// Thread-safety: thread-safe; one thread of its own.
+#ifndef STAGGER_SERVER_PROMOTER_H_
+#define STAGGER_SERVER_PROMOTER_H_
+
+#include <grpcpp/grpcpp.h>
+
+#include <atomic>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "proto/stagger.grpc.pb.h"
+#include "server/meta_store.h"
+#include "stagger/status.h"
+
+namespace stagger::server {
+
+struct PromoterOptions {
+  // Credentials to reach the other servers' control planes, and the token
+  // sent to them (empty: none).
+  std::shared_ptr<grpc::ChannelCredentials> credentials;
+  std::string token;
+  absl::Duration interval = absl::Seconds(1);  // between passes
+  absl::Duration flush_wait = absl::Seconds(5);
+};
+
+struct PromoterStats {
+  uint64_t promoted = 0;  // shards made disk-level here
+  uint64_t dropped = 0;   // set-aside shards whose chunks were on no disk
+  uint64_t pending = 0;   // memory-level shards waiting, last pass
+  uint64_t flush_calls = 0;
+};
+
+class Promoter {
+ public:
+  // Commits a shard (disk-level) as a CommitShard call would.
+  using Commit = std::function<Result<pb::StepInfo>(const pb::ShardManifest&)>;
+
+  // `meta` (not owned) outlives the Promoter. Starts its thread.
+  Promoter(MetaStore* meta, Commit commit, PromoterOptions options);
+  ~Promoter();  // stops the thread (a pass in flight finishes)
+
+  // Runs a pass soon.
+  void Notify();
+  PromoterStats stats() const;
+
+ private:
+  void Run();
+  // One pass over every record; returns whether any is still waiting.
+  bool Pass();
+  // Which of `ids` each server has on disk: copies per id, and whether
+  // every server answered.
+  bool CountCopies(const std::string& job,
+                   const std::vector<std::string>& servers,
+                   const std::vector<std::string>& ids,
+                   std::vector<uint32_t>* copies);
+  pb::Stagger::Stub* Stub(const std::string& address);
+
+  MetaStore* const meta_;
+  const Commit commit_;
+  const PromoterOptions options_;
+  // Run's thread only.
+  std::map<std::string, std::unique_ptr<pb::Stagger::Stub>> stubs_;
+  std::map<std::string, std::string> peer_errors_;  // last logged, by server
+  mutable absl::Mutex mu_;
+  grpc::ClientContext* call_ ABSL_GUARDED_BY(mu_) = nullptr;  // in flight
+  bool wake_ ABSL_GUARDED_BY(mu_) = false;
+  bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  PromoterStats stats_ ABSL_GUARDED_BY(mu_);
+  std::thread thread_;  // last: uses the members above
+};
+
+}  // namespace stagger::server
+
+#endif  // STAGGER_SERVER_PROMOTER_H_
