@@ -1,5 +1,6 @@
 #include "server/control_service.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <functional>
@@ -529,8 +530,21 @@ grpc::Status ControlService::Flush(grpc::ServerContext* ctx,
     ids.push_back(*id);
   }
   if (memory_ != nullptr) {
-    Status s =
-        memory_->WaitWritten(req->job(), ids, WaitUntil(ctx, kMaxFlushWait));
+    // In slices: a caller that went away (a killed trainer) or a server
+    // shutting down (it cancels the calls in flight, then waits for their
+    // handlers) ends the wait within one.
+    const absl::Time deadline = WaitUntil(ctx, kMaxFlushWait);
+    Status s;
+    for (;;) {
+      s = memory_->WaitWritten(
+          req->job(), ids,
+          std::min(deadline, absl::Now() + absl::Milliseconds(200)));
+      if (!absl::IsDeadlineExceeded(s) || absl::Now() >= deadline) break;
+      if (ctx->IsCancelled()) {
+        return grpc::Status(grpc::StatusCode::CANCELLED,
+                            "flush: the call was cancelled");
+      }
+    }
     if (!s.ok()) {
       return ToGrpc(WithContext(s, absl::StrCat("server ", server_id_)));
     }

@@ -325,7 +325,17 @@ void DataService::HandleGet(transport::Message request,
     if (memory_ != nullptr) {
       // Memory first: no disk read, and no copy (the reply keeps the
       // held bytes alive while the transport sends them).
-      if (std::optional<MemoryTier::Record> held = memory_->Find(r.job, r.id)) {
+      std::optional<MemoryTier::Record> held = memory_->Find(r.job, r.id);
+      if (held && held->base) {
+        // A delta held since its put: once written behind, the rebaser may
+        // have made it whole on disk and its base a delta of it. Serving
+        // the held delta then would send the client round in a circle
+        // (this chunk -> its base on disk -> this chunk): the index's
+        // version goes instead.
+        auto indexed = meta_->GetChunk(r.job, r.id);
+        if (indexed.ok() && indexed->base != held->base) held.reset();
+      }
+      if (held) {
         StoredRecord rec;
         rec.header = held->header;
         rec.payload =

@@ -206,14 +206,22 @@ Result<uint64_t> ResolveChunk(MetaStore& store, const std::string& job,
 }
 
 // Whether two commits of one rank's shard are the same save (its stats and
-// creation time aside): a retried commit.
+// creation time aside, and what the server fills in from its index, which
+// write-behind and rebasing change between a memory-level commit and the
+// disk-level one): a retried commit, or a promotion.
 bool SameShard(pb::ShardManifest a, pb::ShardManifest b) {
-  a.clear_stats();
-  b.clear_stats();
-  a.clear_created_unix_ms();
-  b.clear_created_unix_ms();
-  a.clear_in_memory();
-  b.clear_in_memory();
+  for (pb::ShardManifest* m : {&a, &b}) {
+    m->clear_stats();
+    m->clear_created_unix_ms();
+    m->clear_in_memory();
+    for (pb::TensorEntry& t : *m->mutable_tensors()) {
+      for (pb::ChunkRef& c : *t.mutable_chunks()) {
+        c.clear_codec();
+        c.clear_stored_length();
+        c.clear_base_id();
+      }
+    }
+  }
   return a.SerializeAsString() == b.SerializeAsString();
 }
 
@@ -267,6 +275,8 @@ Result<pb::StepInfo> MetaStore::CommitShard(pb::ShardManifest m,
       in_memory.erase(std::remove(in_memory.begin(), in_memory.end(), m.rank()),
                       in_memory.end());
       prior.set_in_memory(false);
+      // Its chunks as the index has them now.
+      *prior.mutable_tensors() = m.tensors();
       rocksdb::WriteBatch batch;
       batch.Put(ShardKey(job, m.step(), m.rank()), prior.SerializeAsString());
       batch.Put(StepKey(job, m.step()), info.SerializeAsString());

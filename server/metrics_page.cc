@@ -191,6 +191,24 @@ std::string RenderServerMetrics(const MetricsSources& s) {
   }
   if (s.drainer != nullptr) WriteDrainMetrics(w, s.drainer->stats());
   if (s.memory != nullptr) WriteMemoryMetrics(w, s.memory->stats());
+  if (s.promoter != nullptr) {
+    const PromoterStats p = s.promoter->stats();
+    w.Counter("stagger_server_memory_shards_promoted_total",
+              "Memory-level shards this coordinator made disk-level itself "
+              "(their chunks confirmed on the servers' disks).",
+              static_cast<double>(p.promoted));
+    w.Counter("stagger_server_memory_shards_dropped_total",
+              "Memory-level shards set aside at start whose chunks were on "
+              "no server's disk: dropped.",
+              static_cast<double>(p.dropped));
+    w.Gauge("stagger_server_memory_shards_pending",
+            "Memory-level shards this coordinator waits to confirm on disk "
+            "(set aside at start, or not yet written behind).",
+            static_cast<double>(p.pending));
+    w.Counter("stagger_server_promoter_flush_calls_total",
+              "Flush calls the promoter made to servers.",
+              static_cast<double>(p.flush_calls));
+  }
   if (s.rebaser != nullptr) {
     const RebaserStats r = s.rebaser->Stats();
     w.Counter("stagger_server_rebased_chunks_total",

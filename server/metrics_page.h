@@ -9,6 +9,7 @@
 #include "server/control_service.h"
 #include "server/data_service.h"
 #include "server/ingest_admission.h"
+#include "server/promoter.h"
 #include "server/rebaser.h"
 #include "server/storage/segment_store.h"
 #include "server/tier/drainer.h"
@@ -25,6 +26,7 @@ struct MetricsSources {
   const Rebaser* rebaser = nullptr;
   const tier::Drainer* drainer = nullptr;  // with a cold store
   const MemoryTier* memory = nullptr;      // with --memory-bytes
+  const Promoter* promoter = nullptr;
   std::string data_dir;  // statvfs'd for disk space; empty: left out
 };
 

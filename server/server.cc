@@ -417,6 +417,7 @@ Status Server::Impl::StartMetrics(const ServerOptions& options) {
   sources.rebaser = rebaser.get();
   sources.drainer = drainer.get();
   sources.memory = memory.get();
+  sources.promoter = promoter.get();
   sources.data_dir = options.data_dir;
   STAGGER_ASSIGN_OR_RETURN(
       metrics, metrics::HttpExporter::Start(options.metrics_listen, [sources] {

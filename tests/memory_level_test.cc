@@ -76,7 +76,8 @@ class MemoryLevelTest : public ::testing::Test {
     }
     return list;
   }
-  Result<std::unique_ptr<Checkpointer>> Open(std::vector<char>* w) {
+  Result<std::unique_ptr<Checkpointer>> Open(
+      std::vector<char>* w, CodecChoice codec = CodecChoice::kRaw) {
     CheckpointerOptions o;
     o.servers = List();
     o.job = "mem";
@@ -84,7 +85,8 @@ class MemoryLevelTest : public ::testing::Test {
     o.chunk_size = kChunk;
     o.rpc_timeout_s = 10;
     o.durability = Durability::kMemory;
-    o.codec = CodecChoice::kRaw;  // stored bytes == raw bytes
+    o.codec = codec;  // kRaw: stored bytes == raw bytes
+    o.adaptive_codec = false;
     auto ck = Checkpointer::Open(o);
     if (!ck.ok()) return ck;
     Status s = (*ck)->Register({"w", "U8", {int64_t(w->size())}, w->data()});
@@ -224,6 +226,39 @@ TEST_F(MemoryLevelTest, RefusedWithFewerDomainsThanCopies) {
   // The same servers take it at disk level.
   EXPECT_TRUE(Save(**ck, w, 1, Durability::kDisk).ok());
   ExpectLoads(kLatestStep, 1);
+}
+
+// A step saved as deltas of the one before, held in memory, written behind
+// and rebased (its chunks whole on disk, the older ones deltas of them)
+// while the tier still holds the deltas as they came: a load reads every
+// byte, not a circle of deltas (this chunk -> its base -> this chunk).
+TEST_F(MemoryLevelTest, DeltasHeldInMemoryAfterTheirRebaseLoad) {
+  StartServers(/*delay_ms=*/0);
+  std::vector<char> w(kChunks * kChunk);
+  auto ck = Open(&w, CodecChoice::kAuto);
+  ASSERT_TRUE(ck.ok()) << ck.status();
+  testutil::FillPattern(w, testutil::WeightSeed(0, 1));
+  auto h1 = (*ck)->Save(1, SaveOptions{.durability = Durability::kDisk});
+  ASSERT_TRUE(h1.ok() && h1->Wait().ok());
+  for (size_t i = 0; i < w.size(); i += 1024) w[i] ^= 0x5a;  // every chunk
+  const std::vector<char> two = w;
+  auto h2 = (*ck)->Save(2);
+  ASSERT_TRUE(h2.ok() && h2->Wait().ok());
+  ASSERT_TRUE((*ck)->WaitDisk(absl::Seconds(60)).ok());
+  for (int i = 0;
+       i < 240 && Sum("stagger_server_rebased_chunks_total") < 2.0 * kChunks;
+       ++i) {
+    absl::SleepFor(absl::Milliseconds(250));
+  }
+  ASSERT_EQ(Sum("stagger_server_rebased_chunks_total"), 2.0 * kChunks);
+  ASSERT_GT(Sum("stagger_server_memory_chunks"), 0);  // still held
+  std::vector<char> out(w.size(), 0);
+  auto loader = Open(&out, CodecChoice::kAuto);
+  ASSERT_TRUE(loader.ok()) << loader.status();
+  auto got = (*loader)->Load(kLatestStep);
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(*got, 2);
+  EXPECT_TRUE(out == two);
 }
 
 TEST_F(MemoryLevelTest, OneServerKilledTheStepLoadsFromTheOtherCopies) {

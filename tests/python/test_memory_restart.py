@@ -13,10 +13,12 @@ the newest.
 """
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
 import time
+import urllib.request
 
 import numpy as np
 
@@ -51,6 +53,7 @@ class Servers:
     def __init__(self, root, delay_ms):
         self.root, self.delay_ms = root, delay_ms
         self.procs, self.addrs = [None] * 3, ["127.0.0.1:0"] * 3
+        self.metrics = [None] * 3
         for i in range(3):
             self.start(i)
 
@@ -59,13 +62,16 @@ class Servers:
             [os.path.join(bin_dir(), "stagger-server"), "--data",
              str(self.root / f"n{i}"), "--listen", self.addrs[i],
              "--domain", f"n{i}", "--memory-bytes", "64M",
-             "--write-behind-delay-ms", str(self.delay_ms)],
+             "--write-behind-delay-ms", str(self.delay_ms),
+             "--metrics-listen", "127.0.0.1:0"],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         line = p.stdout.readline()
         assert line.startswith("stagger-server ready grpc="), (
             line + p.stderr.read())
         self.procs[i] = p
-        self.addrs[i] = line.split()[2].split("=", 1)[1]
+        fields = dict(f.split("=", 1) for f in line.split()[2:])
+        self.addrs[i] = fields["grpc"]
+        self.metrics[i] = fields["metrics"]
 
     def stop_all(self, sig):
         for p in self.procs:
@@ -75,6 +81,16 @@ class Servers:
             p.wait(timeout=90)
             logs.append(p.stderr.read())
         return logs
+
+    def metric(self, name):
+        """The sum of a metric over the servers' pages."""
+        total = 0.0
+        for m in self.metrics:
+            page = urllib.request.urlopen(f"http://{m}/metrics").read()
+            found = re.search(rf"^{name} (\S+)$", page.decode(), re.M)
+            assert found, f"{name} not on {m}"
+            total += float(found.group(1))
+        return total
 
     @property
     def list(self):
@@ -127,6 +143,7 @@ def test_servers_promote_without_the_trainer(tmp_path):
         run_trainer(s.list, "alone")
         # No client lives; the servers confirm the copies and promote.
         wait_levels(s.list, "alone", {1: "disk", 2: "disk"})
+        assert s.metric("stagger_server_memory_shards_promoted_total") >= 1
         expect_loads(s.list, "alone", 2)
     finally:
         s.stop_all(signal.SIGTERM)
@@ -143,6 +160,12 @@ def test_graceful_restart_of_every_server_keeps_the_step(tmp_path):
         for i in range(3):
             s.start(i)
         wait_levels(s.list, "restart", {1: "disk", 2: "disk"})
+        # Both coordinators bring their set-aside shard back.
+        deadline = time.monotonic() + 30
+        while (s.metric("stagger_server_memory_shards_promoted_total") < 2
+               and time.monotonic() < deadline):
+            time.sleep(0.25)
+        assert s.metric("stagger_server_memory_shards_promoted_total") == 2
         expect_loads(s.list, "restart", 2)
     finally:
         s.stop_all(signal.SIGTERM)
@@ -168,5 +191,6 @@ def test_killed_before_disk_the_step_is_dropped(tmp_path):
             time.sleep(0.25)
         else:
             raise AssertionError(f"step 2 still held aside: {steps}")
+        assert s.metric("stagger_server_memory_shards_dropped_total") == 2
     finally:
         s.stop_all(signal.SIGTERM)
