@@ -374,6 +374,9 @@ int Main(int argc, char** argv) {
   ResultLine result("recovery");
   result.Add("save_memory_x_disk", Div(disk_save, memory_save));
   result.Add("first_save_memory_x_disk", Div(first_disk, first_memory));
+  // The first memory save into an empty tier over a later one (1: no
+  // warm-up cost).
+  result.Add("first_memory_x_later", Div(first_memory, memory_save));
   result.Add("save_memory_x_link", Div(gbps(memory_save), sm_gbps));
   result.Add("load_memory_x_link", Div(gbps(mem_load), sm_gbps));
   result.Add("load_peer_x_link", Div(gbps(peer_load), tcp_gbps));

@@ -375,6 +375,7 @@ class CheckpointerImpl : public Checkpointer {
     po.rank = options_.rank;
     po.world_size = options_.world_size;
     po.replicas = options_.replicas;
+    po.node = servers_->local_node();
     po.chunk_size = options_.chunk_size;
     po.created_unix_ms = NowMs();
     po.deltas_on =
@@ -384,7 +385,8 @@ class CheckpointerImpl : public Checkpointer {
     // new one being captured meanwhile: half the budget each.
     po.keep_budget = DeltaMemoryBytes(options_) / 2;
     po.slot_servers = [this](const std::string& name, uint64_t index) {
-      return servers_->ForSlot(options_.rank, name, index);
+      return servers_->ForSlot(options_.rank, name, index,
+                               servers_->local_node());
     };
     std::vector<PlanTensor> stored;
     {
@@ -750,6 +752,8 @@ Result<std::unique_ptr<Checkpointer>> NewCheckpointer(
                          options.tls_ca_file,
                          /*tolerate_down=*/options.replicas > 1, token));
   set->set_wait(absl::Seconds(options.server_wait_s));
+  set->SetLocalNode(options.node.empty() ? ServerSet::DefaultNode()
+                                         : options.node);
   STAGGER_ASSIGN_OR_RETURN(std::unique_ptr<Shaping> shaping,
                            Shaping::Make(options, options.clock));
   std::unique_ptr<StagingPool> pool;

@@ -95,8 +95,11 @@ void AddFetches(const SavedEntry& saved, format::ChunkPlan chunks, char* dest,
   const pb::TensorEntry& e = *saved.entry;
   for (auto& [index, runs] : chunks) {
     const pb::ChunkRef& c = e.chunks(static_cast<int>(index));
+    // Where the writer placed it; a copy on this node first.
     std::vector<ServerConn*> where =
-        servers.ForSlot(saved.shard->rank(), e.name(), index);
+        servers.LocalFirst(servers.ForSlot(saved.shard->rank(), e.name(), index,
+                                           saved.shard->node()),
+                           std::max<uint32_t>(1, saved.shard->replicas()));
     if (runs.size() == 1 && runs[0].src == 0 &&
         runs[0].length == c.raw_length()) {
       // The chunk is one contiguous piece of the destination.

@@ -9,7 +9,9 @@
 //
 // A server without a domain is a domain of its own, so a set of servers
 // none of which names one keeps its ranking (and so where every chunk
-// already stored is).
+// already stored is). Before the spread, ServerSet::Rank moves the best-
+// ranked server of the writer's node to the front (local first,
+// client/README.md).
 //
 // Pure; thread-safe.
 #ifndef STAGGER_CLIENT_PLACEMENT_H_

@@ -26,6 +26,7 @@ std::unique_ptr<pb::ShardManifest> Manifest(
   m->set_rank(o.rank);
   m->set_world_size(o.world_size);
   m->set_replicas(o.replicas);
+  m->set_node(o.node);
   m->set_chunk_size(o.chunk_size);
   m->set_created_unix_ms(o.created_unix_ms);
   for (const PlanTensor& t : tensors) {

@@ -61,6 +61,7 @@ struct SavePlanOptions {
   std::string job;
   int64_t step = 0;
   uint32_t rank = 0, world_size = 1, replicas = 1;
+  std::string node;  // the writer's node (ShardManifest::node)
   uint64_t chunk_size = 0;
   int64_t created_unix_ms = 0;
   // Deltas on (delta_chain_max > 0 and a codec that is not "raw").

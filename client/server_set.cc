@@ -1,10 +1,12 @@
 #include "client/server_set.h"
 
 #include <grpcpp/grpcpp.h>
+#include <unistd.h>
 #include <xxhash.h>
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <fstream>
 #include <random>
 #include <sstream>
@@ -60,6 +62,7 @@ Status ServerSet::Dial(ServerConn* conn, double timeout_s,
   {
     absl::MutexLock l(&conn->mu);
     conn->domain = reply.domain();
+    conn->node = reply.node();
   }
   // Said once per server, and again when a reconnect takes another path.
   const std::string path = (*connected)->path().ToString();
@@ -290,7 +293,8 @@ bool IsServerGone(const Status& s) {
          absl::IsCancelled(s);
 }
 
-std::vector<ServerConn*> ServerSet::Rank(std::string_view key) const {
+std::vector<ServerConn*> ServerSet::Rank(std::string_view key,
+                                         const std::string& first_node) const {
   std::vector<std::pair<uint64_t, size_t>> scored;
   for (size_t i = 0; i < servers_.size(); ++i) {
     std::string k(key);
@@ -304,10 +308,18 @@ std::vector<ServerConn*> ServerSet::Rank(std::string_view key) const {
   });
   std::vector<ServerConn*> ranked;
   std::vector<std::string> domains;
+  bool local_moved = first_node.empty();
   for (const auto& [score, i] : scored) {
     ServerConn* s = servers_[i].get();
-    ranked.push_back(s);
     absl::MutexLock l(&s->mu);
+    if (!local_moved && s->node == first_node) {
+      // Local first: the best-ranked server of the writer's node leads.
+      ranked.insert(ranked.begin(), s);
+      domains.insert(domains.begin(), s->domain);
+      local_moved = true;
+      continue;
+    }
+    ranked.push_back(s);
     domains.push_back(s->domain);
   }
   std::vector<ServerConn*> out;
@@ -317,8 +329,31 @@ std::vector<ServerConn*> ServerSet::Rank(std::string_view key) const {
 
 std::vector<ServerConn*> ServerSet::ForSlot(uint32_t rank,
                                             const std::string& tensor,
-                                            uint64_t index) const {
-  return Rank(absl::StrCat("slot:", rank, "/", index, "/", tensor));
+                                            uint64_t index,
+                                            const std::string& node) const {
+  return Rank(absl::StrCat("slot:", rank, "/", index, "/", tensor), node);
+}
+
+std::string ServerSet::DefaultNode() {
+  if (const char* env = std::getenv("STAGGER_NODE"); env != nullptr && *env) {
+    return env;
+  }
+  char host[256] = {0};
+  if (gethostname(host, sizeof host - 1) != 0) return "";
+  return host;
+}
+
+std::vector<ServerConn*> ServerSet::LocalFirst(std::vector<ServerConn*> placed,
+                                               size_t copies) const {
+  if (local_node_.empty()) return placed;
+  for (size_t i = 0; i < placed.size() && i < copies; ++i) {
+    absl::MutexLock l(&placed[i]->mu);
+    if (placed[i]->node != local_node_) continue;
+    std::rotate(placed.begin(), placed.begin() + static_cast<ptrdiff_t>(i),
+                placed.begin() + static_cast<ptrdiff_t>(i) + 1);
+    break;
+  }
+  return placed;
 }
 
 std::vector<ServerConn*> ServerSet::Coordinators(const std::string& job) const {

@@ -67,6 +67,8 @@ struct ServerConn {
   std::atomic<uint64_t> instance{0};
   // HelloReply::domain: copies of a chunk go to distinct domains.
   std::string domain ABSL_GUARDED_BY(mu);
+  // HelloReply::node: the machine it runs on.
+  std::string node ABSL_GUARDED_BY(mu);
   // DataPath::ToString() of the data connection, as last logged.
   std::string data_path ABSL_GUARDED_BY(mu);
 
@@ -119,8 +121,25 @@ class ServerSet {
   // every version of that chunk (and so every delta with its base) lives
   // on the first R that are up, whatever its bytes. Rankings put servers
   // of distinct failure domains first (placement.h).
+  // With `node` (the writer's, ShardManifest::node), the best-ranked
+  // server of that node comes first (local first: a rank's first copy is
+  // on its own node where a server runs there); the others keep their
+  // order.
   std::vector<ServerConn*> ForSlot(uint32_t rank, const std::string& tensor,
-                                   uint64_t index) const;
+                                   uint64_t index,
+                                   const std::string& node = "") const;
+  // A reader's order of a ranking whose first `copies` servers hold the
+  // chunk: one of those on this client's node goes first (a read from the
+  // node's own RAM or disk), the rest keep their order.
+  std::vector<ServerConn*> LocalFirst(std::vector<ServerConn*> placed,
+                                      size_t copies) const;
+  // The node this client runs on (CheckpointerOptions::node); empty: none
+  // named, nothing is local.
+  void SetLocalNode(std::string node) { local_node_ = std::move(node); }
+  // $STAGGER_NODE, else the host name (what stagger-server --node defaults
+  // to).
+  static std::string DefaultNode();
+  const std::string& local_node() const { return local_node_; }
   // Every server, ranked for `job`'s manifests: the first R that are up
   // are its coordinators.
   std::vector<ServerConn*> Coordinators(const std::string& job) const;
@@ -156,7 +175,9 @@ class ServerSet {
   void set_wait(absl::Duration wait) { wait_ = wait; }
 
  private:
-  std::vector<ServerConn*> Rank(std::string_view key) const;
+  // With `first_node`, the best-ranked server of that node first.
+  std::vector<ServerConn*> Rank(std::string_view key,
+                                const std::string& first_node = "") const;
   // Hello, then the data connection and its key; on success `s` has a new
   // connection (not yet marked up). With `wait_for_ready`, Hello waits
   // (within `timeout_s`) for a channel that is reconnecting.
@@ -174,6 +195,7 @@ class ServerSet {
   std::atomic<uint64_t> memory_restarts_{0};
   absl::Duration wait_ = absl::ZeroDuration();
   transport::Transport* transport_ = nullptr;
+  std::string local_node_;  // set before use (SetLocalNode)
 
   absl::Mutex probe_mu_;
   bool stopping_ ABSL_GUARDED_BY(probe_mu_) = false;

@@ -75,6 +75,8 @@ class ControlService final : public pb::Stagger::Service {
   void SetRebaser(Rebaser* rebaser) { rebaser_ = rebaser; }
   // Hello tells clients this server's failure domain (before serving).
   void SetDomain(std::string domain) { domain_ = std::move(domain); }
+  // Hello tells clients the node this server runs on (before serving).
+  void SetNode(std::string node) { node_ = std::move(node); }
   // With a drainer (not owned; before serving): a completed step wakes it,
   // and gc (retention and `stagger gc`) spares complete steps it has not
   // copied to the cold store yet.
@@ -141,6 +143,7 @@ class ControlService final : public pb::Stagger::Service {
   std::string data_address_;
   std::string server_id_;
   std::string domain_;
+  std::string node_;
   Rebaser* rebaser_ = nullptr;
   tier::Drainer* drainer_ = nullptr;
   MemoryTier* memory_ = nullptr;

@@ -56,6 +56,16 @@ int main(int argc, char** argv) {
         stagger::Status s = stagger::format::ValidateName("domain", d);
         return s.ok() ? std::string() : std::string(s.message());
       });
+  app.add_option("--node", options.node,
+                 "the node (machine) this server runs on, told to clients: a "
+                 "client puts the first copy of its chunks on a server of its "
+                 "own node (CheckpointerOptions::node, $STAGGER_NODE, else "
+                 "its host name) and reads from there first (default: this "
+                 "host's name)")
+      ->check([](const std::string& d) {
+        stagger::Status s = stagger::format::ValidateName("node", d);
+        return s.ok() ? std::string() : std::string(s.message());
+      });
   app.add_option("--memory-bytes", options.memory_bytes,
                  "memory tier: hold up to this many bytes of chunks saved "
                  "with durability \"memory\" in RAM, serve them from there "
@@ -73,6 +83,15 @@ int main(int argc, char** argv) {
         }
         return "";
       });
+  app.add_option("--memory-prefill-chunk", options.memory_prefill_chunk_bytes,
+                 "memory tier: map and fault its RAM at start (in the "
+                 "background) in buffers for chunks of this size, the "
+                 "clients' chunk_size, so that the first memory save into "
+                 "the empty tier takes no page faults (suffixes K, M, G; "
+                 "0: no prefill)")
+      ->transform(CLI::AsSizeValue(false))
+      ->check(CLI::Range(uint64_t{0}, uint64_t{1} << 30))
+      ->capture_default_str();
   app.add_option("--write-behind-delay-ms", options.write_behind_delay_ms,
                  "memory tier: write a held chunk to disk this long after it "
                  "came (fault drills; default 0: at once)")

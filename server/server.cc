@@ -314,6 +314,17 @@ Status Server::Impl::StartDataPlane(const ServerOptions& options) {
     // The memory tier keeps received buffers: fault them in 2 MiB at a
     // time.
     ucx.huge_page_buffers = options.memory_bytes > 0;
+    if (options.memory_bytes > 0 && options.memory_prefill_chunk_bytes > 0) {
+      // Its RAM mapped and faulted at start (in the background), in blocks
+      // for chunks of the default size: the first memory save into an
+      // empty tier does not pay a page fault per 2 MiB as it arrives. The
+      // tier's chunks come back to the cache as they are evicted.
+      ucx.pull_buffer_cache_bytes =
+          std::max<size_t>(ucx.pull_buffer_cache_bytes, options.memory_bytes);
+      ucx.prefill_bytes = options.memory_bytes;
+      ucx.prefill_payload_bytes = options.memory_prefill_chunk_bytes;
+      ucx.prefill_headroom = format::kRecordHeaderSize;
+    }
     ucx.cross_memory = options.cross_memory;
     STAGGER_ASSIGN_OR_RETURN(owned_transport, transport::NewUcxTransport(ucx));
     transport = owned_transport.get();
@@ -345,6 +356,7 @@ Status Server::Impl::StartControlPlane(
       auth.get(), manifest_log.get(), segments.get());
   control->SetRebaser(rebaser.get());
   control->SetDomain(options.domain);
+  control->SetNode(options.node.empty() ? host : options.node);
   control->SetDrainer(drainer.get());
   control->SetMemoryTier(memory.get());
   grpc::ServerBuilder builder;

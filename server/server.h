@@ -54,6 +54,10 @@ struct ServerOptions {
   // in Hello: they place a chunk's copies in distinct domains. Empty: a
   // domain of its own.
   std::string domain;
+  // The node (machine) this server runs on, told to clients in Hello: a
+  // client puts its first copy on a server of its own node. Empty: the
+  // host name.
+  std::string node;
   // The memory tier (server/memory_tier.h): at most this many bytes of
   // chunks put with durability "memory" held in RAM, served from there and
   // written to disk behind, each `write_behind_delay_ms` after it came
@@ -61,6 +65,9 @@ struct ServerOptions {
   // 0: no memory tier.
   uint64_t memory_bytes = 0;
   int64_t write_behind_delay_ms = 0;
+  // The tier's RAM is mapped and faulted at start in buffers for chunks of
+  // this size (the clients' chunk_size; 0: no prefill).
+  uint64_t memory_prefill_chunk_bytes = 4 << 20;
   uint64_t segment_bytes = 1ull << 30;
   // Retention: when a step completes, keep only the newest `keep_last`
   // complete steps of its job (0: keep everything), as `stagger gc` does,

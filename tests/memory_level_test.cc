@@ -52,6 +52,8 @@ class MemoryLevelTest : public ::testing::Test {
   std::vector<std::string> Args(size_t i, const std::string& listen) const {
     return {"--domain",
             domains_[i],
+            "--node",
+            "node" + std::to_string(i),
             "--memory-bytes",
             memory_,
             "--write-behind-delay-ms",
@@ -77,7 +79,8 @@ class MemoryLevelTest : public ::testing::Test {
     return list;
   }
   Result<std::unique_ptr<Checkpointer>> Open(
-      std::vector<char>* w, CodecChoice codec = CodecChoice::kRaw) {
+      std::vector<char>* w, CodecChoice codec = CodecChoice::kRaw,
+      const std::string& node = "elsewhere") {
     CheckpointerOptions o;
     o.servers = List();
     o.job = "mem";
@@ -87,6 +90,7 @@ class MemoryLevelTest : public ::testing::Test {
     o.durability = Durability::kMemory;
     o.codec = codec;  // kRaw: stored bytes == raw bytes
     o.adaptive_codec = false;
+    o.node = node;  // by default on none of the servers' nodes
     auto ck = Checkpointer::Open(o);
     if (!ck.ok()) return ck;
     Status s = (*ck)->Register({"w", "U8", {int64_t(w->size())}, w->data()});
@@ -259,6 +263,44 @@ TEST_F(MemoryLevelTest, DeltasHeldInMemoryAfterTheirRebaseLoad) {
   ASSERT_TRUE(got.ok()) << got.status();
   EXPECT_EQ(*got, 2);
   EXPECT_TRUE(out == two);
+}
+
+// Local first: a trainer on node1 puts the first copy of every chunk on
+// node1's server (the second in another domain), and a trainer restarted
+// there reads every chunk from it: the other servers send nothing.
+TEST_F(MemoryLevelTest, FirstCopyOnTheTrainersNodeAndReadFromThere) {
+  StartServers(/*delay_ms=*/0);
+  std::vector<char> w(kChunks * kChunk);
+  auto ck = Open(&w, CodecChoice::kRaw, "node1");
+  ASSERT_TRUE(ck.ok()) << ck.status();
+  ASSERT_TRUE(Save(**ck, w, 1).ok());
+  EXPECT_EQ(Metric(1, "stagger_server_memory_puts_total"), kChunks);
+  EXPECT_EQ(Metric(0, "stagger_server_memory_puts_total") +
+                Metric(2, "stagger_server_memory_puts_total"),
+            kChunks);
+  std::vector<double> read(3);
+  for (size_t i = 0; i < 3; ++i) {
+    read[i] = Metric(i, "stagger_server_chunks_read_total");
+  }
+  std::vector<char> out(w.size(), 0);
+  auto loader = Open(&out, CodecChoice::kRaw, "node1");
+  ASSERT_TRUE(loader.ok()) << loader.status();
+  auto got = (*loader)->Load(kLatestStep);
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(*got, 1);
+  EXPECT_TRUE(out == w);
+  EXPECT_EQ(Metric(1, "stagger_server_chunks_read_total") - read[1], kChunks);
+  EXPECT_EQ(Metric(0, "stagger_server_chunks_read_total"), read[0]);
+  EXPECT_EQ(Metric(2, "stagger_server_chunks_read_total"), read[2]);
+  // A trainer on another node reads by the writer's placement, node1's
+  // copy first: bit-exact, and still nothing from the others.
+  std::vector<char> far(w.size(), 0);
+  auto other = Open(&far, CodecChoice::kRaw, "node9");
+  ASSERT_TRUE(other.ok()) << other.status();
+  ASSERT_TRUE((*other)->Load(kLatestStep).ok());
+  EXPECT_TRUE(far == w);
+  EXPECT_EQ(Metric(1, "stagger_server_chunks_read_total") - read[1],
+            2 * kChunks);
 }
 
 TEST_F(MemoryLevelTest, OneServerKilledTheStepLoadsFromTheOtherCopies) {

@@ -2,6 +2,8 @@
 
 #include <sys/mman.h>
 
+#include <algorithm>
+
 #include "util/memory_map.h"
 
 namespace stagger::transport {
@@ -16,13 +18,36 @@ BufferPool::~BufferPool() {
   for (const auto& [block, p] : free_) ::munmap(p, block);
 }
 
-char* BufferPool::Map(size_t block) {
+char* BufferPool::Map(size_t block, bool populate) {
   // Huge pages: the first touch of a new block (a buffer held long, as the
   // server's memory tier holds them) takes a fault per 2 MiB instead of
   // one per 4 KiB page.
   util::MapOptions o;
   o.huge_pages = huge_pages_;
+  o.populate = populate;
   return util::MapAnonymous(block, o);
+}
+
+size_t BufferPool::Prefill(size_t bytes, size_t size, size_t headroom,
+                           const std::atomic<bool>* stop) {
+  const size_t need = headroom + size;
+  if (need < kGranule) return 0;
+  const size_t block = (need + kGranule - 1) / kGranule * kGranule;
+  size_t added = 0;
+  while (stop == nullptr || !stop->load()) {
+    {
+      absl::MutexLock l(&mu_);
+      if (cached_ + block > std::min(bytes, max_cached_)) break;
+    }
+    char* p = Map(block, /*populate=*/true);
+    if (p == nullptr) break;
+    absl::MutexLock l(&mu_);
+    free_.emplace(block, p);
+    cached_ += block;
+    ++stats_.prefilled;
+    ++added;
+  }
+  return added;
 }
 
 Buffer BufferPool::Get(size_t size, size_t headroom) {

@@ -15,6 +15,7 @@
 #ifndef STAGGER_TRANSPORT_BUFFER_POOL_H_
 #define STAGGER_TRANSPORT_BUFFER_POOL_H_
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <map>
@@ -45,18 +46,25 @@ class BufferPool final : public BufferRecycler,
 
   // `size` bytes after `headroom` (Buffer::WithHeadroom's layout).
   Buffer Get(size_t size, size_t headroom = 0);
+  // Maps blocks for Gets of `size` + `headroom` bytes, every page faulted
+  // in, until the cache holds `bytes` (or max_cached_bytes) or `stop`
+  // turns true: Gets that come later take no page faults. Returns the
+  // blocks added.
+  size_t Prefill(size_t bytes, size_t size, size_t headroom,
+                 const std::atomic<bool>* stop = nullptr);
   void Recycle(char* p, size_t block) override;
 
  private:
   // A new block of `block` bytes; nullptr when mmap fails. With
   // huge_pages_, blocks of a huge page or more start on a huge-page
   // boundary, advised as huge.
-  char* Map(size_t block);
+  char* Map(size_t block, bool populate = false);
 
  public:
   struct Stats {
-    uint64_t reused = 0;  // Gets served from the cache
-    uint64_t mapped = 0;  // Gets that mapped a new block
+    uint64_t reused = 0;     // Gets served from the cache
+    uint64_t mapped = 0;     // Gets that mapped a new block
+    uint64_t prefilled = 0;  // blocks mapped and faulted by Prefill
     size_t cached_bytes = 0;
   };
   Stats stats() const;

@@ -1,8 +1,10 @@
 #include "transport/buffer_pool.h"
 
+#include <atomic>
 #include <cstdint>
 #include <cstring>
 #include <string>
+#include <vector>
 
 #include "gtest/gtest.h"
 
@@ -59,6 +61,30 @@ TEST(BufferPoolTest, SmallRequestsAreOrdinaryBuffersAndBuffersOutliveThePool) {
   std::memset(big.data(), 1, big.size());
   big = Buffer();
   EXPECT_TRUE(weak.expired());
+}
+
+// Prefill maps blocks for one payload size until the cache holds the
+// bytes asked (never past its bound, stopping when told); Gets of that
+// size then map nothing.
+TEST(BufferPoolTest, PrefillMakesLaterGetsMapNothing) {
+  const size_t size = 256 << 10, headroom = 64;
+  const size_t block = 256 << 10 | 64 << 10;  // rounded up to 64 KiB
+  auto pool = BufferPool::Create(4 * block);
+  EXPECT_EQ(pool->Prefill(3 * block, size, headroom), 3u);
+  EXPECT_EQ(pool->stats().prefilled, 3u);
+  EXPECT_EQ(pool->stats().cached_bytes, 3 * block);
+  EXPECT_EQ(pool->Prefill(100 * block, size, headroom), 1u);  // the bound
+  std::vector<Buffer> held;
+  for (int i = 0; i < 4; ++i) held.push_back(pool->Get(size, headroom));
+  EXPECT_EQ(pool->stats().mapped, 0u);
+  EXPECT_EQ(pool->stats().reused, 4u);
+  held.push_back(pool->Get(size, headroom));
+  EXPECT_EQ(pool->stats().mapped, 1u);
+
+  std::atomic<bool> stop{true};
+  auto other = BufferPool::Create(4 * block);
+  EXPECT_EQ(other->Prefill(4 * block, size, headroom, &stop), 0u);
+  EXPECT_EQ(other->Prefill(4 * block, 1000, 0), 0u);  // small: not pooled
 }
 
 TEST(BufferTest, DropFrontMovesTheStartIntoTheHeadroomWithoutACopy) {

@@ -2,8 +2,10 @@
 
 #include <unistd.h>
 
+#include <atomic>
 #include <memory>
 #include <string>
+#include <thread>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -75,6 +77,16 @@ class UcxTransport final : public Transport {
     loop_options_.pull_buffers = BufferPool::Create(
         options.pull_buffer_cache_bytes, options.huge_page_buffers);
     loop_options_.close_timeout = options.close_timeout;
+    if (options.prefill_bytes > 0) {
+      prefill_ = std::thread([this, pool = loop_options_.pull_buffers] {
+        pool->Prefill(options_.prefill_bytes, options_.prefill_payload_bytes,
+                      options_.prefill_headroom, &stop_prefill_);
+      });
+    }
+  }
+  ~UcxTransport() override {
+    stop_prefill_ = true;
+    if (prefill_.joinable()) prefill_.join();
   }
 
   Result<std::unique_ptr<Listener>> Listen(
@@ -115,6 +127,8 @@ class UcxTransport final : public Transport {
   const UcxTransportOptions options_;
   const std::string name_;  // what Connect() calls this process in its hello
   UcxLoopOptions loop_options_;
+  std::atomic<bool> stop_prefill_{false};
+  std::thread prefill_;  // last: uses the members above
 };
 
 }  // namespace

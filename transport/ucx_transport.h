@@ -44,6 +44,14 @@ struct UcxTransportOptions {
   // Pull buffers on huge pages (BufferPool::Create): for a receiver that
   // keeps what it receives (stagger-server with a memory tier).
   bool huge_page_buffers = false;
+  // Pull buffers mapped and faulted ahead, on a thread of the transport,
+  // for payloads of `prefill_payload_bytes` (plus the listeners' headroom,
+  // `prefill_headroom`), until the cache holds `prefill_bytes` (at most
+  // pull_buffer_cache_bytes): a receiver that keeps what it receives (the
+  // memory tier) takes its first payloads without page faults.
+  size_t prefill_bytes = 0;
+  size_t prefill_payload_bytes = 4 << 20;
+  size_t prefill_headroom = 0;
   // Upper bound on how long destroying a Listener or Connection waits for
   // its endpoints to close cleanly.
   std::chrono::milliseconds close_timeout{2000};

@@ -3,6 +3,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -112,7 +113,10 @@ Status WriteShard(ChunkIo& io, ServerSet* servers,
           for (int i = 0; i < t.chunks_size(); ++i) {
             const pb::ChunkRef& c = t.chunks(i);
             items.push_back(
-                {&c, base + off, servers->ForSlot(shard.rank(), t.name(), i)});
+                {&c, base + off,
+                 servers->LocalFirst(
+                     servers->ForSlot(shard.rank(), t.name(), i, shard.node()),
+                     std::max<uint32_t>(1, shard.replicas()))});
             off += c.raw_length();
           }
         }

@@ -47,7 +47,7 @@ std::vector<std::string> ServersOf(ServerSet& servers,
   for (const pb::TensorEntry& t : shard.tensors()) {
     for (int i = 0; i < t.chunks_size(); ++i) {
       std::vector<ServerConn*> ranked =
-          servers.ForSlot(shard.rank(), t.name(), i);
+          servers.ForSlot(shard.rank(), t.name(), i, shard.node());
       for (size_t k = 0; k < copies && k < ranked.size(); ++k) {
         used.insert(ranked[k]->address);
       }

@@ -81,7 +81,7 @@ std::vector<ChunkCopies> ListChunks(const pb::GetStepReply& reply,
         c.ref = &t.chunks(i);
         c.label = absl::StrCat("rank ", shard.rank(), " tensor '", t.name(),
                                "' chunk ", i);
-        c.ranked = servers.ForSlot(shard.rank(), t.name(), i);
+        c.ranked = servers.ForSlot(shard.rank(), t.name(), i, shard.node());
         c.replicas = std::max<uint32_t>(1, shard.replicas());
         *bytes += c.ref->raw_length();
         chunks.push_back(std::move(c));

@@ -65,6 +65,12 @@ struct CheckpointerOptions {
   // goes on while at least one server answers (the others are marked
   // down); loads read any copy. With 1, every server must answer at Open.
   uint32_t replicas = 1;
+  // The node (machine) this process runs on; empty: $STAGGER_NODE, else
+  // the host name. A save puts the first copy of each chunk on a server
+  // whose stagger-server --node is the same, where one is listed (the
+  // other copies in other domains), and a load reads that copy first: a
+  // trainer restarted on its node restores from the node's own memory.
+  std::string node;
   // When a save is complete (Durability above): kDisk (the default), or
   // kMemory, which needs the servers up to span `replicas` failure domains
   // (a save is refused, FAILED_PRECONDITION, otherwise). A memory-level
