@@ -117,15 +117,29 @@ def levels(servers, job):
             if s["state"] == "complete"}
 
 
-def wait_levels(servers, job, want, timeout=45):
+def wait_for(what, check, timeout=45):
+    """Polls `check()` until it returns a truthy value; fails naming `what`
+    with the last value after `timeout` seconds."""
     deadline = time.monotonic() + timeout
-    got = None
-    while time.monotonic() < deadline:
-        got = levels(servers, job)
-        if got == want:
-            return got
+    while True:
+        got = check()
+        if got or time.monotonic() >= deadline:
+            break
         time.sleep(0.25)
-    raise AssertionError(f"job {job}: levels {got}, want {want}")
+    assert got, f"{what() if callable(what) else what}: still not so after " \
+        f"{timeout} s"
+    return got
+
+
+def wait_levels(servers, job, want):
+    last = {}
+
+    def check():
+        last["levels"] = levels(servers, job)
+        return last["levels"] == want
+
+    wait_for(lambda: f"job {job}: levels {last['levels']}, want {want}",
+             check)
 
 
 def expect_loads(servers, job, step):
@@ -161,11 +175,8 @@ def test_graceful_restart_of_every_server_keeps_the_step(tmp_path):
             s.start(i)
         wait_levels(s.list, "restart", {1: "disk", 2: "disk"})
         # Both coordinators bring their set-aside shard back.
-        deadline = time.monotonic() + 30
-        while (s.metric("stagger_server_memory_shards_promoted_total") < 2
-               and time.monotonic() < deadline):
-            time.sleep(0.25)
-        assert s.metric("stagger_server_memory_shards_promoted_total") == 2
+        wait_for("two shards promoted", lambda: s.metric(
+            "stagger_server_memory_shards_promoted_total") == 2)
         expect_loads(s.list, "restart", 2)
     finally:
         s.stop_all(signal.SIGTERM)
@@ -183,14 +194,8 @@ def test_killed_before_disk_the_step_is_dropped(tmp_path):
         expect_loads(s.list, "lost", 1)
         # Once every server said its chunks are on none of their disks,
         # not even a partial step is left.
-        deadline = time.monotonic() + 45
-        while time.monotonic() < deadline:
-            steps = ls(s.list, "lost")
-            if [x["step"] for x in steps] == [1]:
-                break
-            time.sleep(0.25)
-        else:
-            raise AssertionError(f"step 2 still held aside: {steps}")
+        wait_for("step 2 gone",
+                 lambda: [x["step"] for x in ls(s.list, "lost")] == [1])
         assert s.metric("stagger_server_memory_shards_dropped_total") == 2
     finally:
         s.stop_all(signal.SIGTERM)
