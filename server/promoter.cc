@@ -64,6 +64,7 @@ PromoterStats Promoter::stats() const {
 
 void Promoter::Run() {
   for (;;) {
+    bool notified = false;
     {
       absl::MutexLock l(&mu_);
       auto woken = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
@@ -71,9 +72,10 @@ void Promoter::Run() {
       };
       mu_.AwaitWithTimeout(absl::Condition(&woken), options_.interval);
       if (stop_) return;
+      notified = wake_;
       wake_ = false;
     }
-    Pass();
+    Pass(notified);
   }
 }
 
@@ -138,7 +140,12 @@ bool Promoter::CountCopies(const std::string& job,
   return all;
 }
 
-bool Promoter::Pass() {
+bool Promoter::Pass(bool notified) {
+  // A commit (or the start) asks again at once; a job whose shards stayed
+  // undecided is asked again after 1, 2, 4 ... 30 s (a degraded step, a
+  // server down).
+  if (notified) backoff_.clear();
+  const absl::Time now = absl::Now();
   auto records = meta_->MemoryShards();
   if (!records.ok()) {
     log::Error("stagger-server",
@@ -168,6 +175,12 @@ bool Promoter::Pass() {
   }
   uint64_t pending = 0;
   for (auto& [job, items] : jobs) {
+    auto later = backoff_.find(job);
+    if (later != backoff_.end() && now < later->second.next) {
+      pending += items.size();
+      continue;
+    }
+    const uint64_t pending_before = pending;
     std::set<std::string> id_set, server_set;
     for (const Item& it : items) {
       for (std::string& id : ShardIds(it.manifest)) id_set.insert(id);
@@ -226,6 +239,14 @@ bool Promoter::Pass() {
         continue;
       }
       ++pending;
+    }
+    if (pending == pending_before) {
+      backoff_.erase(job);
+    } else {
+      Backoff& b = backoff_[job];
+      b.wait =
+          std::min(absl::Seconds(30), std::max(options_.interval, 2 * b.wait));
+      b.next = now + b.wait;
     }
   }
   absl::MutexLock l(&mu_);

@@ -17,7 +17,8 @@
 //              set aside at start, every server answered, an id on no
 //              disk ─► forgotten: its bytes lived in RAM only (the step
 //                      stays partial and is never listed complete)
-//              otherwise ─► asked again at the next pass
+//              otherwise ─► asked again later (1, 2, 4 ... 30 s; at
+//                           once when a commit comes)
 //
 // A shard the client made disk-level first is forgotten. A server that
 // cannot reach its peers (they need a token and --peer-token-file is not
@@ -75,8 +76,9 @@ class Promoter {
 
  private:
   void Run();
-  // One pass over every record; returns whether any is still waiting.
-  bool Pass();
+  // One pass over every record (`notified`: a commit woke it); returns
+  // whether any is still waiting.
+  bool Pass(bool notified);
   // Which of `ids` each server has on disk: copies per id, and whether
   // every server answered.
   bool CountCopies(const std::string& job,
@@ -91,6 +93,11 @@ class Promoter {
   // Run's thread only.
   std::map<std::string, std::unique_ptr<pb::Stagger::Stub>> stubs_;
   std::map<std::string, std::string> peer_errors_;  // last logged, by server
+  struct Backoff {
+    absl::Time next;
+    absl::Duration wait;
+  };
+  std::map<std::string, Backoff> backoff_;  // by job: undecided last pass
   mutable absl::Mutex mu_;
   grpc::ClientContext* call_ ABSL_GUARDED_BY(mu_) = nullptr;  // in flight
   bool wake_ ABSL_GUARDED_BY(mu_) = false;
