@@ -33,12 +33,20 @@ std::string Describe(const MetaStore::MemoryShardRecord& r) {
 
 }  // namespace
 
+namespace {
+
+PromoterOptions WithCredentials(PromoterOptions o) {
+  if (o.credentials == nullptr)
+    o.credentials = grpc::InsecureChannelCredentials();
+  return o;
+}
+
+}  // namespace
+
 Promoter::Promoter(MetaStore* meta, Commit commit, PromoterOptions options)
-    : meta_(meta), commit_(std::move(commit)), options_(std::move(options)) {
-  if (options_.credentials == nullptr) {
-    const_cast<PromoterOptions&>(options_).credentials =
-        grpc::InsecureChannelCredentials();
-  }
+    : meta_(meta),
+      commit_(std::move(commit)),
+      options_(WithCredentials(std::move(options))) {
   wake_ = true;  // the shards set aside at start: a pass at once
   thread_ = std::thread([this] { Run(); });
 }
@@ -79,8 +87,8 @@ void Promoter::Run() {
   }
 }
 
-pb::Stagger::Stub* Promoter::Stub(const std::string& address) {
-  auto& stub = stubs_[address];
+pb::Stagger::Stub* Promoter::Peer(const std::string& address) {
+  auto& stub = peers_[address];
   if (stub == nullptr) {
     stub = pb::Stagger::NewStub(
         grpc::CreateChannel(address, options_.credentials));
@@ -112,7 +120,7 @@ bool Promoter::CountCopies(const std::string& job,
         ++stats_.flush_calls;
       }
       pb::FlushReply reply;
-      grpc::Status s = Stub(server)->Flush(&ctx, req, &reply);
+      grpc::Status s = Peer(server)->Flush(&ctx, req, &reply);
       {
         absl::MutexLock l(&mu_);
         call_ = nullptr;

@@ -85,13 +85,14 @@ class Promoter {
                    const std::vector<std::string>& servers,
                    const std::vector<std::string>& ids,
                    std::vector<uint32_t>* copies);
-  pb::Stagger::Stub* Stub(const std::string& address);
+  // The control-plane client of another server (made once per address).
+  pb::Stagger::Stub* Peer(const std::string& address);
 
   MetaStore* const meta_;
   const Commit commit_;
   const PromoterOptions options_;
   // Run's thread only.
-  std::map<std::string, std::unique_ptr<pb::Stagger::Stub>> stubs_;
+  std::map<std::string, std::unique_ptr<pb::Stagger::Stub>> peers_;
   std::map<std::string, std::string> peer_errors_;  // last logged, by server
   struct Backoff {
     absl::Time next;
