@@ -20,6 +20,7 @@
 
 namespace stagger::server {
 
+class DataService;
 class Promoter;
 
 namespace tier {
@@ -85,6 +86,8 @@ class ControlService final : public pb::Stagger::Service {
   // a memory-level commit finds chunks held there, and Flush waits for
   // them to reach the disk.
   void SetMemoryTier(MemoryTier* memory) { memory_ = memory; }
+  // With the data service (not owned): StoreRecords stores through it.
+  void SetDataService(DataService* data) { data_ = data; }
   // With a promoter (not owned): a memory-level commit wakes it.
   void SetPromoter(Promoter* promoter) { promoter_ = promoter; }
 
@@ -115,6 +118,11 @@ class ControlService final : public pb::Stagger::Service {
                      pb::SweepReply* reply) override;
   grpc::Status Flush(grpc::ServerContext*, const pb::FlushRequest*,
                      pb::FlushReply*) override;
+  grpc::Status ReadRecords(grpc::ServerContext*, const pb::ReadRecordsRequest*,
+                           grpc::ServerWriter<pb::ChunkRecord>*) override;
+  grpc::Status StoreRecords(grpc::ServerContext*,
+                            grpc::ServerReader<pb::ChunkRecord>*,
+                            pb::StoreRecordsReply*) override;
 
   const ControlCounters& counters() const { return counters_; }
 
@@ -148,6 +156,7 @@ class ControlService final : public pb::Stagger::Service {
   tier::Drainer* drainer_ = nullptr;
   MemoryTier* memory_ = nullptr;
   Promoter* promoter_ = nullptr;
+  DataService* data_ = nullptr;
   const uint64_t instance_;  // HelloReply::instance
   RetentionPolicy retention_;
   ControlCounters counters_;

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <memory>
 #include <thread>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "format/codec.h"
@@ -268,6 +269,41 @@ void DataService::Ingest(std::shared_ptr<transport::ReplyChannel> reply,
                      base = *base](Result<ChunkLocation> loc) {
                       Stored(reply.get(), job, header, base, loc);
                     });
+}
+
+namespace {
+
+// The status of a put's reply, for a put made inside the server.
+class StatusReply final : public transport::ReplyChannel {
+ public:
+  explicit StatusReply(std::function<void(Status)> done)
+      : done_(std::move(done)) {}
+  ~StatusReply() override {
+    if (done_) done_(absl::InternalError("put ended without a reply"));
+  }
+  void Send(uint16_t, std::string header, transport::Buffer) override {
+    auto r = format::DecodeReply(header);
+    auto done = std::exchange(done_, nullptr);
+    if (done) done(r.ok() ? r->status : r.status());
+  }
+
+ private:
+  std::function<void(Status)> done_;
+};
+
+}  // namespace
+
+void DataService::StoreCopy(const std::string& job,
+                            const format::RecordHeader& header,
+                            transport::Buffer payload,
+                            std::function<void(Status)> done) {
+  format::PutChunkRequest r;
+  r.job = job;
+  r.record = header;
+  auto reply = std::make_shared<StatusReply>(std::move(done));
+  ingest_->Submit([this, reply, r,
+                   p = std::make_shared<transport::Buffer>(std::move(
+                       payload))] { Ingest(reply, std::move(*p), r); });
 }
 
 Status DataService::IndexAppended(const std::string& job,

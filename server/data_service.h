@@ -132,6 +132,13 @@ class DataService : public transport::RequestHandler {
   // Blocks until every accepted request has been replied to.
   void WaitIdle();
 
+  // A record copied from another server (the promoter's repair of a
+  // degraded step): stored as a put of it would be (an index hit is
+  // already here; a delta needs its base stored here; the payload is
+  // checked against the header), `done` called once with the outcome.
+  void StoreCopy(const std::string& job, const format::RecordHeader& header,
+                 transport::Buffer payload, std::function<void(Status)> done);
+
  private:
   // A put's work off the progress thread: deduplicated, or checked (a
   // delta's base must be stored here) and appended to the segment store.

@@ -359,6 +359,7 @@ Status Server::Impl::StartControlPlane(
   control->SetNode(options.node.empty() ? host : options.node);
   control->SetDrainer(drainer.get());
   control->SetMemoryTier(memory.get());
+  control->SetDataService(data.get());
   grpc::ServerBuilder builder;
   int bound_port = 0;
   builder.AddListeningPort(options.listen, std::move(creds), &bound_port);
