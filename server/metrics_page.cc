@@ -205,6 +205,14 @@ std::string RenderServerMetrics(const MetricsSources& s) {
             "Memory-level shards this coordinator waits to confirm on disk "
             "(set aside at start, or not yet written behind).",
             static_cast<double>(p.pending));
+    w.Gauge("stagger_server_memory_shards_degraded",
+            "Of those, shards with a chunk on fewer disks than its copies "
+            "(being repaired: copied from a server holding it).",
+            static_cast<double>(p.degraded));
+    w.Counter("stagger_server_memory_chunks_repaired_total",
+              "Chunk copies the promoter made for degraded memory-level "
+              "shards (ReadRecords from a holder, StoreRecords elsewhere).",
+              static_cast<double>(p.chunks_repaired));
     w.Counter("stagger_server_promoter_flush_calls_total",
               "Flush calls the promoter made to servers.",
               static_cast<double>(p.flush_calls));

@@ -17,6 +17,11 @@
 //              set aside at start, every server answered, an id on no
 //              disk ─► forgotten: its bytes lived in RAM only (the step
 //                      stays partial and is never listed complete)
+//              degraded: every id on a disk, some on fewer than
+//              replicas, every server answered or unreachable ─►
+//                      ReadRecords from a server holding each,
+//                      StoreRecords on servers that answered without
+//                      it (other domains first); the next pass promotes
 //              otherwise ─► asked again later (1, 2, 4 ... 30 s; at
 //                           once when a commit comes)
 //
@@ -58,6 +63,8 @@ struct PromoterStats {
   uint64_t promoted = 0;  // shards made disk-level here
   uint64_t dropped = 0;   // set-aside shards whose chunks were on no disk
   uint64_t pending = 0;   // memory-level shards waiting, last pass
+  uint64_t degraded = 0;  // of those, with a chunk short of its copies
+  uint64_t chunks_repaired = 0;  // copies made for degraded shards
   uint64_t flush_calls = 0;
 };
 
@@ -79,12 +86,37 @@ class Promoter {
   // One pass over every record (`notified`: a commit woke it); returns
   // whether any is still waiting.
   bool Pass(bool notified);
-  // Which of `ids` each server has on disk: copies per id, and whether
-  // every server answered.
-  bool CountCopies(const std::string& job,
-                   const std::vector<std::string>& servers,
-                   const std::vector<std::string>& ids,
-                   std::vector<uint32_t>* copies);
+  // Which of `ids` each server has on disk (a Flush each).
+  struct Census {
+    std::vector<std::string> servers;
+    std::vector<uint32_t> copies;       // per id
+    std::vector<std::vector<bool>> on;  // per server, per id
+    std::vector<bool> answered;         // per server
+    bool all_answered = false;
+    bool unreachable_only = false;  // those that did not were unreachable
+  };
+  Census CountCopies(const std::string& job,
+                     const std::vector<std::string>& servers,
+                     const std::vector<std::string>& ids);
+  // Copies the ids at `short_ids` (positions in `ids`) from a server
+  // holding each to servers lacking it, other domains first, until each
+  // has `replicas`; returns the copies made.
+  size_t Repair(const std::string& job, const Census& c,
+                const std::vector<std::string>& ids,
+                const std::vector<size_t>& short_ids, uint32_t replicas);
+  // ReadRecords on `from` piped into StoreRecords on `to`; returns the
+  // records stored.
+  size_t CopyRecords(const std::string& job, const std::string& from,
+                     const std::string& to,
+                     const std::vector<std::string>& ids);
+  // A server's failure domain (Hello; its address when it names none).
+  const std::string& DomainOf(const std::string& server);
+  // A call's context: deadline, token, cancellable by the destructor
+  // (nullptr once stopping); End() after the call.
+  grpc::ClientContext* Begin(grpc::ClientContext* ctx, absl::Duration timeout);
+  void End();
+  // Logs a server's error once until it changes.
+  void NoteError(const std::string& server, const std::string& why);
   // The control-plane client of another server (made once per address).
   pb::Stagger::Stub* Peer(const std::string& address);
 
@@ -94,6 +126,7 @@ class Promoter {
   // Run's thread only.
   std::map<std::string, std::unique_ptr<pb::Stagger::Stub>> peers_;
   std::map<std::string, std::string> peer_errors_;  // last logged, by server
+  std::map<std::string, std::string> domains_;      // by server
   struct Backoff {
     absl::Time next;
     absl::Duration wait;
