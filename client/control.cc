@@ -85,13 +85,13 @@ void AddCompaction(const pb::CompactionReport& from, const std::string& server,
   }
 }
 
-// One unary call to `to` with the set's deadline and token; an error
-// names the server. `rpc` issues the call on the context it is given.
+// One unary call to `to` with the set's deadline and token, repeated
+// while the server is busy; an error names the server. `rpc` issues the
+// call on the context it is given.
 template <typename Rpc>
 Status Unary(const ServerSet& servers, const ServerConn& to, Rpc rpc) {
-  grpc::ClientContext ctx;
-  PrepareCall(to, &ctx, servers.timeout_s());
-  return FromGrpc(rpc(&ctx), absl::StrCat("server ", to.address));
+  return FromGrpc(CallUnlessBusy(to, servers.timeout_s(), rpc),
+                  absl::StrCat("server ", to.address));
 }
 
 // Runs `call` on every server up, in the job's ranking order (a gone one

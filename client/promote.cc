@@ -33,11 +33,13 @@ Status PromoteShard(ServerSet& servers, size_t replicas,
   for (size_t i = 0; i < servers.size(); ++i) {
     ServerConn& server = servers.server(i);
     if (server.down) continue;
-    grpc::ClientContext ctx;
-    PrepareCall(server, &ctx, flush_timeout_s);
     pb::FlushReply reply;
-    Status s = FromGrpc(server.stub->Flush(&ctx, req, &reply),
-                        absl::StrCat("flush on server ", server.address));
+    Status s =
+        FromGrpc(CallUnlessBusy(server, flush_timeout_s,
+                                [&](grpc::ClientContext* ctx) {
+                                  return server.stub->Flush(ctx, req, &reply);
+                                }),
+                 absl::StrCat("flush on server ", server.address));
     if (IsServerGone(s)) {
       ServerSet::MarkDown(&server, s);
       continue;

@@ -28,16 +28,29 @@ Status FromGrpc(const grpc::Status& s, std::string_view what) {
 Status ServerSet::Dial(ServerConn* conn, double timeout_s,
                        bool wait_for_ready) {
   const std::string& addr = conn->address;
-  grpc::ClientContext ctx;
-  PrepareCall(*conn, &ctx, timeout_s);
-  ctx.set_wait_for_ready(wait_for_ready);
   pb::HelloRequest req;
   req.set_client("stagger client");
   pb::HelloReply reply;
-  STAGGER_RETURN_IF_ERROR(FromGrpc(conn->stub->Hello(&ctx, req, &reply),
-                                   absl::StrCat("server ", addr)));
+  STAGGER_RETURN_IF_ERROR(
+      FromGrpc(CallUnlessBusy(*conn, timeout_s,
+                              [&](grpc::ClientContext* ctx) {
+                                ctx->set_wait_for_ready(wait_for_ready);
+                                return conn->stub->Hello(ctx, req, &reply);
+                              }),
+               absl::StrCat("server ", addr)));
   const std::string where = absl::StrCat("data plane of server ", addr);
+  // A connection that fails to come up (UCX's tcp connect refused while
+  // many ranks connect at once) is tried again, twice, after 50-100 ms and
+  // 100-200 ms: the server answered Hello, so it is there.
   auto connected = transport_->Connect(reply.data_address());
+  for (int again = 0;
+       again < 2 && !connected.ok() && absl::IsUnavailable(connected.status());
+       ++again) {
+    thread_local std::mt19937_64 rng(std::random_device{}());
+    absl::SleepFor(absl::Milliseconds(
+        (50 << again) * std::uniform_real_distribution<double>(1, 2)(rng)));
+    connected = transport_->Connect(reply.data_address());
+  }
   if (!connected.ok()) return WithContext(connected.status(), where);
   if (!reply.data_key().empty()) {
     // Binds this connection to our token's grant on the server.
@@ -292,6 +305,31 @@ bool IsServerGone(const Status& s) {
   return absl::IsUnavailable(s) || absl::IsDeadlineExceeded(s) ||
          absl::IsCancelled(s);
 }
+
+namespace {
+std::atomic<uint64_t> busy_retries{0};
+}  // namespace
+
+bool IsServerBusy(const grpc::Status& s) {
+  // The first when no thread is left to run the call, the second when
+  // none could be made for it (gRPC 1.51's server_cc.cc).
+  return s.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED &&
+         (s.error_message() == "Server Threadpool Exhausted" ||
+          s.error_message() == "Server Threads Exhausted");
+}
+
+bool BackOffWhenBusy(int attempt, absl::Time deadline) {
+  const double cap_ms = std::min(250.0, 2.0 * (1 << std::min(attempt, 7)));
+  thread_local std::mt19937_64 rng(std::random_device{}());
+  const absl::Duration wait = absl::Microseconds(
+      std::uniform_real_distribution<double>(cap_ms * 500, cap_ms * 1000)(rng));
+  if (absl::Now() + wait >= deadline) return false;
+  busy_retries.fetch_add(1, std::memory_order_relaxed);
+  absl::SleepFor(wait);
+  return true;
+}
+
+uint64_t BusyRetries() { return busy_retries.load(std::memory_order_relaxed); }
 
 std::vector<ServerConn*> ServerSet::Rank(std::string_view key,
                                          const std::string& first_node) const {

@@ -19,6 +19,7 @@
 #ifndef STAGGER_CLIENT_SERVER_SET_H_
 #define STAGGER_CLIENT_SERVER_SET_H_
 
+#include <algorithm>
 #include <atomic>
 #include <memory>
 #include <set>
@@ -94,6 +95,38 @@ void PrepareCall(const ServerConn& to, grpc::ClientContext* ctx,
 // True for the errors a server that died or stopped answering gives:
 // worth trying the next replica.
 bool IsServerGone(const Status& s);
+
+// gRPC's synchronous server answers RESOURCE_EXHAUSTED "Server Threadpool
+// Exhausted" (or "Server Threads Exhausted") when every one of its control
+// threads is busy
+// (stagger-server --control-threads): the call was not run, and is worth
+// repeating. Our own RESOURCE_EXHAUSTED answers (a full disk) are not.
+bool IsServerBusy(const grpc::Status& s);
+
+// Sleeps before repeating a call a busy server refused for the
+// `attempt`th time (0, 1, ...): 2 ms doubling to 250 ms, with jitter, so
+// that thousands of ranks refused together do not come back together.
+// False, without sleeping, when that would pass `deadline`. Counts the
+// retries (BusyRetries).
+bool BackOffWhenBusy(int attempt, absl::Time deadline);
+// Calls repeated because a server was busy, in this process.
+uint64_t BusyRetries();
+
+// One control-plane call to `to`: `rpc(ctx)` issues it on a context
+// prepared (PrepareCall) with what is left of `timeout_s`, and is issued
+// again while the server answers busy, until `timeout_s` has passed; then
+// the busy answer is returned.
+template <typename Rpc>
+grpc::Status CallUnlessBusy(const ServerConn& to, double timeout_s, Rpc rpc) {
+  const absl::Time deadline = absl::Now() + absl::Seconds(timeout_s);
+  for (int attempt = 0;; ++attempt) {
+    grpc::ClientContext ctx;
+    PrepareCall(to, &ctx,
+                std::max(0.0, absl::ToDoubleSeconds(deadline - absl::Now())));
+    grpc::Status s = rpc(&ctx);
+    if (!IsServerBusy(s) || !BackOffWhenBusy(attempt, deadline)) return s;
+  }
+}
 
 class ServerSet {
  public:

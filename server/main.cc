@@ -101,6 +101,11 @@ int main(int argc, char** argv) {
                  "threads serving chunk reads")
       ->check(CLI::Range(1, 64))
       ->capture_default_str();
+  app.add_option("--control-threads", options.control_threads,
+                 "threads running control-plane calls at once; more calls "
+                 "are answered busy and repeated by the clients")
+      ->check(CLI::Range(4, 1024))
+      ->capture_default_str();
   app.add_option("--keep-last", options.keep_last,
                  "when a step completes, keep only this many newest complete "
                  "steps of its job (0: keep all)")

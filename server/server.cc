@@ -3,6 +3,7 @@
 #include <grpcpp/grpcpp.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -367,6 +368,9 @@ Status Server::Impl::StartControlPlane(
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   builder.SetMaxReceiveMessageSize(256 << 20);
   builder.SetMaxSendMessageSize(256 << 20);
+  grpc::ResourceQuota quota("stagger-control");
+  quota.SetMaxThreads(std::max(options.control_threads, 4));
+  builder.SetResourceQuota(quota);
   grpc_server = builder.BuildAndStart();
   if (!grpc_server || bound_port == 0) {
     grpc_server.reset();

@@ -50,6 +50,13 @@ struct ServerOptions {
   // VM a cold load of the gpt layout took a median 0.69 s with 2, 0.63 s
   // with 4 or 8 (server/README.md).
   int read_threads = 8;
+  // Threads that run control-plane calls (gRPC), pollers included. At
+  // most this many calls run at once; a call that comes while every one is
+  // busy is answered RESOURCE_EXHAUSTED "Server Threadpool Exhausted" without
+  // being run, and clients repeat it after a backoff (server/README.md,
+  // "Many clients"). Bounded so that thousands of ranks committing in the
+  // same second cannot make the server create a thread each.
+  int control_threads = 32;
   // The failure domain this server is in (a node, a rack), told to clients
   // in Hello: they place a chunk's copies in distinct domains. Empty: a
   // domain of its own.
