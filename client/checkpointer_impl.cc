@@ -94,7 +94,9 @@ class CheckpointerImpl : public Checkpointer {
             options.adaptive_codec ? &policy_ : nullptr, shaping_.get()),
         step_guard_(options.job, options.rank, [this] {
           return ListSteps(*servers_, options_.job, /*include_partial=*/true);
-        }) {}
+        }) {
+    io_.SetServers(servers_.get());
+  }
 
   ~CheckpointerImpl() override {
     prep_.Settle();  // its preparation uses members destroyed before it

@@ -118,6 +118,15 @@ class ChunkIo {
   // waits on the network.
   static int DefaultFetchThreads();
 
+  // With `servers` (not owned) whose wait() is above zero: a put whose
+  // every server turned out gone, each copy's other servers down too, is
+  // not failed at once. One of the executor's threads waits up to wait()
+  // for one more server of the set to be up (ServerSet::AwaitUp re-dials
+  // them: a connection that broke under a burst of new connections, a
+  // server restarting) and the copy goes to the first of its ranking that
+  // is up; only then does it fail. Once per put.
+  void SetServers(ServerSet* servers) { servers_ = servers; }
+
   // Encodes `r.len` bytes at `r.data` on the calling thread, fills
   // `r.ref`, and queues the chunk for the first `r.replicas` servers of
   // `r.ranked` that are up; at most max_inflight puts are on the wire, the
@@ -179,6 +188,11 @@ class ChunkIo {
                        const std::vector<ServerConn*>& bad);
   // Sends one copy of a put to `server`.
   void SendCopy(std::shared_ptr<PutState> st, ServerConn* server);
+  // SetServers: waits for a server to come back, then sends the copy
+  // `server` lost to the first of the put's ranking that is up, or fails
+  // the put with `fail`.
+  void ResendAfterWait(std::shared_ptr<PutState> st, ServerConn* server,
+                       Status fail);
   // The codec the chunk of `r` should have, and why (CodecPolicy for
   // "auto"; `may_delta`: it may be sent as a delta of its previous version).
   std::pair<format::Codec, CodecReason> ChooseCodec(const PutRequest& r,
@@ -218,6 +232,7 @@ class ChunkIo {
   size_t max_inflight_;
   CodecPolicy* policy_;
   Shaping* shaping_;
+  ServerSet* servers_ = nullptr;
   Sender sender_;
 };
 

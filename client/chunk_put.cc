@@ -56,6 +56,7 @@ struct ChunkIo::PutState {
   std::vector<ServerConn*> tried ABSL_GUARDED_BY(mu);
   size_t owed ABSL_GUARDED_BY(mu) = 0;
   bool finished ABSL_GUARDED_BY(mu) = false;
+  bool waited ABSL_GUARDED_BY(mu) = false;  // ResendAfterWait ran
   std::function<void(const Status&)> done;
 };
 
@@ -261,6 +262,7 @@ void ChunkIo::SendCopy(std::shared_ptr<PutState> st, ServerConn* server) {
   p.done = [this, st, server](const Status& s) {
     ServerConn* next = nullptr;
     Status fail;
+    bool wait = false;
     {
       absl::MutexLock l(&st->mu);
       if (st->finished) return;
@@ -280,7 +282,10 @@ void ChunkIo::SendCopy(std::shared_ptr<PutState> st, ServerConn* server) {
         if (next != nullptr) {
           st->tried.push_back(next);
         } else {
-          st->finished = true;
+          wait = servers_ != nullptr &&
+                 servers_->wait() > absl::ZeroDuration() && !st->waited;
+          st->waited = st->waited || wait;
+          st->finished = !wait;
           std::string down;
           for (ServerConn* c : st->ranked) {
             if (c->down) {
@@ -301,9 +306,52 @@ void ChunkIo::SendCopy(std::shared_ptr<PutState> st, ServerConn* server) {
       SendCopy(st, next);
       return;
     }
+    if (wait) {
+      executor_->Submit(
+          [this, st, server, fail] { ResendAfterWait(st, server, fail); });
+      return;
+    }
     st->done(fail);
   };
   sender_.Enqueue(std::move(p));
+}
+
+void ChunkIo::ResendAfterWait(std::shared_ptr<PutState> st, ServerConn* server,
+                              Status fail) {
+  size_t holding = 0;  // servers up with a copy acknowledged or on the way
+  {
+    absl::MutexLock l(&st->mu);
+    for (ServerConn* c : st->tried) holding += c != server && !c->down;
+  }
+  servers_->AwaitUp(holding + 1, servers_->wait()).IgnoreError();
+  ServerConn* next = nullptr;
+  {
+    absl::MutexLock l(&st->mu);
+    for (ServerConn* c : st->ranked) {
+      if (c->down) continue;
+      if (c == server ||
+          std::find(st->tried.begin(), st->tried.end(), c) == st->tried.end()) {
+        next = c;
+        break;
+      }
+    }
+    if (next == nullptr) {
+      st->finished = true;
+    } else if (next != server) {
+      st->tried.push_back(next);
+    }
+  }
+  if (next == nullptr) {
+    st->done(WithContext(
+        fail,
+        absl::StrCat("after waiting ", absl::FormatDuration(servers_->wait()),
+                     " for a server to come back")));
+    return;
+  }
+  log::Info("stagger",
+            absl::StrCat("chunk ", st->hex, ": copy resent to server ",
+                         next->address, " after ", server->address, " failed"));
+  SendCopy(st, next);
 }
 
 void ChunkIo::PutCopies(const format::ChunkId& id, const char* bytes,
