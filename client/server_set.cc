@@ -42,14 +42,22 @@ Status ServerSet::Dial(ServerConn* conn, double timeout_s,
   // A connection that fails to come up (UCX's tcp connect refused while
   // many ranks connect at once) is tried again, twice, after 50-100 ms and
   // 100-200 ms: the server answered Hello, so it is there.
-  auto connected = transport_->Connect(reply.data_address());
+  // Without a data key (an open server) the process's ranks share one
+  // connection to the server (Transport::ConnectShared); with one, each
+  // binds its own.
+  auto connect = [&] {
+    return reply.data_key().empty()
+               ? transport_->ConnectShared(reply.data_address())
+               : transport_->Connect(reply.data_address());
+  };
+  auto connected = connect();
   for (int again = 0;
        again < 2 && !connected.ok() && absl::IsUnavailable(connected.status());
        ++again) {
     thread_local std::mt19937_64 rng(std::random_device{}());
     absl::SleepFor(absl::Milliseconds(
         (50 << again) * std::uniform_real_distribution<double>(1, 2)(rng)));
-    connected = transport_->Connect(reply.data_address());
+    connected = connect();
   }
   if (!connected.ok()) return WithContext(connected.status(), where);
   if (!reply.data_key().empty()) {

@@ -212,6 +212,16 @@ class Transport {
   // Connects to a listener's address. UNAVAILABLE when nobody listens.
   virtual Result<std::unique_ptr<Connection>> Connect(
       const std::string& address) = 0;
+  // As Connect, sharing one connection to `address` among every caller of
+  // ConnectShared on this transport while it is open and not broken: the
+  // listener sees one peer, and the process holds one endpoint and one
+  // progress thread per address however many callers (ranks) it has. For
+  // connections that bind nothing of their own on the listener (no
+  // data-plane key). The default connects afresh.
+  virtual Result<std::unique_ptr<Connection>> ConnectShared(
+      const std::string& address) {
+    return Connect(address);
+  }
 };
 
 // Splits "host:port"; INVALID_ARGUMENT naming the text when malformed.

@@ -3,12 +3,14 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <map>
 #include <memory>
 #include <string>
 #include <thread>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "transport/buffer_pool.h"
 #include "transport/internal/ucx_client.h"
 #include "transport/internal/ucx_handles.h"
@@ -41,11 +43,20 @@ class UcxListener final : public Listener {
   std::shared_ptr<UcxServerLoop> loop_;
 };
 
+// A client loop, stopped when the last connection on it goes.
+struct ClientLoopOwner {
+  explicit ClientLoopOwner(std::shared_ptr<UcxClientLoop> l)
+      : loop(std::move(l)) {}
+  ~ClientLoopOwner() { loop->Stop(); }
+  const std::shared_ptr<UcxClientLoop> loop;
+};
+
 class UcxConnection final : public Connection {
  public:
-  UcxConnection(std::shared_ptr<UcxClientLoop> loop, std::string address)
-      : loop_(std::move(loop)), address_(std::move(address)) {}
-  ~UcxConnection() override { loop_->Stop(); }
+  UcxConnection(std::shared_ptr<ClientLoopOwner> owner, std::string address)
+      : owner_(std::move(owner)),
+        loop_(owner_->loop.get()),
+        address_(std::move(address)) {}
 
   using Connection::Call;
   void Call(uint16_t op, std::string_view header, std::string_view payload,
@@ -61,7 +72,8 @@ class UcxConnection final : public Connection {
   }
 
  private:
-  std::shared_ptr<UcxClientLoop> loop_;
+  const std::shared_ptr<ClientLoopOwner> owner_;
+  UcxClientLoop* const loop_;  // owner_->loop
   const std::string address_;  // as given to Connect()
 };
 
@@ -112,21 +124,47 @@ class UcxTransport final : public Transport {
 
   Result<std::unique_ptr<Connection>> Connect(
       const std::string& address) override {
+    STAGGER_ASSIGN_OR_RETURN(auto owner, NewLoop(address));
+    return std::unique_ptr<Connection>(
+        new UcxConnection(std::move(owner), address));
+  }
+
+  Result<std::unique_ptr<Connection>> ConnectShared(
+      const std::string& address) override {
+    // One connect at a time: callers that come together for one address
+    // wait for the first and share its loop.
+    absl::MutexLock l(&shared_mu_);
+    for (auto it = shared_.begin(); it != shared_.end();) {
+      it = it->second.expired() ? shared_.erase(it) : std::next(it);
+    }
+    std::shared_ptr<ClientLoopOwner> owner = shared_[address].lock();
+    if (owner == nullptr || owner->loop->broken()) {
+      STAGGER_ASSIGN_OR_RETURN(owner, NewLoop(address));
+      shared_[address] = owner;
+    }
+    return std::unique_ptr<Connection>(
+        new UcxConnection(std::move(owner), address));
+  }
+
+ private:
+  Result<std::shared_ptr<ClientLoopOwner>> NewLoop(const std::string& address) {
     STAGGER_ASSIGN_OR_RETURN(std::string worker,
                              transport_internal::DecodeWorkerAddress(address));
     STAGGER_ASSIGN_OR_RETURN(
         auto loop, UcxClientLoop::Connect(
                        context_, loop_options_, options_.connect_timeout,
                        transport_internal::WorkerLabel(worker), worker, name_));
-    return std::unique_ptr<Connection>(
-        new UcxConnection(std::move(loop), address));
+    return std::make_shared<ClientLoopOwner>(std::move(loop));
   }
 
- private:
   const std::shared_ptr<UcxContext> context_;
   const UcxTransportOptions options_;
   const std::string name_;  // what Connect() calls this process in its hello
   UcxLoopOptions loop_options_;
+  absl::Mutex shared_mu_;
+  // ConnectShared's loops by address, while a connection holds them.
+  std::map<std::string, std::weak_ptr<ClientLoopOwner>> shared_
+      ABSL_GUARDED_BY(shared_mu_);
   std::atomic<bool> stop_prefill_{false};
   std::thread prefill_;  // last: uses the members above
 };

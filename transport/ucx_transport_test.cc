@@ -541,5 +541,46 @@ TEST(BufferTest, WithHeadroomPlacesBytesAfterTheRoom) {
   EXPECT_EQ(reinterpret_cast<uintptr_t>(plain.data()) % Buffer::kAlignment, 0u);
 }
 
+// Answers each request with the listener's id for the connection it came
+// on.
+class PeerEcho : public RequestHandler {
+ public:
+  void OnRequest(Message request,
+                 std::unique_ptr<ReplyChannel> reply) override {
+    reply->Send(request.op, std::to_string(request.peer), Buffer());
+  }
+};
+
+TEST(UcxSharedConnectTest, CallersOfConnectSharedShareOneConnection) {
+  auto t = NewUcxTransport();
+  ASSERT_TRUE(t.ok()) << t.status();
+  PeerEcho handler;
+  auto listener = (*t)->Listen("ucx:", &handler);
+  ASSERT_TRUE(listener.ok()) << listener.status();
+  const std::string addr = (*listener)->address();
+  auto peer_of = [](Connection& c) {
+    Result<Message> r = c.CallSync(1, "", "");
+    EXPECT_TRUE(r.ok()) << r.status();
+    return r.ok() ? r->header : std::string("failed");
+  };
+  auto a = (*t)->ConnectShared(addr);
+  auto b = (*t)->ConnectShared(addr);
+  auto c = (*t)->Connect(addr);
+  ASSERT_TRUE(a.ok() && b.ok() && c.ok());
+  const std::string shared = peer_of(**a);
+  EXPECT_EQ(peer_of(**b), shared);
+  EXPECT_NE(peer_of(**c), shared);
+  // One sharer gone, the other still talks on the same connection.
+  a->reset();
+  EXPECT_EQ(peer_of(**b), shared);
+  // All gone: the next ConnectShared is a new connection.
+  b->reset();
+  auto d = (*t)->ConnectShared(addr);
+  ASSERT_TRUE(d.ok()) << d.status();
+  const std::string fresh = peer_of(**d);
+  EXPECT_NE(fresh, shared);
+  EXPECT_NE(fresh, peer_of(**c));
+}
+
 }  // namespace
 }  // namespace stagger::transport
