@@ -32,6 +32,7 @@
 #include "client/save_plan.h"
 #include "client/server_set.h"
 #include "client/shaping.h"
+#include "client/shared_pools.h"
 #include "client/staging_pool.h"
 #include "client/staging_prep.h"
 #include "client/step_guard.h"
@@ -81,14 +82,16 @@ class CheckpointerImpl : public Checkpointer {
         servers_(std::move(servers)),
         shaping_(std::move(shaping)),
         threads_(PlanThreads(options, qos::ReadCpuShare())),
-        executor_(threads_.pipeline_threads, "stg-encode",
-                  threads_.background_init),
+        executor_(SharedPool("stg-encode", threads_.pipeline_threads,
+                             threads_.background_init != nullptr,
+                             threads_.background_init)),
         driver_(options.max_outstanding_saves, "stg-save"),
-        fetch_executor_(ChunkIo::DefaultFetchThreads(), "stg-fetch"),
+        fetch_executor_(SharedPool("stg-fetch", ChunkIo::DefaultFetchThreads(),
+                                   /*idle=*/false, nullptr)),
         host_source_(NewHostSnapshotSource(threads_.copy_threads)),
         staging_(std::move(pool), options.chunk_size, options.job),
         policy_(threads_.encoder_threads),
-        io_(&fetch_executor_, options.job, options.codec,
+        io_(fetch_executor_.get(), options.job, options.codec,
             format::EncodeOptions{options.zstd_level},
             options.max_inflight_chunks,
             options.adaptive_codec ? &policy_ : nullptr, shaping_.get()),
@@ -223,7 +226,7 @@ class CheckpointerImpl : public Checkpointer {
     SaveJobDeps deps{servers_.get(),
                      &io_,
                      staging_.pool(),
-                     &executor_,
+                     executor_.get(),
                      shaping_.get(),
                      options_.replicas,
                      overlap,
@@ -650,14 +653,16 @@ class CheckpointerImpl : public Checkpointer {
   std::shared_ptr<ServerSet> servers_;
   std::unique_ptr<Shaping> shaping_;
   const ThreadPlan threads_;  // counts and priorities, from the cores
-  qos::Executor executor_;    // fingerprint, encode
-  qos::Executor driver_;      // one thread per outstanding save
+  // Fingerprint, encode: shared with the process's other Checkpointers
+  // of the same plan (shared_pools.h).
+  std::shared_ptr<qos::Executor> executor_;
+  qos::Executor driver_;  // one thread per outstanding save
   // Makes memory-level saves disk-level, in the order saved; its queue
   // runs out before the connections go.
   Promoter promoter_{servers_.get(), options_.replicas, options_.rpc_timeout_s};
   // Loads: decode fetched chunks, and fetch a delta's bases (blocking), so
-  // more threads than cores.
-  qos::Executor fetch_executor_;
+  // more threads than cores; shared like executor_.
+  std::shared_ptr<qos::Executor> fetch_executor_;
   std::unique_ptr<SnapshotSource> host_source_;
   std::map<int, std::unique_ptr<SnapshotSource>> cuda_sources_;
   Staging staging_;  // pinned with the first of cuda_sources_

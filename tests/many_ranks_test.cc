@@ -2,9 +2,12 @@
 // threads at once (stagger-server --control-threads 4): every rank opens
 // and saves in the same moment, calls the server refuses as busy are
 // repeated, and no save fails; the step is complete and loads bit-exact.
+// The ranks share the process's data connection and thread pools.
 #include <gtest/gtest.h>
 
 #include <cstdio>
+#include <filesystem>
+#include <fstream>
 #include <memory>
 #include <string>
 #include <thread>
@@ -19,6 +22,18 @@ namespace stagger {
 namespace {
 
 constexpr uint32_t kRanks = 48;
+
+// Threads of this process whose name starts with `prefix`.
+int ThreadsNamed(const std::string& prefix) {
+  int n = 0;
+  for (const auto& e : std::filesystem::directory_iterator("/proc/self/task")) {
+    std::ifstream comm(e.path() / "comm");
+    std::string name;
+    std::getline(comm, name);
+    n += name.rfind(prefix, 0) == 0;
+  }
+  return n;
+}
 
 TEST(ManyRanksTest, AllRanksAtOnceAgainstFewControlThreads) {
   testutil::TempDir dir;
@@ -59,6 +74,11 @@ TEST(ManyRanksTest, AllRanksAtOnceAgainstFewControlThreads) {
                                   std::to_string(client::BusyRetries()));
   std::printf("calls repeated after a busy answer: %llu\n",
               static_cast<unsigned long long>(client::BusyRetries()));
+  // The ranks share one data connection to the server (one UCX progress
+  // thread) and one pool of each kind, not one per rank.
+  EXPECT_EQ(ThreadsNamed("stagger-ucx-cli"), 1);
+  EXPECT_LE(ThreadsNamed("stg-encode"), 8);
+  EXPECT_LE(ThreadsNamed("stg-fetch"), 16);
   auto steps = cks[0]->Steps(false);
   ASSERT_TRUE(steps.ok()) << steps.status();
   ASSERT_EQ(steps->size(), 1u);
