@@ -1,6 +1,5 @@
 #include "client/host_snapshot.h"
 
-#include "client/shared_pools.h"
 #include "client/staging_copy.h"
 
 namespace stagger::client {
@@ -8,17 +7,14 @@ namespace {
 
 class HostSnapshotSource : public SnapshotSource {
  public:
-  // The copy threads are the process's ("stg-copy", shared_pools.h): a
-  // process with many ranks copies on as many threads as one.
-  explicit HostSnapshotSource(int threads)
-      : copiers_(SharedPool("stg-copy", threads, /*idle=*/false, nullptr)) {}
+  explicit HostSnapshotSource(int threads) : copiers_(threads) {}
 
   Status Fence(void*) override { return absl::OkStatus(); }
 
   void Copy(char* dst, const char* src, size_t len, CopyCallback captured,
             CopyCallback on_host) override {
-    copiers_->Submit([dst, src, len, captured = std::move(captured),
-                      on_host = std::move(on_host)] {
+    copiers_.Submit([dst, src, len, captured = std::move(captured),
+                     on_host = std::move(on_host)] {
       CopyToStaging(dst, src, len);
       captured(absl::OkStatus());
       on_host(absl::OkStatus());
@@ -29,7 +25,7 @@ class HostSnapshotSource : public SnapshotSource {
   void UnregisterStaging(void*) override {}
 
  private:
-  std::shared_ptr<qos::Executor> copiers_;
+  qos::Executor copiers_;
 };
 
 }  // namespace

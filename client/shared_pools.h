@@ -1,7 +1,8 @@
 // Thread pools a process's Checkpointers share. A process that runs many
 // ranks (a Checkpointer each) holds one pool of each kind instead of one
 // per rank: 64 Checkpointers in one process ran 4 fetch and 2 encode
-// threads each, 384 in all on 2 cores.
+// threads each, 384 in all on 2 cores. (Copy threads stay per
+// Checkpointer: a rank's Save() waits for its own snapshot alone.)
 //
 // A pool is kept while a Checkpointer holds it; the last one to let go
 // joins its threads (after every queued task ran). Tasks of different

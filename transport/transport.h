@@ -27,9 +27,10 @@ struct Message {
   uint16_t op = 0;
   std::string header;
   Buffer payload;
-  // On a request: the connection it arrived on, an id unique among the
-  // listener's connections and never reused (the `peer` of PullAdmission).
-  // 0 on replies.
+  // On a request: the connection it arrived on (and, on a connection
+  // several callers share, the caller: ConnectShared), an id unique among
+  // the listener's connections and never reused (the `peer` of
+  // PullAdmission). 0 on replies.
   uint64_t peer = 0;
 };
 

@@ -48,7 +48,12 @@ struct ClientLoopOwner {
   explicit ClientLoopOwner(std::shared_ptr<UcxClientLoop> l)
       : loop(std::move(l)) {}
   ~ClientLoopOwner() { loop->Stop(); }
+  // Each connection on a shared loop is a flow of its own (frame.h).
+  uint32_t NextFlow() {
+    return next_flow.fetch_add(1) % transport_internal::kMaxFlow + 1;
+  }
   const std::shared_ptr<UcxClientLoop> loop;
+  std::atomic<uint32_t> next_flow{0};
 };
 
 class UcxConnection final : public Connection {
@@ -56,24 +61,28 @@ class UcxConnection final : public Connection {
   UcxConnection(std::shared_ptr<ClientLoopOwner> owner, std::string address)
       : owner_(std::move(owner)),
         loop_(owner_->loop.get()),
+        flow_(owner_->NextFlow()),
         address_(std::move(address)) {}
 
   using Connection::Call;
   void Call(uint16_t op, std::string_view header, std::string_view payload,
             ReplyCallback done, SentCallback sent) override {
-    loop_->Call(op, header, payload, std::move(done), std::move(sent));
+    loop_->Call(op, header, payload, std::move(done), std::move(sent), {},
+                flow_);
   }
   std::string peer() const override { return address_; }
   bool broken() const override { return loop_->broken(); }
   DataPath path() const override { return loop_->path(); }
   void CallInto(uint16_t op, std::string_view header, std::string_view payload,
                 ReplyCallback done, ReplyInto into) override {
-    loop_->Call(op, header, payload, std::move(done), nullptr, std::move(into));
+    loop_->Call(op, header, payload, std::move(done), nullptr, std::move(into),
+                flow_);
   }
 
  private:
   const std::shared_ptr<ClientLoopOwner> owner_;
   UcxClientLoop* const loop_;  // owner_->loop
+  const uint32_t flow_;
   const std::string address_;  // as given to Connect()
 };
 

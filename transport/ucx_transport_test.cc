@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/blocking_counter.h"
 #include "absl/synchronization/mutex.h"
@@ -558,28 +559,34 @@ TEST(UcxSharedConnectTest, CallersOfConnectSharedShareOneConnection) {
   auto listener = (*t)->Listen("ucx:", &handler);
   ASSERT_TRUE(listener.ok()) << listener.status();
   const std::string addr = (*listener)->address();
-  auto peer_of = [](Connection& c) {
+  // The listener's id for the caller: its endpoint and its flow.
+  auto peer_of = [](Connection& c) -> uint64_t {
     Result<Message> r = c.CallSync(1, "", "");
     EXPECT_TRUE(r.ok()) << r.status();
-    return r.ok() ? r->header : std::string("failed");
+    uint64_t peer = 0;
+    EXPECT_TRUE(r.ok() && absl::SimpleAtoi(r->header, &peer));
+    return peer;
   };
+  using transport_internal::EndpointOf;
   auto a = (*t)->ConnectShared(addr);
   auto b = (*t)->ConnectShared(addr);
   auto c = (*t)->Connect(addr);
   ASSERT_TRUE(a.ok() && b.ok() && c.ok());
-  const std::string shared = peer_of(**a);
-  EXPECT_EQ(peer_of(**b), shared);
-  EXPECT_NE(peer_of(**c), shared);
+  const uint64_t pa = peer_of(**a), pb = peer_of(**b), pc = peer_of(**c);
+  // a and b: one endpoint, two flows (the admission tells them apart).
+  EXPECT_EQ(EndpointOf(pa), EndpointOf(pb));
+  EXPECT_NE(pa, pb);
+  EXPECT_NE(EndpointOf(pc), EndpointOf(pa));
   // One sharer gone, the other still talks on the same connection.
   a->reset();
-  EXPECT_EQ(peer_of(**b), shared);
+  EXPECT_EQ(peer_of(**b), pb);
   // All gone: the next ConnectShared is a new connection.
   b->reset();
   auto d = (*t)->ConnectShared(addr);
   ASSERT_TRUE(d.ok()) << d.status();
-  const std::string fresh = peer_of(**d);
-  EXPECT_NE(fresh, shared);
-  EXPECT_NE(fresh, peer_of(**c));
+  const uint64_t pd = peer_of(**d);
+  EXPECT_NE(EndpointOf(pd), EndpointOf(pa));
+  EXPECT_NE(EndpointOf(pd), EndpointOf(pc));
 }
 
 }  // namespace

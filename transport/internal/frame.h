@@ -9,7 +9,8 @@
 //        5    1 flags        kFrameHeaderInData or 0
 //        6    2 op           application opcode
 //        8    4 header_len   message header bytes (<= kMaxHeaderBytes)
-//       12    8 request_id   chosen by the requester, echoed in the reply
+//       12    8 request_id   chosen by the requester, echoed in the reply;
+//                            its top 24 bits are the flow (FlowOf)
 //       20    8 payload_len  payload bytes (<= kMaxPayloadBytes)
 //
 // The message header follows the frame in the AM header, unless the worker's
@@ -58,6 +59,29 @@ struct Frame {
 
   bool header_in_data() const { return (flags & kFrameHeaderInData) != 0; }
 };
+
+// A request id's top 24 bits name the flow it belongs to: the caller of a
+// connection that several callers share (Transport::ConnectShared; 0 for
+// a connection of one). The listener's admission is fair among the flows
+// of a connection as among connections.
+inline constexpr int kFlowShift = 40;
+inline constexpr uint32_t kMaxFlow = (1u << 24) - 1;
+inline uint32_t FlowOf(uint64_t request_id) {
+  return static_cast<uint32_t>(request_id >> kFlowShift) & kMaxFlow;
+}
+inline uint64_t RequestId(uint32_t flow, uint64_t seq) {
+  return (uint64_t{flow & kMaxFlow} << kFlowShift) |
+         (seq & ((uint64_t{1} << kFlowShift) - 1));
+}
+
+// The listener's id for flow `flow` of endpoint `ep_id` (Message::peer,
+// the admission's client): unique while endpoint ids stay below 2^40.
+inline uint64_t AdmissionClient(uint64_t ep_id, uint32_t flow) {
+  return (ep_id << 24) | (flow & kMaxFlow);
+}
+inline uint64_t EndpointOf(uint64_t admission_client) {
+  return admission_client >> 24;
+}
 
 // Writes `frame` into out[0, kFrameBytes).
 void EncodeFrame(const Frame& frame, char* out);

@@ -83,7 +83,7 @@ void UcxClientLoop::Call(uint16_t op, std::string_view header,
                          std::string_view payload,
                          transport::ReplyCallback done,
                          transport::SentCallback sent,
-                         transport::ReplyInto into) {
+                         transport::ReplyInto into, uint32_t flow) {
   Status valid = CheckSizes(header, payload);
   if (!valid.ok()) {
     // Report on the progress thread like every other outcome, unless the
@@ -95,9 +95,9 @@ void UcxClientLoop::Call(uint16_t op, std::string_view header,
   auto shared = std::make_shared<transport::ReplyCallback>(std::move(done));
   auto shared_sent = std::make_shared<transport::SentCallback>(std::move(sent));
   bool posted = Post([this, op, header = std::string(header), payload, shared,
-                      shared_sent, into = std::move(into)]() mutable {
+                      shared_sent, into = std::move(into), flow]() mutable {
     StartCall(op, header, payload, std::move(*shared), std::move(*shared_sent),
-              std::move(into));
+              std::move(into), flow);
   });
   if (!posted) {
     (*shared)(absl::UnavailableError(
@@ -109,14 +109,14 @@ void UcxClientLoop::StartCall(uint16_t op, const std::string& header,
                               std::string_view payload,
                               transport::ReplyCallback done,
                               transport::SentCallback sent,
-                              transport::ReplyInto into) {
+                              transport::ReplyInto into, uint32_t flow) {
   if (!down_.ok() || stopping()) {
     done(down_.ok() ? absl::UnavailableError(
                           absl::StrCat("connection to ", peer_, " is closing"))
                     : down_);
     return;
   }
-  uint64_t id = next_request_id_++;
+  uint64_t id = RequestId(flow, next_request_id_++);
   pending_[id].done = std::move(done);
   pending_[id].on_sent = std::move(sent);
   pending_[id].into = std::move(into);

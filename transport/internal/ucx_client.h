@@ -39,9 +39,10 @@ class UcxClientLoop final : public UcxWorkerLoop {
   // on the caller's thread when the connection is already shut down.
   // With `into` (Connection::CallInto), a reply payload it accepts is
   // pulled there.
+  // `flow`: the caller's, when several share this loop (frame.h, FlowOf).
   void Call(uint16_t op, std::string_view header, std::string_view payload,
             transport::ReplyCallback done, transport::SentCallback sent,
-            transport::ReplyInto into = {});
+            transport::ReplyInto into = {}, uint32_t flow = 0);
 
   const std::string& peer() const { return peer_; }
   // True once the endpoint failed or the loop stopped. Any thread.
@@ -69,7 +70,8 @@ class UcxClientLoop final : public UcxWorkerLoop {
 
   void StartCall(uint16_t op, const std::string& header,
                  std::string_view payload, transport::ReplyCallback done,
-                 transport::SentCallback sent, transport::ReplyInto into);
+                 transport::SentCallback sent, transport::ReplyInto into,
+                 uint32_t flow);
   void Settle(uint64_t request_id, Result<transport::Message> outcome);
   void OnSent(uint64_t request_id, const Status& status);
   void MaybeFinish(uint64_t request_id);

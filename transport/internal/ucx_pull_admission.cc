@@ -37,7 +37,9 @@ void UcxWorkerLoop::AskAdmission(uint64_t op_id) {
     return;
   }
   transport::PullAdmission* const admission = options_.admission;
-  const uint64_t peer = op->ep_id;
+  // Fair among connections, and among the flows of a shared one.
+  const uint64_t peer =
+      AdmissionClient(op->ep_id, FlowOf(op->frame.request_id));
   const size_t bytes = op->length;
   admission_peers_.insert(peer);
   std::weak_ptr<UcxWorkerLoop> weak = weak_from_this();
@@ -74,7 +76,14 @@ void UcxWorkerLoop::DropPeerAdmissions(uint64_t ep_id) {
     if (worker() != nullptr) ucp_am_data_release(worker(), it->second->desc);
     it = pulls_admitting_.erase(it);
   }
-  if (admission_peers_.erase(ep_id) != 0) options_.admission->PeerGone(ep_id);
+  for (auto it = admission_peers_.begin(); it != admission_peers_.end();) {
+    if (EndpointOf(*it) != ep_id) {
+      ++it;
+      continue;
+    }
+    options_.admission->PeerGone(*it);
+    it = admission_peers_.erase(it);
+  }
 }
 
 void UcxWorkerLoop::DropAllAdmissions() {

@@ -99,7 +99,7 @@ void UcxServerLoop::OnMessage(uint64_t ep_id, const Frame& frame,
       request.op = frame.op;
       request.header = std::move(header);
       request.payload = std::move(payload);
-      request.peer = ep_id;
+      request.peer = AdmissionClient(ep_id, FlowOf(frame.request_id));
       auto self = std::static_pointer_cast<UcxServerLoop>(shared_from_this());
       handler_->OnRequest(std::move(request),
                           std::make_unique<UcxReplyChannel>(
