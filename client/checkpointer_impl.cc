@@ -509,9 +509,13 @@ class CheckpointerImpl : public Checkpointer {
     // quarter of a cold load's CPU). It is asked for again after, for the
     // saves of the training that usually follows a load.
     prep_.Settle();
-    Result<int64_t> r = LoadTargets(step, cancel);
+    LoadPlanning planning;
+    Result<int64_t> r = LoadTargets(step, cancel, &planning);
     if (!staging_.fixed()) prep_.Request(RegisteredStaging(), kPrepQuiet);
     absl::MutexLock lock(&metrics_mu_);
+    metrics_.load_manifest_bytes += planning.manifest_bytes;
+    metrics_.last_load_plan_s = planning.seconds;
+    metrics_.last_load_manifests = planning.manifests;
     if (r.ok()) {
       ++metrics_.loads;
       for (const auto& [name, reg] : tensors_)
@@ -522,7 +526,8 @@ class CheckpointerImpl : public Checkpointer {
     return r;
   }
 
-  Result<int64_t> LoadTargets(int64_t step, const std::atomic<bool>& cancel) {
+  Result<int64_t> LoadTargets(int64_t step, const std::atomic<bool>& cancel,
+                              LoadPlanning* planning) {
     std::vector<LoadTarget> targets;
     std::list<std::vector<char>> bounce;  // host copies of CUDA tensors
     std::vector<std::pair<const TensorSpec*, const char*>> device_copies;
@@ -538,8 +543,9 @@ class CheckpointerImpl : public Checkpointer {
                          reg.spec.global_shape, reg.spec.global_offset, dest});
     }
     STAGGER_ASSIGN_OR_RETURN(
-        int64_t loaded, LoadStep(*servers_, io_, options_.job, options_.rank,
-                                 options_.world_size, step, targets, &cancel));
+        int64_t loaded,
+        LoadStep(*servers_, io_, options_.job, options_.rank,
+                 options_.world_size, step, targets, &cancel, planning));
     for (const auto& [spec, host] : device_copies) {
       STAGGER_RETURN_IF_ERROR_CTX(
           CudaCopyToDevice(spec->device_index, spec->data, host, SizeOf(*spec)),

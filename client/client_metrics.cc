@@ -57,6 +57,11 @@ std::string RenderClientMetrics(const ClientMetrics& m, const std::string& job,
             m.loads_failed, l);
   w.Counter("stagger_client_loaded_bytes_total",
             "Registered bytes filled by successful loads.", m.bytes_loaded, l);
+  w.Counter("stagger_client_load_manifest_bytes_total",
+            "Bytes of manifests read to plan loads.", m.load_manifest_bytes, l);
+  w.Gauge("stagger_client_last_load_plan_seconds",
+          "The last load's time from its call to its plan.", m.last_load_plan_s,
+          l);
   w.Gauge("stagger_client_staging_pool_bytes",
           "The default staging pool's size (0: none yet).",
           m.staging_pool_bytes, l);

@@ -259,7 +259,14 @@ Result<int64_t> LoadStep(ServerSet& servers, ChunkIo& io,
                          const std::string& job, uint32_t rank,
                          uint32_t world_size, int64_t step,
                          const std::vector<LoadTarget>& targets,
-                         const std::atomic<bool>* cancel) {
+                         const std::atomic<bool>* cancel,
+                         LoadPlanning* planning) {
+  const absl::Time start = absl::Now();
+  LoadPlanning cost;
+  auto read = [&cost](const pb::GetStepReply& r) {
+    cost.manifest_bytes += r.ByteSizeLong();
+    cost.manifests += static_cast<uint32_t>(r.shards_size());
+  };
   STAGGER_ASSIGN_OR_RETURN(pb::StepInfo info,
                            CompleteStepInfo(servers, job, step));
   const int64_t number = info.step();
@@ -277,6 +284,7 @@ Result<int64_t> LoadStep(ServerSet& servers, ChunkIo& io,
     if (rank != 0) ranks.push_back(0);
     STAGGER_ASSIGN_OR_RETURN(reply,
                              GetStep(servers, job, number, false, ranks));
+    read(reply);
     planned = PlanLoad(targets, Pointers(reply), rank, servers, &plan);
     if (!planned.ok() && !absl::IsNotFound(planned)) {
       return WithContext(planned, what);
@@ -285,9 +293,12 @@ Result<int64_t> LoadStep(ServerSet& servers, ChunkIo& io,
   if (!planned.ok()) {
     plan = LoadPlan();
     STAGGER_ASSIGN_OR_RETURN(reply, GetStep(servers, job, number, true, {}));
+    read(reply);
     STAGGER_RETURN_IF_ERROR(WithContext(
         PlanLoad(targets, Pointers(reply), rank, servers, &plan), what));
   }
+  cost.seconds = absl::ToDoubleSeconds(absl::Now() - start);
+  if (planning != nullptr) *planning = cost;
   STAGGER_RETURN_IF_ERROR(
       WithContext(io.Fetch(plan.items, nullptr, nullptr, cancel), what));
   return number;

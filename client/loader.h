@@ -76,11 +76,18 @@ Status PlanLoad(const std::vector<LoadTarget>& targets,
 // (DATA_LOSS for corrupt chunks; targets may then hold partial data);
 // CANCELLED once `*cancel` (optional) turns true, after the fetches in
 // flight (targets then hold partial data).
+// `planning` (optional) gets what planning the load cost.
+struct LoadPlanning {
+  double seconds = 0;           // from the call to the plan made
+  uint64_t manifest_bytes = 0;  // of the manifests read (GetStep replies)
+  uint32_t manifests = 0;       // shards read
+};
 Result<int64_t> LoadStep(ServerSet& servers, ChunkIo& io,
                          const std::string& job, uint32_t rank,
                          uint32_t world_size, int64_t step,
                          const std::vector<LoadTarget>& targets,
-                         const std::atomic<bool>* cancel = nullptr);
+                         const std::atomic<bool>* cancel = nullptr,
+                         LoadPlanning* planning = nullptr);
 
 // True when a rank registering `shape` with this global shape holds the
 // whole global tensor: in a job of several ranks only rank 0 stores it.

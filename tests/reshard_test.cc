@@ -225,6 +225,18 @@ class ReshardTest : public ::testing::Test {
       for (const auto& [name, bytes] : want) {
         EXPECT_TRUE(out[name] == bytes) << "tensor " << name;
       }
+      // The manifests planning read: on the world saved, this rank's and
+      // rank 0's (replicated tensors), then, where those do not cover the
+      // slices (columns of a step saved by rows), every rank's; on another
+      // world, for now, every rank's (bench_ranks measures what that
+      // costs at scale).
+      const ClientMetrics m = ck->Metrics();
+      const uint32_t own = r == 0 ? 1u : 2u;
+      EXPECT_EQ(m.last_load_manifests,
+                world != kSavers ? kSavers
+                                 : (columns ? own + kSavers : own));
+      EXPECT_GT(m.load_manifest_bytes, 0u);
+      EXPECT_GT(m.last_load_plan_s, 0);
     }
   }
 

@@ -190,6 +190,9 @@ py::dict MetricsDict(const ClientMetrics& m) {
   d["loads"] = m.loads;
   d["loads_failed"] = m.loads_failed;
   d["bytes_loaded"] = m.bytes_loaded;
+  d["load_manifest_bytes"] = m.load_manifest_bytes;
+  d["last_load_plan_s"] = m.last_load_plan_s;
+  d["last_load_manifests"] = m.last_load_manifests;
   d["servers_down"] = m.servers_down;
   d["servers_cross_memory"] = m.servers_cross_memory;
   d["staging_pool_bytes"] = m.staging_pool_bytes;

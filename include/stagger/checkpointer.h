@@ -111,6 +111,13 @@ struct ClientMetrics {
   uint64_t loads = 0;  // Load() calls that succeeded
   uint64_t loads_failed = 0;
   uint64_t bytes_loaded = 0;  // registered bytes filled by loads
+  // What planning loads cost: bytes of the manifests read (summed over
+  // loads), and of the last load the time from its call to its plan and
+  // the number of ranks' manifests read (a resharding load reads every
+  // rank's).
+  uint64_t load_manifest_bytes = 0;
+  double last_load_plan_s = 0;
+  uint32_t last_load_manifests = 0;
   // Servers of the set marked down (did not answer at Open, or died): their
   // copies went to the next server of each ranking (replicas).
   uint64_t servers_down = 0;
