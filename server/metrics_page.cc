@@ -189,6 +189,13 @@ std::string RenderServerMetrics(const MetricsSources& s) {
               "be written; the commit stands.",
               c.manifest_log_failures.load());
   }
+  if (s.control_calls != nullptr) {
+    for (const auto& [method, n] : s.control_calls->Counts()) {
+      w.Counter("stagger_server_control_calls_total",
+                "Control-plane (gRPC) calls taken, by method.",
+                static_cast<double>(n), {{"method", method}});
+    }
+  }
   if (s.drainer != nullptr) WriteDrainMetrics(w, s.drainer->stats());
   if (s.memory != nullptr) WriteMemoryMetrics(w, s.memory->stats());
   if (s.promoter != nullptr) {

@@ -6,6 +6,7 @@
 
 #include <string>
 
+#include "server/control_calls.h"
 #include "server/control_service.h"
 #include "server/data_service.h"
 #include "server/ingest_admission.h"
@@ -21,6 +22,7 @@ namespace stagger::server {
 struct MetricsSources {
   const DataService* data = nullptr;
   const ControlService* control = nullptr;
+  const ControlCalls* control_calls = nullptr;
   const SegmentStore* segments = nullptr;
   const IngestAdmission* admission = nullptr;
   const Rebaser* rebaser = nullptr;

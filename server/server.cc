@@ -16,6 +16,7 @@
 #include "metrics/http_exporter.h"
 #include "qos/executor.h"
 #include "server/compactor.h"
+#include "server/control_calls.h"
 #include "server/control_service.h"
 #include "server/data_service.h"
 #include "server/memory_tier.h"
@@ -52,6 +53,7 @@ class Server::Impl {
   std::unique_ptr<DataService> data;
   std::unique_ptr<transport::Listener> listener;
   std::unique_ptr<ControlService> control;
+  ControlCalls control_calls;  // counted by the gRPC server below
   std::unique_ptr<grpc::Server> grpc_server;
   std::unique_ptr<Promoter> promoter;  // calls control and the peers
   std::unique_ptr<metrics::HttpExporter> metrics;  // reads all of the above
@@ -371,6 +373,7 @@ Status Server::Impl::StartControlPlane(
   grpc::ResourceQuota quota("stagger-control");
   quota.SetMaxThreads(std::max(options.control_threads, 4));
   builder.SetResourceQuota(quota);
+  control_calls.Install(builder);
   grpc_server = builder.BuildAndStart();
   if (!grpc_server || bound_port == 0) {
     grpc_server.reset();
@@ -429,6 +432,7 @@ Status Server::Impl::StartMetrics(const ServerOptions& options) {
   MetricsSources sources;
   sources.data = data.get();
   sources.control = control.get();
+  sources.control_calls = &control_calls;
   sources.segments = segments.get();
   sources.admission = admission.get();
   sources.rebaser = rebaser.get();

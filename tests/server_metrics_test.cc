@@ -84,6 +84,13 @@ TEST(ServerMetricsTest, ScrapedCountersMatchTheSave) {
   EXPECT_EQ(Sample(*after, "stagger_server_records_written_total"),
             static_cast<double>(st.chunks));
   EXPECT_EQ(Sample(*after, "stagger_server_shard_commits_total"), 1);
+  // Every control-plane call counted by method: the save's one commit.
+  EXPECT_EQ(Sample(*after, "stagger_server_control_calls_total",
+                   "method=\"CommitShard\""),
+            1);
+  EXPECT_GE(Sample(*after, "stagger_server_control_calls_total",
+                   "method=\"Hello\""),
+            1);
   EXPECT_EQ(Sample(*after, "stagger_server_steps_completed_total"), 1);
   EXPECT_EQ(Sample(*after, "stagger_server_puts_in_flight"), 0);
   EXPECT_EQ(Sample(*after, "stagger_server_io_requests_in_flight"), 0);
