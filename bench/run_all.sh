@@ -16,7 +16,7 @@ set -u -o pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 bin_dir="${STAGGER_BIN_DIR:-$here/../build/bin}"
-drivers=(stall throughput incremental restore recovery scale)
+drivers=(stall throughput incremental restore recovery scale ranks)
 
 smoke=0
 size=""
@@ -69,6 +69,12 @@ for name in "${drivers[@]}"; do
   if [[ $name == scale && $smoke -eq 1 ]]; then
     # --size is per client there: 4 clients of 4 MiB, not 32 of 32 MiB.
     args=(--clients 4 --size 4MiB --steps 2)
+    [[ -n "$data" ]] && args+=(--data "$data")
+  fi
+  if [[ $name == ranks ]]; then
+    # No state size there: ranks of one row each.
+    args=()
+    [[ $smoke -eq 1 ]] && args=(--ranks 16,64 --procs 2)
     [[ -n "$data" ]] && args+=(--data "$data")
   fi
   [[ -n "$json_dir" ]] && args+=(--json "$json_dir/$name.json")
