@@ -8,8 +8,11 @@
 #define STAGGER_SERVER_CONTROL_SERVICE_H_
 
 #include <atomic>
+#include <deque>
+#include <vector>
 #include <string>
 
+#include "absl/synchronization/mutex.h"
 #include "proto/stagger.grpc.pb.h"
 #include "server/auth.h"
 #include "server/compactor.h"
@@ -93,8 +96,12 @@ class ControlService final : public pb::Stagger::Service {
 
   // CommitShard without the call: commits the shard in the meta store,
   // logs it, wakes the drainer, applies retention. The promoter commits
-  // the shards it confirmed on disk with it.
+  // the shards it confirmed on disk with it. Commits that come together
+  // are written together (control_commit.cc): one synced batch and one
+  // log sync per group.
   Result<pb::StepInfo> Commit(const pb::CommitShardRequest& req);
+  // The most commits one group takes.
+  static constexpr size_t kMaxCommitGroup = 512;
 
   grpc::Status Hello(grpc::ServerContext*, const pb::HelloRequest*,
                      pb::HelloReply*) override;
@@ -139,6 +146,16 @@ class ControlService final : public pb::Stagger::Service {
   Status Authorize(grpc::ServerContext* ctx, const std::string& job) const;
   // Rewrites `job`'s manifest log from the manifests still held.
   void RewriteLog(const std::string& job);
+  // A commit waiting for its group (control_commit.cc).
+  struct PendingCommit;
+  // Commits groups from group_ until `me`'s is done, then hands the lead
+  // on.
+  void LeadGroups(PendingCommit* me);
+  // Commits `group` in the meta store and logs its disk-level shards.
+  void CommitGroup(const std::vector<PendingCommit*>& group);
+  // What follows one commit: counters, logs, retention, the promoter.
+  void AfterCommit(const pb::CommitShardRequest& req, const Status& logged,
+                   Result<pb::StepInfo>* info);
   // A Gc's or DeleteSteps' reply from what the meta store did; compacts.
   void FillGcReply(grpc::ServerContext* ctx, const std::string& job,
                    const GcResult& r, bool wait, pb::GcReply* reply);
@@ -160,6 +177,9 @@ class ControlService final : public pb::Stagger::Service {
   const uint64_t instance_;  // HelloReply::instance
   RetentionPolicy retention_;
   ControlCounters counters_;
+  absl::Mutex group_mu_;
+  std::deque<PendingCommit*> group_ ABSL_GUARDED_BY(group_mu_);
+  bool group_leader_ ABSL_GUARDED_BY(group_mu_) = false;
 };
 
 }  // namespace stagger::server

@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <map>
 
 #include "absl/strings/str_cat.h"
 #include "format/crc32c.h"
@@ -78,18 +79,35 @@ Status EnsureDir(const std::string& dir) {
 }  // namespace
 
 Status ManifestLog::Append(const pb::ShardManifest& m) {
-  const std::string path = PathOf(m.job());
+  return AppendAll({&m});
+}
+
+Status ManifestLog::AppendAll(
+    const std::vector<const pb::ShardManifest*>& manifests) {
+  if (manifests.empty()) return absl::OkStatus();
+  std::map<std::string, std::string> by_path;
+  for (const pb::ShardManifest* m : manifests) {
+    by_path[PathOf(m->job())] += Entry(*m);
+  }
   absl::MutexLock l(&mu_);
   STAGGER_RETURN_IF_ERROR(EnsureDir(dir_));
-  // stat, not std::filesystem::exists: that one throws on an I/O error.
-  struct stat st;
-  const bool existed = ::stat(path.c_str(), &st) == 0;
-  int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-  if (fd < 0) return Errno("open", path);
-  Status s = WriteSynced(fd, Entry(m), path);
-  close(fd);
-  if (s.ok() && !existed) s = SyncDir(dir_);
-  return s;
+  Status first;
+  bool created = false;
+  for (const auto& [path, bytes] : by_path) {
+    // stat, not std::filesystem::exists: that one throws on an I/O error.
+    struct stat st;
+    created = created || ::stat(path.c_str(), &st) != 0;
+    int fd =
+        open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    if (fd < 0) {
+      first.Update(Errno("open", path));
+      continue;
+    }
+    first.Update(WriteSynced(fd, bytes, path));
+    close(fd);
+  }
+  if (first.ok() && created) first = SyncDir(dir_);
+  return first;
 }
 
 Status ManifestLog::Rewrite(const std::string& job,

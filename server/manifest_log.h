@@ -31,6 +31,9 @@ class ManifestLog {
   explicit ManifestLog(std::string dir) : dir_(std::move(dir)) {}
 
   Status Append(const pb::ShardManifest& m);
+  // Appends each of `manifests` to its job's log, each log written and
+  // synced once (a group of commits).
+  Status AppendAll(const std::vector<const pb::ShardManifest*>& manifests);
   // Replaces `job`'s log with exactly `manifests`.
   Status Rewrite(const std::string& job,
                  const std::vector<pb::ShardManifest>& manifests);

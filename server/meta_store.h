@@ -34,6 +34,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "absl/container/flat_hash_set.h"
@@ -152,6 +153,21 @@ class MetaStore {
                                    const HeldLookup& held = nullptr,
                                    const pb::MemoryShard* plan = nullptr);
 
+  // CommitShard's arguments, for CommitShards.
+  struct CommitArgs {
+    pb::ShardManifest manifest;
+    bool chunks_elsewhere = false;
+    HeldLookup held;
+    const pb::MemoryShard* plan = nullptr;
+  };
+  // Commits each of `commits` as CommitShard does, in order, with one
+  // synced write for all of them (a group commit: thousands of ranks
+  // committing at once cost a few syncs, not one each). Returns each one's
+  // outcome; a failed write fails every commit that wrote. Resolves the
+  // manifests in place.
+  std::vector<Result<pb::StepInfo>> CommitShards(
+      std::vector<CommitArgs>& commits);
+
   // Memory-level shards the servers confirm on disk (server/promoter.h).
   struct MemoryShardRecord {
     std::string job;
@@ -261,6 +277,19 @@ class MetaStore {
   // The step `m` commits to: the stored one (ABORTED when its world size
   // differs), or a new one.
   Result<pb::StepInfo> StepToCommit(const pb::ShardManifest& m)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(commit_mu_);
+  // Validates `c`'s manifest and fills its chunks from the index
+  // (ResolveChunk); `raw` and `stored` get its bytes.
+  Result<pb::StepInfo> Resolve(CommitArgs& c, uint64_t* raw, uint64_t* stored);
+  // Applies the resolved commit `c` to `info` (its step's state as the
+  // group has it) and adds its shard's writes to `batch` (`wrote`: any;
+  // the step's state is written once per group by the caller); `shards`
+  // holds the group's shards so far. The step's state after it.
+  Result<pb::StepInfo> Apply(
+      const CommitArgs& c, uint64_t raw, uint64_t stored, pb::StepInfo* info,
+      std::map<std::tuple<std::string, int64_t, uint32_t>, pb::ShardManifest>*
+          shards,
+      rocksdb::WriteBatch* batch, bool* wrote)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(commit_mu_);
   explicit MetaStore(std::unique_ptr<rocksdb::DB> db);
   // The drained steps of `job`; only those imported with `cold_only`.

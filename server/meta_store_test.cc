@@ -186,6 +186,46 @@ TEST_F(MetaStoreTest, RetryIsIdempotentConflictIsAborted) {
             absl::StatusCode::kAborted);
 }
 
+// A group of commits in one write: each gets the outcome it would get
+// alone, in order (a step completing within the group, a retry and a
+// conflict of a rank committed earlier in the same group, another world
+// size, an unknown chunk), and what it wrote survives a reopen.
+TEST_F(MetaStoreTest, AGroupCommitsEachAsAloneInOneWrite) {
+  auto a = StoreChunk(1), b = StoreChunk(2);
+  std::vector<MetaStore::CommitArgs> group(7);
+  group[0].manifest = Shard(1, 0, 3, a);
+  group[1].manifest = Shard(1, 1, 3, a);
+  group[2].manifest = Shard(1, 1, 3, a);  // the same shard again: a retry
+  group[3].manifest = Shard(1, 1, 3, b);  // another shard of rank 1
+  group[4].manifest = Shard(1, 2, 4, a);  // another world size
+  group[5].manifest = Shard(1, 2, 3, format::ChunkId{9, 9});  // not stored
+  group[6].manifest = Shard(1, 2, 3, a);
+  std::vector<Result<pb::StepInfo>> out = meta_->CommitShards(group);
+  ASSERT_EQ(out.size(), 7u);
+  ASSERT_TRUE(out[0].ok()) << out[0].status();
+  EXPECT_EQ(out[0]->committed_ranks_size(), 1);
+  ASSERT_TRUE(out[1].ok()) << out[1].status();
+  EXPECT_EQ(out[1]->committed_ranks_size(), 2);
+  ASSERT_TRUE(out[2].ok()) << out[2].status();
+  EXPECT_EQ(out[2]->committed_ranks_size(), 2);
+  EXPECT_EQ(out[3].status().code(), absl::StatusCode::kAborted);
+  EXPECT_EQ(out[4].status().code(), absl::StatusCode::kAborted);
+  EXPECT_EQ(out[5].status().code(), absl::StatusCode::kFailedPrecondition);
+  ASSERT_TRUE(out[6].ok()) << out[6].status();
+  EXPECT_TRUE(out[6]->complete());
+  EXPECT_FALSE(out[1]->complete());
+  meta_.reset();
+  auto m = MetaStore::Open(dir_.string());
+  ASSERT_TRUE(m.ok());
+  meta_ = std::move(*m);
+  auto info = meta_->GetStep("job", 1);
+  ASSERT_TRUE(info.ok()) << info.status();
+  EXPECT_TRUE(info->complete());
+  EXPECT_EQ(info->committed_ranks_size(), 3);
+  EXPECT_EQ(info->raw_bytes(), 3u * 4096);
+  EXPECT_TRUE(meta_->GetShard("job", 1, 2).ok());
+}
+
 TEST_F(MetaStoreTest, InvalidManifestIsRejected) {
   auto id = StoreChunk(1);
   auto m = Shard(1, 2, 2, id);  // rank >= world size
