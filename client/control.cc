@@ -151,15 +151,13 @@ bool Better(const pb::GetStepReply& a, const pb::GetStepReply& b) {
 
 }  // namespace
 
-Result<pb::GetStepReply> GetStep(ServerSet& servers, const std::string& job,
-                                 int64_t step, bool all_ranks,
-                                 const std::vector<uint32_t>& ranks) {
-  pb::GetStepRequest req;
-  req.set_job(job);
-  req.set_latest(step == kLatest);
-  req.set_step(step == kLatest ? 0 : step);
-  req.set_all_ranks(all_ranks);
-  for (uint32_t r : ranks) req.add_ranks(r);
+namespace {
+
+// GetStep with `req` on every server up, the best answer kept, its
+// manifests checked.
+Result<pb::GetStepReply> AskEveryServer(ServerSet& servers,
+                                        const std::string& job,
+                                        const pb::GetStepRequest& req) {
   pb::GetStepReply reply;
   std::string from;
   bool have = false;
@@ -184,6 +182,32 @@ Result<pb::GetStepReply> GetStep(ServerSet& servers, const std::string& job,
     }
   }
   return reply;
+}
+
+}  // namespace
+
+Result<pb::GetStepReply> GetStep(ServerSet& servers, const std::string& job,
+                                 int64_t step, bool all_ranks,
+                                 const std::vector<uint32_t>& ranks) {
+  pb::GetStepRequest req;
+  req.set_job(job);
+  req.set_latest(step == kLatest);
+  req.set_step(step == kLatest ? 0 : step);
+  req.set_all_ranks(all_ranks);
+  for (uint32_t r : ranks) req.add_ranks(r);
+  return AskEveryServer(servers, job, req);
+}
+
+Result<pb::GetStepReply> GetSlices(ServerSet& servers, const std::string& job,
+                                   int64_t step,
+                                   const std::vector<pb::TensorRegion>& regions,
+                                   uint32_t prefer_rank) {
+  pb::GetStepRequest req;
+  req.set_job(job);
+  req.set_step(step);
+  for (const pb::TensorRegion& r : regions) *req.add_regions() = r;
+  req.set_prefer_rank(prefer_rank);
+  return AskEveryServer(servers, job, req);
 }
 
 Result<pb::StepInfo> CommitShard(ServerSet& servers, size_t replicas,

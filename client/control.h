@@ -27,6 +27,14 @@ inline constexpr int64_t kLatest = -1;
 Result<pb::GetStepReply> GetStep(ServerSet& servers, const std::string& job,
                                  int64_t step, bool all_ranks,
                                  const std::vector<uint32_t>& ranks);
+// Complete step `step` with the manifests holding part of `regions`,
+// each with only those tensors (GetStepRequest::regions; per-rank
+// tensors from `prefer_rank`'s shard and rank 0's). A server that does not
+// know regions answers with no manifest.
+Result<pb::GetStepReply> GetSlices(ServerSet& servers, const std::string& job,
+                                   int64_t step,
+                                   const std::vector<pb::TensorRegion>& regions,
+                                   uint32_t prefer_rank);
 
 // Commits to the job's first `replicas` coordinators that are up (a gone
 // one is replaced by the next in the ranking); UNAVAILABLE naming the

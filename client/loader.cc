@@ -217,6 +217,21 @@ Result<pb::StepInfo> CompleteStepInfo(ServerSet& servers,
   return reply.step();
 }
 
+// The part of its global tensor each target is.
+std::vector<pb::TensorRegion> RegionsOf(
+    const std::vector<LoadTarget>& targets) {
+  std::vector<pb::TensorRegion> out;
+  for (const LoadTarget& t : targets) {
+    pb::TensorRegion& r = out.emplace_back();
+    r.set_name(t.name);
+    for (size_t d = 0; d < t.shape.size(); ++d) {
+      r.add_offset(d < t.global_offset.size() ? t.global_offset[d] : 0);
+      r.add_shape(t.shape[d]);
+    }
+  }
+  return out;
+}
+
 std::vector<const pb::ShardManifest*> Pointers(const pb::GetStepReply& r) {
   std::vector<const pb::ShardManifest*> out;
   for (const pb::ShardManifest& m : r.shards()) out.push_back(&m);
@@ -288,6 +303,21 @@ Result<int64_t> LoadStep(ServerSet& servers, ChunkIo& io,
     planned = PlanLoad(targets, Pointers(reply), rank, servers, &plan);
     if (!planned.ok() && !absl::IsNotFound(planned)) {
       return WithContext(planned, what);
+    }
+  }
+  if (!planned.ok()) {
+    // The manifests that hold this rank's slices (a resharding load, or
+    // slices its own shard does not cover); every rank's only when those
+    // do not plan (a server that does not index slices sends none).
+    plan = LoadPlan();
+    auto sliced = GetSlices(servers, job, number, RegionsOf(targets), rank);
+    if (sliced.ok()) {
+      reply = std::move(*sliced);
+      read(reply);
+      planned = PlanLoad(targets, Pointers(reply), rank, servers, &plan);
+      if (!planned.ok() && !absl::IsNotFound(planned)) {
+        return WithContext(planned, what);
+      }
     }
   }
   if (!planned.ok()) {

@@ -143,6 +143,15 @@ grpc::Status ControlService::GetStep(grpc::ServerContext* ctx,
   auto info = req->latest() ? meta_->LatestComplete(req->job())
                             : meta_->GetStep(req->job(), req->step());
   if (!info.ok()) return ToGrpc(info.status());
+  if (!req->regions().empty() && !req->all_ranks() && req->ranks().empty()) {
+    Status s = ShardsOfRegions(*req, *info, reply);
+    if (!s.ok()) return ToGrpc(s);
+    *reply->mutable_step() = *info;
+    // Complete: every rank committed. Left out, the reply stays the size
+    // of the slices asked for, whatever the world size.
+    reply->mutable_step()->clear_committed_ranks();
+    return grpc::Status::OK;
+  }
   std::vector<uint32_t> ranks;
   if (req->all_ranks()) {
     ranks.assign(info->committed_ranks().begin(),
@@ -161,6 +170,42 @@ grpc::Status ControlService::GetStep(grpc::ServerContext* ctx,
   }
   *reply->mutable_step() = *info;
   return grpc::Status::OK;
+}
+
+Status ControlService::ShardsOfRegions(const pb::GetStepRequest& req,
+                                       const pb::StepInfo& info,
+                                       pb::GetStepReply* reply) {
+  if (req.regions_size() > kMaxRegions) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        req.regions_size(), " regions in one GetStep; at most ", kMaxRegions));
+  }
+  for (const pb::TensorRegion& r : req.regions()) {
+    STAGGER_RETURN_IF_ERROR(format::ValidateName("tensor", r.name()));
+    if (r.offset_size() != r.shape_size() || r.shape_size() > 32) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "region of tensor '", r.name(), "': ", r.offset_size(),
+          " offsets for ", r.shape_size(), " dimensions (at most 32)"));
+    }
+  }
+  const std::string& job = req.job();
+  const int64_t step = info.step();
+  STAGGER_ASSIGN_OR_RETURN(
+      auto found, slices_.Find(job, info, req.regions(), req.prefer_rank(),
+                               [&](uint32_t rank) {
+                                 return meta_->GetShard(job, step, rank);
+                               }));
+  for (const auto& [rank, names] : found) {
+    STAGGER_ASSIGN_OR_RETURN(pb::ShardManifest m,
+                             meta_->GetShard(job, step, rank));
+    auto* tensors = m.mutable_tensors();
+    tensors->erase(std::remove_if(tensors->begin(), tensors->end(),
+                                  [&names = names](const pb::TensorEntry& t) {
+                                    return names.count(t.name()) == 0;
+                                  }),
+                   tensors->end());
+    *reply->add_shards() = std::move(m);
+  }
+  return absl::OkStatus();
 }
 
 grpc::Status ControlService::ListSteps(grpc::ServerContext* ctx,

@@ -9,8 +9,8 @@
 
 #include <atomic>
 #include <deque>
-#include <vector>
 #include <string>
+#include <vector>
 
 #include "absl/synchronization/mutex.h"
 #include "proto/stagger.grpc.pb.h"
@@ -20,6 +20,7 @@
 #include "server/memory_tier.h"
 #include "server/meta_store.h"
 #include "server/rebaser.h"
+#include "server/slice_index.h"
 
 namespace stagger::server {
 
@@ -146,6 +147,11 @@ class ControlService final : public pb::Stagger::Service {
   Status Authorize(grpc::ServerContext* ctx, const std::string& job) const;
   // Rewrites `job`'s manifest log from the manifests still held.
   void RewriteLog(const std::string& job);
+  // GetStep with regions: the shards of `info` holding part of them, each
+  // with only those tensors (slice_index.h).
+  Status ShardsOfRegions(const pb::GetStepRequest& req,
+                         const pb::StepInfo& info, pb::GetStepReply* reply);
+  static constexpr int kMaxRegions = 1 << 16;
   // A commit waiting for its group (control_commit.cc).
   struct PendingCommit;
   // Commits groups from group_ until `me`'s is done, then hands the lead
@@ -177,6 +183,7 @@ class ControlService final : public pb::Stagger::Service {
   const uint64_t instance_;  // HelloReply::instance
   RetentionPolicy retention_;
   ControlCounters counters_;
+  SliceIndex slices_;
   absl::Mutex group_mu_;
   std::deque<PendingCommit*> group_ ABSL_GUARDED_BY(group_mu_);
   bool group_leader_ ABSL_GUARDED_BY(group_mu_) = false;

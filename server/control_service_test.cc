@@ -191,6 +191,59 @@ TEST_F(ControlServiceTest, SweepIsRefusedOnTheCoordinator) {
   EXPECT_EQ(Indexed("j"), 2u);
 }
 
+// GetStep with regions: the shard holding the region, and malformed
+// regions refused naming what is wrong.
+TEST_F(ControlServiceTest, RegionsFindTheirShardsAndBadOnesAreRefused) {
+  auto ids = PutChunks("j", 1);
+  pb::ShardManifest m;
+  m.set_job("j");
+  m.set_step(1);
+  m.set_world_size(1);
+  m.set_chunk_size(4096);
+  auto* t = m.add_tensors();
+  t->set_name("t");
+  t->set_dtype("U8");
+  t->add_shape(4096);
+  t->add_global_shape(4096);
+  t->add_global_offset(0);
+  t->set_byte_size(4096);
+  auto* c = t->add_chunks();
+  c->set_id(ids[0].ToBytes());
+  c->set_raw_length(4096);
+  auto committed = meta_->CommitShard(m);
+  ASSERT_TRUE(committed.ok()) << committed.status();
+  auto ask = [&](const std::vector<pb::TensorRegion>& regions,
+                 pb::GetStepReply* reply) {
+    pb::GetStepRequest req;
+    req.set_job("j");
+    req.set_step(1);
+    for (const auto& r : regions) *req.add_regions() = r;
+    grpc::ClientContext ctx;
+    return stub_->GetStep(&ctx, req, reply);
+  };
+  pb::TensorRegion good;
+  good.set_name("t");
+  good.add_offset(100);
+  good.add_shape(10);
+  pb::GetStepReply reply;
+  grpc::Status s = ask({good}, &reply);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  ASSERT_EQ(reply.shards_size(), 1);
+  EXPECT_EQ(reply.shards(0).tensors(0).name(), "t");
+  pb::TensorRegion lopsided = good;
+  lopsided.add_shape(3);  // two dimensions, one offset
+  s = ask({lopsided}, &reply);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(s.error_message().find("region of tensor 't'"), std::string::npos)
+      << s.error_message();
+  pb::TensorRegion badname = good;
+  badname.set_name("../x");
+  s = ask({badname}, &reply);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  s = ask(std::vector<pb::TensorRegion>((1 << 16) + 1, good), &reply);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+}
+
 TEST_F(ControlServiceTest, LiveChunksStreamsInBatches) {
   const int n = kLiveIdsPerMessage + 100;
   auto ids = PutChunks("j", n);
