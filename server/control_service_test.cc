@@ -58,6 +58,30 @@ class ControlServiceTest : public ::testing::Test {
     return ids;
   }
 
+  // Commits step 1 of job "j", one rank, tensor "t" of 4096 bytes in
+  // chunk `id` (with a global shape when `global`).
+  void CommitOne(const format::ChunkId& id, bool global) {
+    pb::ShardManifest m;
+    m.set_job("j");
+    m.set_step(1);
+    m.set_world_size(1);
+    m.set_chunk_size(4096);
+    auto* t = m.add_tensors();
+    t->set_name("t");
+    t->set_dtype("U8");
+    t->add_shape(4096);
+    if (global) {
+      t->add_global_shape(4096);
+      t->add_global_offset(0);
+    }
+    t->set_byte_size(4096);
+    auto* c = t->add_chunks();
+    c->set_id(id.ToBytes());
+    c->set_raw_length(4096);
+    auto committed = meta_->CommitShard(m);
+    ASSERT_TRUE(committed.ok()) << committed.status();
+  }
+
   // Streams `msgs` as one Sweep call; returns its status.
   grpc::Status Sweep(const std::vector<pb::SweepRequest>& msgs,
                      pb::SweepReply* reply) {
@@ -168,20 +192,7 @@ TEST_F(ControlServiceTest, MalformedSweepsAreRefusedAndDeleteNothing) {
 
 TEST_F(ControlServiceTest, SweepIsRefusedOnTheCoordinator) {
   auto ids = PutChunks("j", 2);
-  pb::ShardManifest m;
-  m.set_job("j");
-  m.set_step(1);
-  m.set_world_size(1);
-  m.set_chunk_size(4096);
-  auto* t = m.add_tensors();
-  t->set_name("t");
-  t->set_dtype("U8");
-  t->add_shape(4096);
-  t->set_byte_size(4096);
-  auto* c = t->add_chunks();
-  c->set_id(ids[0].ToBytes());
-  c->set_raw_length(4096);
-  ASSERT_TRUE(meta_->CommitShard(m).ok());
+  ASSERT_NO_FATAL_FAILURE(CommitOne(ids[0], /*global=*/false));
   pb::SweepRequest only = First("j", {});
   only.set_last(true);
   pb::SweepReply reply;
@@ -195,23 +206,7 @@ TEST_F(ControlServiceTest, SweepIsRefusedOnTheCoordinator) {
 // regions refused naming what is wrong.
 TEST_F(ControlServiceTest, RegionsFindTheirShardsAndBadOnesAreRefused) {
   auto ids = PutChunks("j", 1);
-  pb::ShardManifest m;
-  m.set_job("j");
-  m.set_step(1);
-  m.set_world_size(1);
-  m.set_chunk_size(4096);
-  auto* t = m.add_tensors();
-  t->set_name("t");
-  t->set_dtype("U8");
-  t->add_shape(4096);
-  t->add_global_shape(4096);
-  t->add_global_offset(0);
-  t->set_byte_size(4096);
-  auto* c = t->add_chunks();
-  c->set_id(ids[0].ToBytes());
-  c->set_raw_length(4096);
-  auto committed = meta_->CommitShard(m);
-  ASSERT_TRUE(committed.ok()) << committed.status();
+  ASSERT_NO_FATAL_FAILURE(CommitOne(ids[0], /*global=*/true));
   auto ask = [&](const std::vector<pb::TensorRegion>& regions,
                  pb::GetStepReply* reply) {
     pb::GetStepRequest req;

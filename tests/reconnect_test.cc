@@ -51,6 +51,20 @@ class ReconnectTest : public ::testing::TestWithParam<int> {
     server_ = std::move(*server);
   }
 
+  // Saves step 1 (32 MiB paced over seconds) with `server_wait_s`,
+  // restarts the server 0.3 s into the save, and says how it ended.
+  void SaveAcrossARestart(double server_wait_s, Status* outcome) {
+    ASSERT_NO_FATAL_FAILURE(
+        Start("mid-save", 32 << 20, /*deadline_s=*/4, server_wait_s));
+    testutil::FillPattern(w_, testutil::WeightSeed(0, 1));
+    auto h1 = ck_->Save(1);
+    ASSERT_TRUE(h1.ok()) << h1.status();
+    ASSERT_FALSE(h1->Wait(absl::Milliseconds(300)).has_value())
+        << "the save ended before the restart";
+    ASSERT_NO_FATAL_FAILURE(Restart());
+    *outcome = h1->Wait();
+  }
+
   testutil::TempDir dir_;
   std::string data_, grpc_;
   std::unique_ptr<testutil::ServerProcess> server_;
@@ -101,18 +115,11 @@ TEST_P(ReconnectTest, NextSaveSucceedsAfterTheServerRestarts) {
 }
 
 TEST_P(ReconnectTest, ARestartInTheMiddleOfASaveIsWaitedOut) {
-  // 32 MiB paced over seconds: the restart lands in the save, and the
-  // Checkpointer waits (server_wait_s) for the server to come back and
-  // sends it again the copies it lost.
-  ASSERT_NO_FATAL_FAILURE(
-      Start("mid-save", 32 << 20, /*deadline_s=*/4, /*server_wait_s=*/60));
-  testutil::FillPattern(w_, testutil::WeightSeed(0, 1));
-  auto h1 = ck_->Save(1);
-  ASSERT_TRUE(h1.ok()) << h1.status();
-  ASSERT_FALSE(h1->Wait(absl::Milliseconds(300)).has_value())
-      << "the save ended before the restart";
-  ASSERT_NO_FATAL_FAILURE(Restart());
-  Status s1 = h1->Wait();
+  // The restart lands in the save, and the Checkpointer waits
+  // (server_wait_s) for the server to come back and sends it again the
+  // copies it lost.
+  Status s1;
+  ASSERT_NO_FATAL_FAILURE(SaveAcrossARestart(/*server_wait_s=*/60, &s1));
   ASSERT_TRUE(s1.ok()) << s1;
   auto steps = ck_->Steps(/*include_partial=*/false);
   ASSERT_TRUE(steps.ok()) << steps.status();
@@ -127,15 +134,8 @@ TEST_P(ReconnectTest, ARestartInTheMiddleOfASaveIsWaitedOut) {
 TEST_P(ReconnectTest, ARestartInTheMiddleOfASaveFailsOnlyThatSave) {
   // As above, with server_wait_s 0: the save fails at once, naming the
   // server.
-  ASSERT_NO_FATAL_FAILURE(
-      Start("mid-save", 32 << 20, /*deadline_s=*/4, /*server_wait_s=*/0));
-  testutil::FillPattern(w_, testutil::WeightSeed(0, 1));
-  auto h1 = ck_->Save(1);
-  ASSERT_TRUE(h1.ok()) << h1.status();
-  ASSERT_FALSE(h1->Wait(absl::Milliseconds(300)).has_value())
-      << "the save ended before the restart";
-  ASSERT_NO_FATAL_FAILURE(Restart());
-  Status s1 = h1->Wait();
+  Status s1;
+  ASSERT_NO_FATAL_FAILURE(SaveAcrossARestart(/*server_wait_s=*/0, &s1));
   ASSERT_FALSE(s1.ok());
   EXPECT_EQ(s1.code(), absl::StatusCode::kUnavailable) << s1;
   EXPECT_NE(s1.message().find(grpc_), std::string::npos) << s1;
