@@ -20,7 +20,7 @@ namespace {
 
 using testutil::ServerProcess;
 
-std::unique_ptr<pb::Stagger::Stub> StubOf(const ServerProcess& s) {
+std::unique_ptr<pb::Stagger::Stub> ClientOf(const ServerProcess& s) {
   return pb::Stagger::NewStub(
       grpc::CreateChannel(s.grpc(), grpc::InsecureChannelCredentials()));
 }
@@ -53,7 +53,7 @@ class RecordsRpcTest : public ::testing::Test {
     req.set_all_ranks(true);
     pb::GetStepReply reply;
     grpc::ClientContext ctx;
-    ASSERT_TRUE(StubOf(*servers_[0])->GetStep(&ctx, req, &reply).ok());
+    ASSERT_TRUE(ClientOf(*servers_[0])->GetStep(&ctx, req, &reply).ok());
     ASSERT_EQ(reply.shards_size(), 1);
     ASSERT_EQ(reply.shards(0).tensors_size(), 1);
     for (const auto& c : reply.shards(0).tensors(0).chunks()) {
@@ -68,8 +68,8 @@ class RecordsRpcTest : public ::testing::Test {
     req.set_job("rec");
     for (const std::string& id : ids) req.add_ids(id);
     grpc::ClientContext ctx;
-    auto stub = StubOf(s);
-    auto reader = stub->ReadRecords(&ctx, req);
+    auto client = ClientOf(s);
+    auto reader = client->ReadRecords(&ctx, req);
     pb::ChunkRecord r;
     while (reader->Read(&r)) out->push_back(r);
     return reader->Finish();
@@ -80,8 +80,8 @@ class RecordsRpcTest : public ::testing::Test {
                      uint64_t* stored) {
     grpc::ClientContext ctx;
     pb::StoreRecordsReply reply;
-    auto stub = StubOf(s);
-    auto writer = stub->StoreRecords(&ctx, &reply);
+    auto client = ClientOf(s);
+    auto writer = client->StoreRecords(&ctx, &reply);
     for (const auto& r : records) {
       if (!writer->Write(r)) break;
     }
@@ -98,7 +98,7 @@ class RecordsRpcTest : public ::testing::Test {
     for (const std::string& id : ids_) req.add_ids(id);
     pb::FlushReply reply;
     grpc::ClientContext ctx;
-    EXPECT_TRUE(StubOf(s)->Flush(&ctx, req, &reply).ok());
+    EXPECT_TRUE(ClientOf(s)->Flush(&ctx, req, &reply).ok());
     return reply.on_disk();
   }
 

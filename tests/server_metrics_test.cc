@@ -88,9 +88,9 @@ TEST(ServerMetricsTest, ScrapedCountersMatchTheSave) {
   EXPECT_EQ(Sample(*after, "stagger_server_control_calls_total",
                    "method=\"CommitShard\""),
             1);
-  EXPECT_GE(Sample(*after, "stagger_server_control_calls_total",
-                   "method=\"Hello\""),
-            1);
+  EXPECT_GE(
+      Sample(*after, "stagger_server_control_calls_total", "method=\"Hello\""),
+      1);
   EXPECT_EQ(Sample(*after, "stagger_server_steps_completed_total"), 1);
   EXPECT_EQ(Sample(*after, "stagger_server_puts_in_flight"), 0);
   EXPECT_EQ(Sample(*after, "stagger_server_io_requests_in_flight"), 0);
