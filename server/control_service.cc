@@ -186,6 +186,16 @@ Status ControlService::ShardsOfRegions(const pb::GetStepRequest& req,
           "region of tensor '", r.name(), "': ", r.offset_size(),
           " offsets for ", r.shape_size(), " dimensions (at most 32)"));
     }
+    for (int d = 0; d < r.shape_size(); ++d) {
+      // Bounded so that offset + shape cannot overflow.
+      constexpr int64_t kMax = int64_t{1} << 62;
+      if (r.offset(d) < 0 || r.shape(d) < 0 || r.offset(d) > kMax ||
+          r.shape(d) > kMax) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "region of tensor '", r.name(), "': dimension ", d, " has offset ",
+            r.offset(d), " and size ", r.shape(d), " (each from 0 to 2^62)"));
+      }
+    }
   }
   const std::string& job = req.job();
   const int64_t step = info.step();

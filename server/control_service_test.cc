@@ -231,6 +231,16 @@ TEST_F(ControlServiceTest, RegionsFindTheirShardsAndBadOnesAreRefused) {
   EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_NE(s.error_message().find("region of tensor 't'"), std::string::npos)
       << s.error_message();
+  pb::TensorRegion negative = good;
+  negative.set_offset(0, -5);
+  s = ask({negative}, &reply);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(s.error_message().find("offset -5"), std::string::npos)
+      << s.error_message();
+  pb::TensorRegion huge = good;
+  huge.set_shape(0, INT64_MAX);
+  s = ask({huge}, &reply);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   pb::TensorRegion badname = good;
   badname.set_name("../x");
   s = ask({badname}, &reply);
