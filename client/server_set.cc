@@ -11,6 +11,8 @@
 #include <random>
 #include <sstream>
 
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "client/placement.h"
@@ -166,8 +168,16 @@ Result<std::shared_ptr<ServerSet>> ServerSet::Connect(
     conn->address = addr;
     conn->stub = Stub(addr, creds);
     conn->token = token;
-    Status s = set->Dial(conn.get(), std::min(timeout_s, 30.0),
-                         /*wait_for_ready=*/false);
+    // Without waiting, so that a port nobody listens on fails at once; a
+    // server slow to finish the handshake is waited for, up to the timeout.
+    const double dial_s = std::min(timeout_s, 30.0);
+    Status s = set->Dial(conn.get(), dial_s, /*wait_for_ready=*/false);
+    if (IsSlowHandshake(s)) {
+      log::Info("stagger", absl::StrCat("server ", addr,
+                                        " is slow to answer; waiting up to ",
+                                        dial_s, " s: ", s.message()));
+      s = set->Dial(conn.get(), dial_s, /*wait_for_ready=*/true);
+    }
     if (!s.ok() && !(IsServerGone(s) && tolerate_down)) {
       return set->DialFailed(addr, s, tls_ca_file);
     }
@@ -312,6 +322,11 @@ Result<std::vector<std::string>> ServerSet::ParseList(
 bool IsServerGone(const Status& s) {
   return absl::IsUnavailable(s) || absl::IsDeadlineExceeded(s) ||
          absl::IsCancelled(s);
+}
+
+bool IsSlowHandshake(const Status& s) {
+  return absl::IsUnavailable(s) &&
+         absl::StrContains(absl::AsciiStrToLower(s.message()), "timed out");
 }
 
 namespace {

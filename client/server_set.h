@@ -96,6 +96,13 @@ void PrepareCall(const ServerConn& to, grpc::ClientContext* ctx,
 // worth trying the next replica.
 bool IsServerGone(const Status& s);
 
+// True for UNAVAILABLE "... timed out ..." (gRPC: "connection attempt timed
+// out before receiving SETTINGS frame"): something accepted the connection
+// but did not finish the HTTP/2 handshake within the channel's connect
+// timeout (250 ms here), as a server on a host where hundreds of ranks
+// start at once does. Unlike a refused connection, worth waiting for.
+bool IsSlowHandshake(const Status& s);
+
 // gRPC's synchronous server answers RESOURCE_EXHAUSTED "Server Threadpool
 // Exhausted" (or "Server Threads Exhausted") when every one of its control
 // threads is busy

@@ -3,8 +3,15 @@
 // and saves in the same moment, calls the server refuses as busy are
 // repeated, and no save fails; the step is complete and loads bit-exact.
 // The ranks share the process's data connection and thread pools.
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
+#include <atomic>
+#include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -13,6 +20,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/time/clock.h"
 #include "client/server_set.h"
 #include "stagger/checkpointer.h"
 #include "tests/testutil/pattern.h"
@@ -186,6 +194,119 @@ TEST(ManyRanksTest, FiveHundredTwelveSaveAndTwoHundredFiftySixLoad) {
   for (uint32_t q = 0; q < kLoaders; ++q) {
     EXPECT_EQ(failures[q], "") << "loader rank " << q;
   }
+}
+
+// A TCP proxy on 127.0.0.1 that holds each accepted connection for
+// `delay` before it connects to `upstream` and passes bytes both ways: a
+// server whose host is too busy to answer a handshake at once.
+class DelayProxy {
+ public:
+  DelayProxy(uint16_t upstream, absl::Duration delay)
+      : upstream_(upstream), delay_(delay) {
+    listener_ = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof a;
+    if (::bind(listener_, reinterpret_cast<sockaddr*>(&a), len) != 0 ||
+        ::listen(listener_, 64) != 0 ||
+        ::getsockname(listener_, reinterpret_cast<sockaddr*>(&a), &len) != 0) {
+      return;
+    }
+    port_ = ntohs(a.sin_port);
+    threads_.emplace_back([this] { Accept(); });
+  }
+  ~DelayProxy() {
+    stop_ = true;
+    ::shutdown(listener_, SHUT_RDWR);
+    for (auto& t : threads_) t.join();
+    ::close(listener_);
+  }
+  std::string address() const { return "127.0.0.1:" + std::to_string(port_); }
+  int accepted() const { return accepted_; }
+
+ private:
+  void Accept() {
+    while (!stop_) {
+      pollfd p{listener_, POLLIN, 0};
+      if (::poll(&p, 1, 100) <= 0) continue;
+      int c = ::accept(listener_, nullptr, nullptr);
+      if (c < 0) continue;
+      ++accepted_;
+      threads_.emplace_back([this, c] { Pump(c); });
+    }
+  }
+  void Pump(int c) {
+    absl::SleepFor(delay_);
+    int u = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    a.sin_port = htons(upstream_);
+    if (::connect(u, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0) {
+      pollfd fds[2] = {{c, POLLIN, 0}, {u, POLLIN, 0}};
+      char buf[16384];
+      while (!stop_) {
+        if (::poll(fds, 2, 100) <= 0) continue;
+        bool closed = false;
+        for (int i = 0; i < 2; ++i) {
+          if ((fds[i].revents & (POLLIN | POLLHUP | POLLERR)) == 0) continue;
+          ssize_t n = ::read(fds[i].fd, buf, sizeof buf);
+          if (n <= 0 || ::write(fds[1 - i].fd, buf, n) != n) closed = true;
+        }
+        if (closed) break;
+      }
+    }
+    ::close(u);
+    ::close(c);
+  }
+
+  const uint16_t upstream_;
+  const absl::Duration delay_;
+  int listener_ = -1;
+  uint16_t port_ = 0;
+  std::atomic<bool> stop_{false};
+  std::atomic<int> accepted_{0};
+  std::vector<std::thread> threads_;  // Accept's and the pumps
+};
+
+// A control plane that takes longer to finish its handshake than the
+// channel's connect timeout (250 ms; hundreds of ranks starting at once on
+// a busy host) is waited for: the Checkpointer opens and saves. A port
+// nobody listens on still fails at once.
+TEST(ManyRanksTest, OpensThroughAControlPlaneSlowToHandshake) {
+  testutil::TempDir dir;
+  auto server = testutil::ServerProcess::Start(dir.path() + "/s");
+  ASSERT_TRUE(server.ok()) << server.status();
+  const std::string grpc = (*server)->grpc();
+  const auto port =
+      static_cast<uint16_t>(std::stoi(grpc.substr(grpc.rfind(':') + 1)));
+  CheckpointerOptions o;
+  o.job = "slow";
+  std::string gone;
+  {
+    DelayProxy proxy(port, absl::Milliseconds(700));
+    o.servers = proxy.address();
+    auto ck = Checkpointer::Open(o);
+    ASSERT_TRUE(ck.ok()) << ck.status();
+    EXPECT_GE(proxy.accepted(), 1);
+    std::vector<char> state(4096);
+    testutil::FillPattern(state, 3);
+    ASSERT_TRUE((*ck)->Register({"w", "U8", {4096}, state.data()}).ok());
+    auto h = (*ck)->Save(1);
+    ASSERT_TRUE(h.ok()) << h.status();
+    ASSERT_TRUE(h->Wait().ok());
+    gone = proxy.address();
+  }
+  // Nothing listens on the proxy's port once it is gone.
+  o.servers = gone;
+  const auto start = std::chrono::steady_clock::now();
+  auto refused = Checkpointer::Open(o);
+  const double took =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+          .count();
+  EXPECT_FALSE(refused.ok());
+  EXPECT_LT(took, 5.0) << refused.status();
 }
 
 }  // namespace
