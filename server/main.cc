@@ -21,6 +21,7 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "format/names.h"
 #include "server/rebuild.h"
 #include "server/server.h"
@@ -36,6 +37,11 @@ int main(int argc, char** argv) {
   // freed ones are reused (the ingest budget bounds how many are live).
   mallopt(M_MMAP_THRESHOLD, 256 << 20);
   mallopt(M_TRIM_THRESHOLD, 1 << 30);
+  // Debian's Abseil is built without NDEBUG, so every absl::Mutex (ours and
+  // gRPC's) would record lock orders in one process-wide graph under a
+  // global lock: CPU and contention on every call. The tests keep the
+  // check; the daemon does not pay for it.
+  absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
   // gRPC's own log lines (a raw error tree when a port is in use) go to
   // our log at debug level: the server says what failed in its own words.
   gpr_set_log_function([](gpr_log_func_args* args) {

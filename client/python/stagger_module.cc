@@ -515,6 +515,11 @@ void BindCheckpointerData(PyCheckpointer& c) {
 PYBIND11_MODULE(_stagger, m) {
   using namespace stagger;
   m.doc() = "stagger: checkpoints for deep-learning training";
+  // Debian's Abseil is built without NDEBUG: every absl::Mutex (ours and
+  // gRPC's) would record lock orders in a process-wide graph under one
+  // global lock, CPU taken from the trainer on every call. A training
+  // process has no use for that check (server/main.cc does the same).
+  absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
   python::ErrorType() = py::reinterpret_steal<py::object>(
       PyErr_NewException("stagger.Error", PyExc_RuntimeError, nullptr));
   m.attr("Error") = python::ErrorType();
