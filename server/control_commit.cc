@@ -1,13 +1,16 @@
-// ControlService::Commit (control_service.h): commits in groups. The
-// commits that arrive while one group is being written wait and go
-// together in the next: one synced RocksDB batch and one synced append per
+// ControlService::Commit and CommitShard (control_service.h): commits in
+// groups, written by one committer thread. The commits that arrive while
+// one group is being written wait, holding no thread, and go together in
+// the next: one synced RocksDB batch and one synced append per
 // job's manifest log for the whole group, instead of two syncs per rank
 // one after another (bench_ranks: 2048 ranks committing at once took 10 s
 // that way, mostly waiting in line for the syncs).
 #include <algorithm>
+#include <functional>
 #include <optional>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
 #include "server/compactor.h"
 #include "server/control_service.h"
 #include "server/manifest_log.h"
@@ -22,42 +25,74 @@ struct ControlService::PendingCommit {
   const pb::CommitShardRequest* req;
   Result<pb::StepInfo> out = absl::UnknownError("not committed");
   Status logged;  // its manifest log append (disk-level commits)
-  bool done = false;
+  // Runs once `out` is final, on the committer thread (or in Enqueue when
+  // stopping); the last use of this object by the service.
+  std::function<void(PendingCommit*)> done;
 };
 
 Result<pb::StepInfo> ControlService::Commit(const pb::CommitShardRequest& req) {
   PendingCommit me{&req};
-  bool lead = false;
-  {
-    absl::MutexLock l(&group_mu_);
-    group_.push_back(&me);
-    auto ready = [this, &me]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(group_mu_) {
-      return me.done || !group_leader_;
-    };
-    group_mu_.Await(absl::Condition(&ready));
-    if (!me.done) lead = group_leader_ = true;
-  }
-  if (lead) LeadGroups(&me);
-  AfterCommit(req, me.logged, &me.out);
+  absl::Notification committed;
+  me.done = [&committed](PendingCommit*) { committed.Notify(); };
+  Enqueue(&me);
+  committed.WaitForNotification();
   return std::move(me.out);
 }
 
-void ControlService::LeadGroups(PendingCommit* me) {
+grpc::ServerUnaryReactor* ControlService::CommitShard(
+    grpc::CallbackServerContext* ctx, const pb::CommitShardRequest* req,
+    pb::CommitShardReply* reply) {
+  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+  if (Status a = Authorize(ctx, req->manifest().job()); !a.ok()) {
+    reactor->Finish(ToGrpc(a));
+    return reactor;
+  }
+  auto* p = new PendingCommit{req};
+  p->done = [reactor, reply](PendingCommit* p) {
+    grpc::Status s = grpc::Status::OK;
+    if (p->out.ok()) {
+      *reply->mutable_step() = std::move(*p->out);
+    } else {
+      s = ToGrpc(p->out.status());
+    }
+    delete p;
+    reactor->Finish(s);
+  };
+  Enqueue(p);
+  return reactor;
+}
+
+void ControlService::Enqueue(PendingCommit* p) {
+  {
+    absl::MutexLock l(&group_mu_);
+    if (!stopping_) {
+      group_.push_back(p);
+      return;
+    }
+  }
+  p->out = absl::UnavailableError("server shutting down: commit not taken");
+  p->done(p);
+}
+
+void ControlService::CommitLoop() {
   while (true) {
     std::vector<PendingCommit*> group;
     {
       absl::MutexLock l(&group_mu_);
-      if (me->done) {
-        group_leader_ = false;
-        return;
-      }
+      auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(group_mu_) {
+        return !group_.empty() || stopping_;
+      };
+      group_mu_.Await(absl::Condition(&ready));
+      if (group_.empty()) return;  // stopping, nothing left
       const size_t n = std::min(group_.size(), kMaxCommitGroup);
       group.assign(group_.begin(), group_.begin() + n);
       group_.erase(group_.begin(), group_.begin() + n);
     }
     CommitGroup(group);
-    absl::MutexLock l(&group_mu_);
-    for (PendingCommit* p : group) p->done = true;
+    for (PendingCommit* p : group) {
+      AfterCommit(*p->req, p->logged, &p->out);
+      p->done(p);
+    }
   }
 }
 

@@ -56,13 +56,24 @@ ControlService::ControlService(MetaStore* meta, std::string data_address,
       segments_(segments),
       data_address_(std::move(data_address)),
       server_id_(std::move(server_id)),
-      retention_(retention),
       instance_(
           std::random_device()() * uint64_t{0x100000001} ^
           static_cast<uint64_t>(
-              std::chrono::steady_clock::now().time_since_epoch().count())) {}
+              std::chrono::steady_clock::now().time_since_epoch().count())),
+      retention_(retention) {
+  committer_ = std::thread([this] { CommitLoop(); });
+}
 
-Result<const Grant*> ControlService::Caller(grpc::ServerContext* ctx) const {
+ControlService::~ControlService() {
+  {
+    absl::MutexLock l(&group_mu_);
+    stopping_ = true;
+  }
+  committer_.join();
+}
+
+Result<const Grant*> ControlService::Caller(
+    const grpc::ServerContextBase* ctx) const {
   if (auth_ == nullptr) return nullptr;
   const auto& md = ctx->client_metadata();
   auto it = md.find(kTokenMetadataKey);
@@ -72,7 +83,7 @@ Result<const Grant*> ControlService::Caller(grpc::ServerContext* ctx) const {
   return auth_->Check(token);
 }
 
-Status ControlService::Authorize(grpc::ServerContext* ctx,
+Status ControlService::Authorize(const grpc::ServerContextBase* ctx,
                                  const std::string& job) const {
   STAGGER_ASSIGN_OR_RETURN(const Grant* grant, Caller(ctx));
   if (grant == nullptr) return absl::OkStatus();
@@ -95,18 +106,6 @@ grpc::Status ControlService::Hello(grpc::ServerContext* ctx,
   if (memory_ != nullptr) reply->set_memory_bytes(memory_->limit_bytes());
   reply->set_instance(instance_);
   reply->set_server_id(server_id_);
-  return grpc::Status::OK;
-}
-
-grpc::Status ControlService::CommitShard(grpc::ServerContext* ctx,
-                                         const pb::CommitShardRequest* req,
-                                         pb::CommitShardReply* reply) {
-  if (Status a = Authorize(ctx, req->manifest().job()); !a.ok()) {
-    return ToGrpc(a);
-  }
-  auto info = Commit(*req);
-  if (!info.ok()) return ToGrpc(info.status());
-  *reply->mutable_step() = std::move(*info);
   return grpc::Status::OK;
 }
 

@@ -10,6 +10,7 @@
 #include <atomic>
 #include <deque>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/synchronization/mutex.h"
@@ -56,7 +57,12 @@ struct ControlCounters {
   std::atomic<uint64_t> manifest_log_failures{0};
 };
 
-class ControlService final : public pb::Stagger::Service {
+// CommitShard is served asynchronously (gRPC's callback API): a commit
+// waiting for its group holds no control thread, so a storm of commits
+// does not leave the other calls answered busy. The other methods run on
+// the control threads (stagger-server --control-threads).
+class ControlService final
+    : public pb::Stagger::WithCallbackMethod_CommitShard<pb::Stagger::Service> {
  public:
   // `meta` and `compactor` are not owned; `compactor` may be null
   // (compaction off). `data_address` is returned by Hello. With a
@@ -73,6 +79,8 @@ class ControlService final : public pb::Stagger::Service {
                  std::string server_id, RetentionPolicy retention = {},
                  Compactor* compactor = nullptr, Authorizer* auth = nullptr,
                  ManifestLog* log = nullptr, SegmentStore* segments = nullptr);
+  // Commits what is queued, then stops the committer thread.
+  ~ControlService() override;
 
   // With a rebaser (not owned; before serving): Hello tells clients that
   // this server rebases deltas (server/rebaser.h), so they need not cut
@@ -98,16 +106,17 @@ class ControlService final : public pb::Stagger::Service {
   // CommitShard without the call: commits the shard in the meta store,
   // logs it, wakes the drainer, applies retention. The promoter commits
   // the shards it confirmed on disk with it. Commits that come together
-  // are written together (control_commit.cc): one synced batch and one
-  // log sync per group.
+  // are written together by one committer thread (control_commit.cc): one
+  // synced batch and one log sync per group.
   Result<pb::StepInfo> Commit(const pb::CommitShardRequest& req);
   // The most commits one group takes.
   static constexpr size_t kMaxCommitGroup = 512;
 
   grpc::Status Hello(grpc::ServerContext*, const pb::HelloRequest*,
                      pb::HelloReply*) override;
-  grpc::Status CommitShard(grpc::ServerContext*, const pb::CommitShardRequest*,
-                           pb::CommitShardReply*) override;
+  grpc::ServerUnaryReactor* CommitShard(grpc::CallbackServerContext* ctx,
+                                        const pb::CommitShardRequest* req,
+                                        pb::CommitShardReply* reply) override;
   grpc::Status GetStep(grpc::ServerContext*, const pb::GetStepRequest*,
                        pb::GetStepReply*) override;
   grpc::Status ListSteps(grpc::ServerContext*, const pb::ListStepsRequest*,
@@ -142,9 +151,10 @@ class ControlService final : public pb::Stagger::Service {
                pb::CompactionReport* report);
   // The grant of the call's token (nullptr when the server is open);
   // UNAUTHENTICATED without a known token.
-  Result<const Grant*> Caller(grpc::ServerContext* ctx) const;
+  Result<const Grant*> Caller(const grpc::ServerContextBase* ctx) const;
   // OK when the server is open or the call's token may touch `job`.
-  Status Authorize(grpc::ServerContext* ctx, const std::string& job) const;
+  Status Authorize(const grpc::ServerContextBase* ctx,
+                   const std::string& job) const;
   // Rewrites `job`'s manifest log from the manifests still held.
   void RewriteLog(const std::string& job);
   // GetStep with regions: the shards of `info` holding part of them, each
@@ -154,9 +164,12 @@ class ControlService final : public pb::Stagger::Service {
   static constexpr int kMaxRegions = 1 << 16;
   // A commit waiting for its group (control_commit.cc).
   struct PendingCommit;
-  // Commits groups from group_ until `me`'s is done, then hands the lead
-  // on.
-  void LeadGroups(PendingCommit* me);
+  // Queues `p` for the committer; its `done` runs there once committed
+  // (at once, UNAVAILABLE, when the service is stopping).
+  void Enqueue(PendingCommit* p);
+  // The committer thread: commits what is queued, up to kMaxCommitGroup
+  // at a time, until the service stops and the queue is empty.
+  void CommitLoop();
   // Commits `group` in the meta store and logs its disk-level shards.
   void CommitGroup(const std::vector<PendingCommit*>& group);
   // What follows one commit: counters, logs, retention, the promoter.
@@ -186,7 +199,8 @@ class ControlService final : public pb::Stagger::Service {
   SliceIndex slices_;
   absl::Mutex group_mu_;
   std::deque<PendingCommit*> group_ ABSL_GUARDED_BY(group_mu_);
-  bool group_leader_ ABSL_GUARDED_BY(group_mu_) = false;
+  bool stopping_ ABSL_GUARDED_BY(group_mu_) = false;
+  std::thread committer_;
 };
 
 }  // namespace stagger::server
