@@ -67,8 +67,8 @@ for name in "${drivers[@]}"; do
   exe="$bin_dir/bench_$name"
   args=("${common_args[@]}")
   if [[ $name == scale && $smoke -eq 1 ]]; then
-    # --size is per client there: 4 clients of 4 MiB, not 32 of 32 MiB.
-    args=(--clients 4 --size 4MiB --steps 2)
+    # --size is per rank there: 8 ranks of 1 MiB, not 256 of 4 MiB.
+    args=(--ranks 8 --procs 4 --size 1MiB --steps 1)
     [[ -n "$data" ]] && args+=(--data "$data")
   fi
   if [[ $name == ranks ]]; then
