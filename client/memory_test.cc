@@ -1,8 +1,13 @@
 #include "client/memory.h"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
+#include <cstdio>
+#include <cstring>
 #include <vector>
+
+#include "client/staging_pool.h"
 
 namespace stagger::client {
 namespace {
@@ -68,6 +73,38 @@ TEST(Staging, TheDefaultPoolGrowsWhenFreeAndAFixedOneNever) {
   Staging pinned_size(std::move(*fixed), kChunk, "j");
   ASSERT_TRUE(pinned_size.Size(8 * kChunk, false).ok());
   EXPECT_EQ(pinned_size.pool()->size(), 2 * kChunk);
+}
+
+// Resident bytes of this process (/proc/self/statm).
+long ResidentBytes() {
+  FILE* f = fopen("/proc/self/statm", "r");
+  long pages = 0, resident = 0;
+  if (f == nullptr || fscanf(f, "%ld %ld", &pages, &resident) != 2) {
+    resident = -1;
+  }
+  if (f != nullptr) fclose(f);
+  return resident * sysconf(_SC_PAGESIZE);
+}
+
+// A state of a chunk or less gets a pool of one slab, which costs the
+// pages its copies touch (thousands of small ranks in one process): not
+// populated, not faulted in by the background preparation. A larger pool
+// is faulted in as before.
+TEST(StagingPoolTest, OneSlabIsFaultedInByItsCopiesOnly) {
+  const long before = ResidentBytes();
+  auto one = StagingPool::Create(kChunk, kChunk, /*populate=*/true);
+  ASSERT_TRUE(one.ok()) << one.status();
+  EXPECT_FALSE((*one)->FaultInNext());
+  char* piece = (*one)->Acquire(3000, nullptr);
+  ASSERT_NE(piece, nullptr);
+  memset(piece, 1, 3000);
+  EXPECT_LT(ResidentBytes() - before, long{kChunk} / 4);
+  (*one)->Release(piece);
+
+  const long mid = ResidentBytes();
+  auto two = StagingPool::Create(2 * kChunk, kChunk, /*populate=*/true);
+  ASSERT_TRUE(two.ok()) << two.status();
+  EXPECT_GE(ResidentBytes() - mid, long{2 * kChunk} * 9 / 10);
 }
 
 }  // namespace

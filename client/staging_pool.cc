@@ -31,12 +31,18 @@ Result<std::unique_ptr<StagingPool>> StagingPool::Create(uint64_t total_bytes,
   uint64_t slabs = std::max<uint64_t>(1, total_bytes / slab_bytes);
   uint64_t len = slabs * slab_bytes;
   util::MapOptions o;
+  // A pool of one slab (a state of at most a chunk: a small rank, often
+  // only pieces of a few KiB) is left to fault in at its first copies, on
+  // small pages: it costs what the state touches, not a faulted slab (4
+  // MiB a rank, most of a process's memory with thousands of ranks in it),
+  // and the first snapshot's faults are those of a chunk at most.
+  const bool lazy = slabs == 1;
   // On huge pages: faulting it in (now, or at the first snapshot's copies)
   // costs a fault per 2 MiB instead of one per 4 KiB page.
-  o.huge_pages = true;
+  o.huge_pages = !lazy;
   // Pre-faulted so the first snapshot does not pay for the pages inside
   // the training loop's stall.
-  o.populate = populate;
+  o.populate = populate && !lazy;
   // A data loader's forked workers neither inherit the pool nor share its
   // pages copy-on-write.
   o.dont_fork = true;
@@ -145,6 +151,7 @@ Status StagingPool::Reset() {
 }
 
 bool StagingPool::FaultInNext() {
+  if (slabs_ == 1) return false;  // lazy: Create
   char* slab = nullptr;
   {
     absl::MutexLock lock(&mu_);

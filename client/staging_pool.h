@@ -36,7 +36,10 @@ class StagingPool {
   // Maps max(total_bytes, slab_bytes) rounded down to whole slabs, on
   // huge pages where the kernel gives them and not inherited by fork(),
   // and faults it all in now with `populate` (else the first copies into
-  // each page do). RESOURCE_EXHAUSTED when the memory cannot be mapped.
+  // each page do). A pool of one slab is mapped on small pages and never
+  // faulted in ahead (FaultInNext is false): a small rank's pool costs
+  // the pages its copies touch. RESOURCE_EXHAUSTED when the memory cannot
+  // be mapped.
   static Result<std::unique_ptr<StagingPool>> Create(uint64_t total_bytes,
                                                      uint64_t slab_bytes,
                                                      bool populate = true);
