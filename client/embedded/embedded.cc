@@ -2,6 +2,7 @@
 
 #include <filesystem>
 #include <map>
+#include <system_error>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -62,10 +63,21 @@ namespace stagger {
 Result<std::unique_ptr<Checkpointer>> Checkpointer::Open(
     const CheckpointerOptions& options) {
   STAGGER_RETURN_IF_ERROR(client::ValidateOptions(options));
-  STAGGER_ASSIGN_OR_RETURN(client::ResolvedServers resolved,
-                           client::ResolveServers(options.servers));
-  return client::NewCheckpointer(options, resolved.addresses, nullptr,
-                                 std::move(resolved.keepalive));
+  // A thread that cannot be made (the host's or the container's limit on
+  // threads reached: thousands of ranks in one process) is an error to
+  // return, not a std::system_error to end the process with.
+  try {
+    STAGGER_ASSIGN_OR_RETURN(client::ResolvedServers resolved,
+                             client::ResolveServers(options.servers));
+    return client::NewCheckpointer(options, resolved.addresses, nullptr,
+                                   std::move(resolved.keepalive));
+  } catch (const std::system_error& e) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "opening a Checkpointer for job '", options.job, "' rank ",
+        options.rank, ": cannot start a thread (", e.what(),
+        "): the process or host is at its limit "
+        "of threads (ulimit -u, kernel.pid_max, cgroup pids.max)"));
+  }
 }
 
 }  // namespace stagger
