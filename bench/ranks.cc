@@ -33,6 +33,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -144,6 +145,21 @@ std::map<std::string, double> ControlCalls(const std::string& metrics) {
   return calls;
 }
 
+// The value of the unlabelled sample `name` on a metrics page (0 when
+// absent).
+double Sample(const std::string& metrics, const std::string& name) {
+  auto page = metrics::HttpGet(metrics, "/metrics");
+  if (!page.ok()) return 0;
+  for (absl::string_view line : absl::StrSplit(*page, '\n')) {
+    double v = 0;
+    if (absl::StartsWith(line, name + " ") &&
+        absl::SimpleAtod(line.substr(name.size() + 1), &v)) {
+      return v;
+    }
+  }
+  return 0;
+}
+
 uint64_t DirBytes(const std::string& dir) {
   uint64_t n = 0;
   std::error_code ec;
@@ -160,6 +176,7 @@ struct Figures {
   double load_ms = 0, plan_ms = 0, plan_first_ms = 0, manifest_KiB = 0;
   uint32_t manifests = 0;
   double rss_MiB = 0, rss_KiB_per_rank = 0, rocksdb_KiB = 0;
+  double heap_KiB_per_rank = 0;  // the coordinator's heap held afterwards
   double calls_per_rank = 0, commits_per_rank = 0;
   bool bit_exact = false;
 };
@@ -215,6 +232,8 @@ Result<Figures> RunOne(uint64_t n, int procs, int nservers, uint64_t cols,
     return s;
   }
   const uint64_t rss_before = RssBytes(servers[0]->pid());
+  const double heap_before =
+      Sample(servers[0]->metrics_address(), "stagger_heap_in_use_bytes");
   uint64_t rss_peak = rss_before;
   std::map<std::string, double> calls_before;
   for (auto& p : servers) {
@@ -320,6 +339,12 @@ Result<Figures> RunOne(uint64_t n, int procs, int nservers, uint64_t cols,
   f.rss_MiB = (static_cast<double>(rss_peak) - rss_before) / 1048576.0;
   f.rss_KiB_per_rank = f.rss_MiB * 1024.0 / static_cast<double>(n);
   f.rocksdb_KiB = DirBytes(dir->path() + "/server0/meta") / 1024.0;
+  // Held once the ranks are gone and the step was loaded (its slice index
+  // built): what the step costs the coordinator for as long as it is kept.
+  f.heap_KiB_per_rank =
+      (Sample(servers[0]->metrics_address(), "stagger_heap_in_use_bytes") -
+       heap_before) /
+      1024.0 / static_cast<double>(n);
   observer.reset();
   servers.clear();
   return f;
@@ -378,8 +403,8 @@ int Main(int argc, char** argv) {
 
   Table table({"ranks", "save_s", "listed_s", "steps_ms", "ls_ms",
                "reshard_load_ms", "plan_first_ms", "plan_ms", "manifests",
-               "manifest_KiB", "coord_rss_MiB", "KiB/rank", "rocksdb_KiB",
-               "calls/rank", "commits/rank"});
+               "manifest_KiB", "coord_rss_MiB", "KiB/rank", "heap_KiB/rank",
+               "rocksdb_KiB", "calls/rank", "commits/rank"});
   std::vector<Figures> all;
   JsonReport json;
   for (uint64_t n : ns) {
@@ -398,8 +423,9 @@ int Main(int argc, char** argv) {
                   Fixed(f->load_ms, 1), Fixed(f->plan_first_ms, 1),
                   Fixed(f->plan_ms, 1), std::to_string(f->manifests),
                   Fixed(f->manifest_KiB, 1), Fixed(f->rss_MiB, 1),
-                  Fixed(f->rss_KiB_per_rank, 2), Fixed(f->rocksdb_KiB, 0),
-                  Fixed(f->calls_per_rank, 2), Fixed(f->commits_per_rank, 2)});
+                  Fixed(f->rss_KiB_per_rank, 2), Fixed(f->heap_KiB_per_rank, 2),
+                  Fixed(f->rocksdb_KiB, 0), Fixed(f->calls_per_rank, 2),
+                  Fixed(f->commits_per_rank, 2)});
     json.AddRow({{"ranks", std::to_string(n)},
                  {"save_s", Fixed(f->save_s, 4)},
                  {"listed_s", Fixed(f->listed_s, 4)},
@@ -409,6 +435,7 @@ int Main(int argc, char** argv) {
                  {"plan_first_ms", Fixed(f->plan_first_ms, 2)},
                  {"manifest_KiB", Fixed(f->manifest_KiB, 1)},
                  {"rss_KiB_per_rank", Fixed(f->rss_KiB_per_rank, 3)},
+                 {"heap_KiB_per_rank", Fixed(f->heap_KiB_per_rank, 3)},
                  {"calls_per_rank", Fixed(f->calls_per_rank, 3)}});
     all.push_back(*f);
   }
@@ -429,6 +456,7 @@ int Main(int argc, char** argv) {
   result.Add("steps_x", slope(lo.steps_ms, hi.steps_ms));
   result.Add("save_x", slope(lo.save_s, hi.save_s));
   result.Add("rss_KiB_per_rank_hi", hi.rss_KiB_per_rank);
+  result.Add("heap_KiB_per_rank_hi", hi.heap_KiB_per_rank);
   result.Add("calls_per_rank_hi", hi.calls_per_rank);
   const double ratio = slope(lo.plan_ms, hi.plan_ms);
   json.Set("name", std::string("ranks"));

@@ -1,6 +1,7 @@
 #include "metrics/process.h"
 
 #include <dirent.h>
+#include <malloc.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
@@ -97,6 +98,13 @@ void WriteStandardFamilies(TextWriter& w, const std::string& component,
     w.Gauge("process_max_fds", "Maximum number of open file descriptors.",
             static_cast<double>(lim.rlim_cur));
   }
+  // What the process holds, unlike its RSS: a daemon that keeps freed
+  // memory for reuse (stagger-server does) never shrinks its RSS.
+  const struct mallinfo2 mi = ::mallinfo2();
+  w.Gauge("stagger_heap_in_use_bytes",
+          "Bytes the allocator has handed out and not had back (glibc "
+          "mallinfo2: arenas' allocated bytes plus mmapped blocks).",
+          static_cast<double>(mi.uordblks + mi.hblkhd));
 }
 
 }  // namespace stagger::metrics
