@@ -15,6 +15,13 @@
 #       waits until POOL takes writes.
 #   scripts/ceph-cluster.sh status DIR
 #       exits 0 when the cluster answers.
+#   scripts/ceph-cluster.sh rgw DIR
+#       starts a radosgw (an S3 endpoint) on the running cluster in DIR, on
+#       a free port of 127.0.0.1, with a user whose keys are made for this
+#       run, and prints S3_ENDPOINT=, AWS_ACCESS_KEY_ID= and
+#       AWS_SECRET_ACCESS_KEY= on its last three lines (also kept in
+#       DIR/rgw.env). Exits 5 when radosgw is not installed
+#       (scripts/install-deps.sh installs it). stop stops it too.
 #
 # start exits 3 (and stops what it started, unless $CEPH_CLUSTER_KEEP is
 # set, to look at it) when the cluster cannot start,
@@ -26,7 +33,7 @@ set -euo pipefail
 cmd=${1:-}
 dir=${2:-}
 if [ -z "$cmd" ] || [ -z "$dir" ]; then
-  echo "usage: $0 start|stop|restart|status DIR [POOL] [OSD_GIB]" >&2
+  echo "usage: $0 start|stop|restart|status|rgw DIR [POOL] [OSD_GIB]" >&2
   exit 2
 fi
 
@@ -187,13 +194,48 @@ restart_cluster() {
   wait_writable "${3:-stagger}"
 }
 
+start_rgw() {
+  [ -f "$conf" ] || { echo "ceph-cluster: no cluster in $dir" >&2; exit 2; }
+  for b in radosgw radosgw-admin; do
+    if ! command -v "$b" >/dev/null; then
+      echo "ceph-cluster: $b not found (scripts/install-deps.sh installs" \
+        "radosgw)" >&2
+      exit 5
+    fi
+  done
+  local port key secret
+  port=$(free_port)
+  mkdir -p "$dir"/rgw
+  # Authentication is off in this cluster: the monitor connection must not
+  # ask for the "secure" mode (radosgw's default), which needs cephx.
+  local args=(-c "$conf" -n client.admin --no-mon-config
+    --ms-mon-client-mode crc)
+  radosgw "${args[@]}" --rgw-frontends "beast endpoint=127.0.0.1:$port" \
+    --rgw-data "$dir/rgw" --log-file "$dir/log/rgw.log" \
+    --admin-socket "$dir/run/rgw.asok" --pid-file "$dir/run/rgw.pid" \
+    2>>"$dir/log/rgw.stderr" || fail "radosgw did not start" "$dir/log/rgw.log"
+  wait_for "python3 -c 'import urllib.request as u; u.urlopen(\"http://127.0.0.1:$port/\", timeout=2)'" 90 ||
+    fail "radosgw does not answer on port $port" "$dir/log/rgw.log"
+  key=$(python3 -c 'import secrets, string
+print("STG" + "".join(secrets.choice(string.ascii_uppercase + string.digits)
+                      for _ in range(17)))')
+  secret=$(python3 -c 'import secrets; print(secrets.token_hex(20))')
+  timeout 60 radosgw-admin "${args[@]}" user create --uid stagger \
+    --display-name stagger --access-key "$key" --secret "$secret" \
+    >"$dir/log/rgw-user.log" 2>&1 ||
+    fail "radosgw-admin user create failed" "$dir/log/rgw-user.log"
+  printf 'S3_ENDPOINT=http://127.0.0.1:%s\nAWS_ACCESS_KEY_ID=%s\nAWS_SECRET_ACCESS_KEY=%s\n' \
+    "$port" "$key" "$secret" | tee "$dir/rgw.env"
+}
+
 case "$cmd" in
   start) start_cluster "$@" ;;
+  rgw) start_rgw ;;
   stop) stop_cluster ;;
   restart) restart_cluster "$@" ;;
   status) timeout 5 ceph -c "$conf" health >/dev/null 2>&1 ;;
   *)
-    echo "usage: $0 start|stop|restart|status DIR [POOL] [OSD_GIB]" >&2
+    echo "usage: $0 start|stop|restart|status|rgw DIR [POOL] [OSD_GIB]" >&2
     exit 2
     ;;
 esac

@@ -10,6 +10,7 @@ PKGS=(
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev libgtest-dev libgmock-dev libxxhash-dev libcli11-dev
   librados-dev ceph-mon ceph-mgr ceph-osd   # the durable tier and its tests
+  libcurl4-openssl-dev radosgw   # the S3 durable tier, and an S3 endpoint for its tests
   pybind11-dev python3-dev python3-numpy python3-pytest
   python3-venv    # the torch 2.x venv (bench/peers/setup_venv.sh)
   python3-torch   # stagger.torch and its tests (CPU build, ~80 MB of .debs)

@@ -26,6 +26,7 @@
 #include "server/rebuild.h"
 #include "server/server.h"
 #include "server/tier/rados_object_store.h"
+#include "server/tier/s3_object_store.h"
 #include "util/build_info.h"
 #include "util/log.h"
 
@@ -190,13 +191,37 @@ int main(int argc, char** argv) {
                  "librados' own search, /etc/ceph/ceph.conf or $CEPH_CONF)");
   uint32_t rados_keep = 0;
   app.add_option("--rados-keep", rados_keep,
-                 "keep the newest N steps of each job in --rados-pool, and "
+                 "keep the newest N steps of each job in the durable tier "
+                 "(--rados-pool or --s3-bucket), and "
                  "the chunks they need (0: keep every step; --keep-last is "
                  "the disk's)")
       ->capture_default_str();
+  stagger::server::tier::S3Options s3;
+  app.add_option("--s3-bucket", s3.bucket,
+                 "drain every complete step to this S3 bucket instead "
+                 "(credentials from AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY/"
+                 "AWS_SESSION_TOKEN or ~/.aws/credentials, profile "
+                 "$AWS_PROFILE; never on the command line)");
+  app.add_option("--s3-endpoint", s3.endpoint,
+                 "the S3 endpoint, http(s)://HOST[:PORT] (AWS: "
+                 "https://s3.REGION.amazonaws.com)");
+  app.add_option("--s3-prefix", s3.prefix,
+                 "key prefix inside --s3-bucket (default: none)");
+  app.add_option("--s3-region", s3.region, "region that signs requests")
+      ->capture_default_str();
+  app.add_option("--s3-ca-file", s3.ca_file,
+                 "PEM roots to trust for an https endpoint (default: the "
+                 "system's)");
+  std::string s3_addressing = "auto";
+  app.add_option("--s3-addressing", s3_addressing,
+                 "path (ENDPOINT/BUCKET/KEY: Ceph RGW, MinIO), virtual "
+                 "(BUCKET.HOST/KEY) or auto (virtual for amazonaws.com)")
+      ->check(CLI::IsMember({"auto", "path", "virtual"}))
+      ->capture_default_str();
   double drain_mib_per_s = 0;
   app.add_option("--drain-mib-per-s", drain_mib_per_s,
-                 "the drain to --rados-pool writes at most this many MiB/s "
+                 "the drain to --rados-pool or --s3-bucket writes at most "
+                 "this many MiB/s "
                  "(0: no cap; it always waits while clients save or restore)")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
@@ -276,9 +301,50 @@ int main(int argc, char** argv) {
   sigaddset(&stop, SIGINT);
   pthread_sigmask(SIG_BLOCK, &stop, nullptr);
 
-  std::unique_ptr<stagger::server::tier::RadosObjectStore> cold;
-  if (!rados.pool.empty()) {
-    auto opened = stagger::server::tier::RadosObjectStore::Open(rados);
+  std::unique_ptr<stagger::server::tier::ObjectStore> cold;
+  const bool s3_flags =
+      !s3.endpoint.empty() || !s3.prefix.empty() || !s3.ca_file.empty();
+  if (!rados.conf_file.empty() && rados.pool.empty()) {
+    fprintf(stderr, "stagger-server: --ceph-conf needs --rados-pool\n");
+    return 2;
+  }
+  if (!rados.pool.empty() && !s3.bucket.empty()) {
+    fprintf(stderr,
+            "stagger-server: --rados-pool and --s3-bucket: one durable tier "
+            "at a time\n");
+    return 2;
+  }
+  if (s3_flags && s3.bucket.empty()) {
+    fprintf(stderr,
+            "stagger-server: --s3-endpoint, --s3-prefix and --s3-ca-file "
+            "need --s3-bucket\n");
+    return 2;
+  }
+  if (!s3.bucket.empty() && s3.endpoint.empty()) {
+    fprintf(stderr, "stagger-server: --s3-bucket needs --s3-endpoint\n");
+    return 2;
+  }
+  if (!rados.pool.empty() || !s3.bucket.empty()) {
+    stagger::Result<std::unique_ptr<stagger::server::tier::ObjectStore>>
+        opened = absl::UnknownError("no store");
+    if (!rados.pool.empty()) {
+      auto r = stagger::server::tier::RadosObjectStore::Open(rados);
+      if (r.ok())
+        opened = std::move(*r);
+      else
+        opened = r.status();
+    } else {
+      s3.addressing = s3_addressing == "path"
+                          ? stagger::server::tier::S3Addressing::kPath
+                      : s3_addressing == "virtual"
+                          ? stagger::server::tier::S3Addressing::kVirtualHost
+                          : stagger::server::tier::S3Addressing::kAuto;
+      auto r = stagger::server::tier::S3ObjectStore::Open(s3);
+      if (r.ok())
+        opened = std::move(*r);
+      else
+        opened = r.status();
+    }
     if (!opened.ok()) {
       fprintf(stderr, "stagger-server: %s\n",
               std::string(opened.status().ToString()).c_str());
@@ -292,8 +358,8 @@ int main(int argc, char** argv) {
   } else if (!rados.conf_file.empty() || drain_mib_per_s != 0 ||
              rados_keep != 0) {
     fprintf(stderr,
-            "stagger-server: --ceph-conf, --rados-keep and --drain-mib-per-s "
-            "need --rados-pool\n");
+            "stagger-server: --ceph-conf needs --rados-pool; --rados-keep "
+            "and --drain-mib-per-s need --rados-pool or --s3-bucket\n");
     return 2;
   }
   auto server = stagger::server::Server::Start(options);

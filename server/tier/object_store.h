@@ -2,10 +2,11 @@
 // the drain and the reads that fall back to it see it: named objects in
 // namespaces (one per job), written whole, read whole or by range.
 //
-// RadosObjectStore (rados_object_store.h) is the production one, over a
-// Ceph RADOS pool; MemoryObjectStore (memory_object_store.h) serves unit
-// tests and can be made to fail. The server takes one through
-// ServerOptions::cold_store, so its library never links librados.
+// RadosObjectStore (rados_object_store.h, a Ceph RADOS pool) and
+// S3ObjectStore (s3_object_store.h, an S3 bucket) are the production ones;
+// MemoryObjectStore (memory_object_store.h) serves unit tests and can be
+// made to fail. The server takes one through ServerOptions::cold_store, so
+// its library never links librados or libcurl.
 //
 // Errors: UNAVAILABLE when the store cannot be reached or timed out (the
 // caller retries later); NOT_FOUND for an absent object; DATA_LOSS when

@@ -1,0 +1,371 @@
+// The durable tier on S3, against a real S3 endpoint: Ceph's radosgw on a
+// one-node cluster (scripts/ceph-cluster.sh start, then rgw), a bucket made
+// for the run. Steps drained to the bucket load bit-exact from a new
+// server on an empty --data; a damaged object is caught naming it; the
+// store's own calls, refused credentials, a missing bucket and an endpoint
+// that is down give the errors documented in server/tier/s3_object_store.h.
+// Real processes throughout. Every test skips, saying why, where the
+// cluster or radosgw cannot start (scripts/install-deps.sh installs them).
+#include <curl/curl.h>
+#include <signal.h>
+#include <stdlib.h>
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <regex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "metrics/http_exporter.h"
+#include "server/tier/s3_object_store.h"
+#include "stagger/checkpointer.h"
+#include "testutil/pattern.h"
+#include "testutil/process.h"
+
+namespace stagger {
+namespace {
+
+using server::tier::ObjectName;
+using server::tier::S3ObjectStore;
+using server::tier::S3Options;
+
+constexpr char kBucket[] = "ckpt";
+
+// PUT of the bucket itself, signed as the store signs (the store never
+// makes buckets: an operator does). Its HTTP status, 0 when no answer.
+long CreateBucket(const std::string& endpoint, const std::string& key,
+                  const std::string& secret) {
+  CURL* h = curl_easy_init();
+  const std::string url = endpoint + "/" + kBucket;
+  const std::string user = key + ":" + secret;
+  curl_slist* headers =
+      curl_slist_append(nullptr, "x-amz-content-sha256: UNSIGNED-PAYLOAD");
+  curl_easy_setopt(h, CURLOPT_URL, url.c_str());
+  curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, "PUT");
+  curl_easy_setopt(h, CURLOPT_AWS_SIGV4, "aws:amz:us-east-1:s3");
+  curl_easy_setopt(h, CURLOPT_USERPWD, user.c_str());
+  curl_easy_setopt(h, CURLOPT_HTTPHEADER, headers);
+  curl_easy_setopt(h, CURLOPT_TIMEOUT, 30L);
+  long status = 0;
+  if (curl_easy_perform(h) == CURLE_OK) {
+    curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &status);
+  }
+  curl_slist_free_all(headers);
+  curl_easy_cleanup(h);
+  return status;
+}
+
+// The cluster and its radosgw, shared by every test of the binary.
+class Endpoint : public ::testing::Environment {
+ public:
+  static Endpoint* Get() { return instance_; }
+  void SetUp() override {
+    instance_ = this;
+    dir_ = std::make_unique<testutil::TempDir>();
+    auto r = Script("start", {"stagger", "2"});
+    if (r.exit_code != 0) {
+      Skip("the Ceph cluster did not start", r);
+      return;
+    }
+    r = Script("rgw", {});
+    if (r.exit_code != 0) {
+      Skip("radosgw did not start", r);
+      return;
+    }
+    std::ifstream env(dir_->path() + "/rgw.env");
+    std::string line;
+    while (std::getline(env, line)) {
+      const size_t eq = line.find('=');
+      if (eq != std::string::npos)
+        vars_[line.substr(0, eq)] = line.substr(eq + 1);
+    }
+    // The servers this binary starts take their credentials from here.
+    setenv("AWS_ACCESS_KEY_ID", vars_["AWS_ACCESS_KEY_ID"].c_str(), 1);
+    setenv("AWS_SECRET_ACCESS_KEY", vars_["AWS_SECRET_ACCESS_KEY"].c_str(), 1);
+    const long made = CreateBucket(endpoint(), vars_["AWS_ACCESS_KEY_ID"],
+                                   vars_["AWS_SECRET_ACCESS_KEY"]);
+    if (made != 200) {
+      skip_ = "creating the bucket answered HTTP " + std::to_string(made);
+      std::fprintf(stderr, "s3_test: %s\n", skip_.c_str());
+    }
+  }
+  void TearDown() override {
+    if (dir_) Script("stop", {});
+  }
+  const std::string& skip() const { return skip_; }
+  std::string endpoint() { return vars_["S3_ENDPOINT"]; }
+  std::map<std::string, std::string> Credentials() {
+    return {{"AWS_ACCESS_KEY_ID", vars_["AWS_ACCESS_KEY_ID"]},
+            {"AWS_SECRET_ACCESS_KEY", vars_["AWS_SECRET_ACCESS_KEY"]}};
+  }
+
+ private:
+  testutil::RunResult Script(const std::string& cmd,
+                             std::vector<std::string> extra) {
+    std::vector<std::string> argv = {
+        std::string(STAGGER_SOURCE_DIR) + "/scripts/ceph-cluster.sh", cmd,
+        dir_->path()};
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    return testutil::RunProcess(argv);
+  }
+  void Skip(const std::string& what, const testutil::RunResult& r) {
+    skip_ = what + " (scripts/ceph-cluster.sh exit " +
+            std::to_string(r.exit_code) + "): " + r.out;
+    std::fprintf(stderr, "s3_test: %s\n", skip_.c_str());
+  }
+  static Endpoint* instance_;
+  std::unique_ptr<testutil::TempDir> dir_;
+  std::map<std::string, std::string> vars_;
+  std::string skip_;
+};
+Endpoint* Endpoint::instance_ = nullptr;
+
+// The value of an unlabelled sample on a metrics page; -1 when absent.
+double Sample(const std::string& page, const std::string& name) {
+  std::smatch m;
+  const std::regex re("(^|\n)" + name + " ([0-9.e+-]+)\n");
+  return std::regex_search(page, m, re) ? std::stod(m[2]) : -1;
+}
+
+class S3Test : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!Endpoint::Get()->skip().empty()) {
+      GTEST_SKIP() << Endpoint::Get()->skip();
+    }
+  }
+
+  // A store on the bucket under `prefix`, with the run's credentials
+  // unless `env` says otherwise.
+  std::unique_ptr<S3ObjectStore> Store(
+      const std::string& prefix, std::map<std::string, std::string> env = {},
+      const std::string& bucket = kBucket, double timeout_s = 30) {
+    S3Options o;
+    o.endpoint = Endpoint::Get()->endpoint();
+    o.bucket = bucket;
+    o.prefix = prefix;
+    o.timeout_s = timeout_s;
+    o.env = env.empty() ? Endpoint::Get()->Credentials() : env;
+    auto s = S3ObjectStore::Open(o);
+    EXPECT_TRUE(s.ok()) << s.status();
+    return s.ok() ? std::move(*s) : nullptr;
+  }
+
+  std::unique_ptr<testutil::ServerProcess> StartServer(
+      const std::string& data, const std::string& prefix) {
+    auto s = testutil::ServerProcess::Start(
+        data,
+        {"--s3-bucket", kBucket, "--s3-endpoint", Endpoint::Get()->endpoint(),
+         "--s3-prefix", prefix, "--metrics-listen", "127.0.0.1:0"});
+    EXPECT_TRUE(s.ok()) << s.status();
+    return s.ok() ? std::move(*s) : nullptr;
+  }
+
+  std::unique_ptr<Checkpointer> Open(const std::string& servers,
+                                     const std::string& job) {
+    CheckpointerOptions o;
+    o.servers = servers;
+    o.job = job;
+    o.chunk_size = 1 << 20;
+    auto ck = Checkpointer::Open(o);
+    EXPECT_TRUE(ck.ok()) << ck.status();
+    return ck.ok() ? std::move(*ck) : nullptr;
+  }
+
+  // Polls the server's metrics until `steps` steps were drained by it and
+  // none is behind.
+  void WaitDrained(testutil::ServerProcess& s, double steps) {
+    std::string page;
+    const auto until =
+        std::chrono::steady_clock::now() + std::chrono::seconds(120);
+    while (std::chrono::steady_clock::now() < until) {
+      auto got = metrics::HttpGet(s.metrics(), "/metrics");
+      if (got.ok()) {
+        page = *got;
+        if (Sample(page, "stagger_server_drain_steps_total") >= steps &&
+            Sample(page, "stagger_server_drain_steps_behind") == 0) {
+          return;
+        }
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    ADD_FAILURE() << "not drained within 120 s:\n" << page;
+  }
+
+  testutil::TempDir dir_;
+};
+
+// Two steps (the second mostly unchanged: deltas) drained to the bucket,
+// the server and its disk gone; a new server on an empty --data lists both
+// and loads each bit-exact.
+TEST_F(S3Test, DrainedStepsLoadBitExactFromANewServerWithAnEmptyDisk) {
+  auto a = StartServer(dir_.path() + "/a", "roundtrip");
+  ASSERT_NE(a, nullptr);
+  std::vector<char> w(6 << 20), b(3 << 20 | 12345);
+  std::vector<std::vector<char>> saved_w, saved_b;
+  {
+    auto ck = Open(a->grpc(), "roundtrip");
+    ASSERT_NE(ck, nullptr);
+    ASSERT_TRUE(ck->Register({"w", "U8", {int64_t(w.size())}, w.data()}).ok());
+    ASSERT_TRUE(ck->Register({"b", "U8", {int64_t(b.size())}, b.data()}).ok());
+    testutil::FillPattern(w, 1);
+    testutil::FillPattern(b, 2);
+    for (int64_t step = 1; step <= 2; ++step) {
+      if (step == 2) {
+        for (size_t i = 0; i < w.size(); i += 4096) w[i] ^= 0x5a;
+      }
+      auto h = ck->Save(step);
+      ASSERT_TRUE(h.ok()) << h.status();
+      ASSERT_TRUE(h->Wait().ok()) << h->Wait();
+      saved_w.push_back(w);
+      saved_b.push_back(b);
+    }
+  }
+  WaitDrained(*a, 2);
+  a->Stop(SIGTERM);
+  std::filesystem::remove_all(dir_.path() + "/a");
+
+  auto fresh = StartServer(dir_.path() + "/fresh", "roundtrip");
+  ASSERT_NE(fresh, nullptr);
+  auto ck = Open(fresh->grpc(), "roundtrip");
+  ASSERT_NE(ck, nullptr);
+  auto steps = ck->Steps(false);
+  ASSERT_TRUE(steps.ok()) << steps.status();
+  ASSERT_EQ(steps->size(), 2u);
+  for (int64_t step : {2, 1}) {
+    std::vector<char> lw(w.size(), 0), lb(b.size(), 0);
+    ck->ClearRegistrations();
+    ASSERT_TRUE(
+        ck->Register({"w", "U8", {int64_t(lw.size())}, lw.data()}).ok());
+    ASSERT_TRUE(
+        ck->Register({"b", "U8", {int64_t(lb.size())}, lb.data()}).ok());
+    auto loaded = ck->Load(step);
+    ASSERT_TRUE(loaded.ok()) << loaded.status();
+    EXPECT_EQ(*loaded, step);
+    EXPECT_TRUE(lw == saved_w[step - 1]) << "w of step " << step;
+    EXPECT_TRUE(lb == saved_b[step - 1]) << "b of step " << step;
+  }
+}
+
+// A chunk object damaged in the bucket (one payload byte flipped): a load
+// through a server without its own copy fails with DATA_LOSS naming it.
+TEST_F(S3Test, ADamagedObjectFailsTheLoadNamingIt) {
+  auto a = StartServer(dir_.path() + "/a", "damaged");
+  ASSERT_NE(a, nullptr);
+  std::vector<char> w(2 << 20);
+  testutil::FillPattern(w, 3);
+  {
+    auto ck = Open(a->grpc(), "damaged");
+    ASSERT_NE(ck, nullptr);
+    ASSERT_TRUE(ck->Register({"w", "U8", {int64_t(w.size())}, w.data()}).ok());
+    auto h = ck->Save(1);
+    ASSERT_TRUE(h.ok() && h->Wait().ok());
+  }
+  WaitDrained(*a, 1);
+  a->Stop(SIGTERM);
+  auto store = Store("damaged");
+  ASSERT_NE(store, nullptr);
+  auto chunks = store->List("damaged", "chunk.");
+  ASSERT_TRUE(chunks.ok()) << chunks.status();
+  ASSERT_FALSE(chunks->empty());
+  const ObjectName object{"damaged", chunks->front()};
+  auto bytes = store->Get(object);
+  ASSERT_TRUE(bytes.ok()) << bytes.status();
+  ASSERT_GT(bytes->size(), 100u);
+  (*bytes)[100] ^= 0x10;
+  ASSERT_TRUE(store->Put(object, *bytes).ok());
+
+  auto fresh = StartServer(dir_.path() + "/fresh", "damaged");
+  ASSERT_NE(fresh, nullptr);
+  auto ck = Open(fresh->grpc(), "damaged");
+  ASSERT_NE(ck, nullptr);
+  std::vector<char> out(w.size());
+  ASSERT_TRUE(
+      ck->Register({"w", "U8", {int64_t(out.size())}, out.data()}).ok());
+  auto loaded = ck->Load(1);
+  ASSERT_FALSE(loaded.ok());
+  EXPECT_EQ(loaded.status().code(), absl::StatusCode::kDataLoss)
+      << loaded.status();
+  EXPECT_NE(loaded.status().message().find(object.name), std::string::npos)
+      << loaded.status();
+}
+
+// The store's calls against the endpoint, and its errors.
+TEST_F(S3Test, StoreCallsAndTheirErrors) {
+  auto store = Store("calls");
+  ASSERT_NE(store, nullptr);
+  const ObjectName a{"job-a", "step.1"}, b{"job-b", "x/y z"};
+  ASSERT_TRUE(store->Put(a, "first").ok());
+  auto got = store->Get(a);
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(*got, "first");
+  auto created = store->PutNew(a, "second");
+  ASSERT_TRUE(created.ok()) << created.status();
+  EXPECT_FALSE(*created);  // exists: nothing written
+  EXPECT_EQ(*store->Get(a), "first");
+  created = store->PutNew(b, std::string(1 << 20, 'b'));
+  ASSERT_TRUE(created.ok()) << created.status();
+  EXPECT_TRUE(*created);
+  auto info = store->Stat(b);
+  ASSERT_TRUE(info.ok() && info->has_value()) << info.status();
+  EXPECT_EQ((*info)->size, 1u << 20);
+  EXPECT_GT((*info)->written_unix_s, 1700000000);
+  auto listed = store->List("job-b", "");
+  ASSERT_TRUE(listed.ok()) << listed.status();
+  EXPECT_EQ(*listed, std::vector<std::string>{"x/y z"});
+  auto ns = store->Namespaces();
+  ASSERT_TRUE(ns.ok()) << ns.status();
+  std::sort(ns->begin(), ns->end());
+  EXPECT_EQ(*ns, (std::vector<std::string>{"job-a", "job-b"}));
+  ASSERT_TRUE(store->Remove(b).ok());
+  ASSERT_TRUE(store->Remove(b).ok());  // absent: OK
+  info = store->Stat(b);
+  ASSERT_TRUE(info.ok());
+  EXPECT_FALSE(info->has_value());
+  EXPECT_EQ(store->Get(b).status().code(), absl::StatusCode::kNotFound);
+
+  // Refused credentials: at once, no retries, naming the bucket.
+  auto env = Endpoint::Get()->Credentials();
+  env["AWS_SECRET_ACCESS_KEY"] = "wrong";
+  auto wrong = Store("calls", env);
+  ASSERT_NE(wrong, nullptr);
+  auto t0 = std::chrono::steady_clock::now();
+  Status s = wrong->Put(a, "x");
+  EXPECT_EQ(s.code(), absl::StatusCode::kPermissionDenied) << s;
+  EXPECT_NE(s.message().find("'ckpt'"), std::string::npos) << s;
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(5));
+
+  auto missing = Store("", {}, "no-such-bucket");
+  ASSERT_NE(missing, nullptr);
+  s = missing->Put(a, "x");
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
+  EXPECT_NE(s.message().find("no-such-bucket"), std::string::npos) << s;
+
+  // An endpoint nobody listens on: retried until the budget, UNAVAILABLE.
+  S3Options o;
+  o.endpoint = "http://127.0.0.1:1";
+  o.bucket = kBucket;
+  o.timeout_s = 1;
+  o.env = Endpoint::Get()->Credentials();
+  auto down = S3ObjectStore::Open(o);
+  ASSERT_TRUE(down.ok()) << down.status();
+  t0 = std::chrono::steady_clock::now();
+  s = (*down)->Put(a, "x");
+  EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable) << s;
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(5));
+}
+
+}  // namespace
+}  // namespace stagger
+
+int main(int argc, char** argv) {
+  ::testing::InitGoogleTest(&argc, argv);
+  ::testing::AddGlobalTestEnvironment(new stagger::Endpoint);
+  return RUN_ALL_TESTS();
+}
