@@ -294,7 +294,7 @@ Result<std::vector<pb::StepInfo>> ListSteps(
       StepTiers& t = (*tiers)[reply.steps(i).step()];
       t.memory |= reply.tiers(i).memory();
       t.disk |= reply.tiers(i).disk();
-      t.rados |= reply.tiers(i).rados();
+      t.cold |= reply.tiers(i).rados();
     }
     for (const pb::StepInfo& info : reply.steps()) {
       auto [it, inserted] = merged.try_emplace(info.step(), info);

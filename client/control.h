@@ -42,11 +42,12 @@ Result<pb::GetStepReply> GetSlices(ServerSet& servers, const std::string& job,
 Result<pb::StepInfo> CommitShard(ServerSet& servers, size_t replicas,
                                  const pb::ShardManifest& manifest);
 
-// Where some server holds a step: on a disk, in a RADOS pool.
+// Where some server holds a step: on a disk, in its durable tier (a RADOS
+// pool or an S3 bucket: "cold").
 struct StepTiers {
   bool memory = false;  // memory-level: in servers' RAM, not known on disk
   bool disk = false;
-  bool rados = false;
+  bool cold = false;
 };
 
 // The job's steps, merged over every server up; `disk_bytes` (optional)

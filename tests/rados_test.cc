@@ -189,7 +189,7 @@ TEST_F(RadosTest, DrainedStepsLoadBitExactFromANewServerWithAnEmptyDisk) {
                             a->grpc(), "ls", "--job", "roundtrip", "--json"});
   ASSERT_EQ(ls.exit_code, 0) << ls.out;
   EXPECT_NE(ls.out.find("\"step\":2,"), std::string::npos) << ls.out;
-  EXPECT_NE(ls.out.find("\"tiers\":[\"disk\",\"rados\"],\"level\":\"disk\"}]"),
+  EXPECT_NE(ls.out.find("\"tiers\":[\"disk\",\"cold\"],\"level\":\"disk\"}]"),
             std::string::npos)
       << ls.out;
   a->Stop(SIGTERM);
@@ -207,7 +207,7 @@ TEST_F(RadosTest, DrainedStepsLoadBitExactFromANewServerWithAnEmptyDisk) {
                              "--json"});
   ASSERT_EQ(ls.exit_code, 0) << ls.out;
   // Held by the pool alone now.
-  EXPECT_NE(ls.out.find("\"tiers\":[\"rados\"],\"level\":\"disk\"}]"),
+  EXPECT_NE(ls.out.find("\"tiers\":[\"cold\"],\"level\":\"disk\"}]"),
             std::string::npos)
       << ls.out;
   for (int64_t step : {2, 1}) {

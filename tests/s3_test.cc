@@ -238,6 +238,14 @@ TEST_F(S3Test, DrainedStepsLoadBitExactFromANewServerWithAnEmptyDisk) {
   auto steps = ck->Steps(false);
   ASSERT_TRUE(steps.ok()) << steps.status();
   ASSERT_EQ(steps->size(), 2u);
+  // Held by the bucket alone now.
+  auto ls = testutil::RunProcess({testutil::BinDir() + "/stagger", "--server",
+                                  fresh->grpc(), "ls", "--job", "roundtrip",
+                                  "--json"});
+  ASSERT_EQ(ls.exit_code, 0) << ls.out;
+  EXPECT_NE(ls.out.find("\"tiers\":[\"cold\"],\"level\":\"disk\"}]"),
+            std::string::npos)
+      << ls.out;
   for (int64_t step : {2, 1}) {
     std::vector<char> lw(w.size(), 0), lb(b.size(), 0);
     ck->ClearRegistrations();

@@ -73,12 +73,12 @@ std::string Time(int64_t unix_ms) {
   return unix_ms == 0 ? "-" : UtcTimeText(unix_ms);
 }
 
-// "memory", "disk,rados", each name between `quote`s.
+// "memory", "disk,cold", each name between `quote`s.
 std::string TierList(const StepTiers& t, const char* quote, const char* sep) {
   std::vector<std::string> names;
   if (t.memory) names.push_back(absl::StrCat(quote, "memory", quote));
   if (t.disk) names.push_back(absl::StrCat(quote, "disk", quote));
-  if (t.rados) names.push_back(absl::StrCat(quote, "rados", quote));
+  if (t.cold) names.push_back(absl::StrCat(quote, "cold", quote));
   return absl::StrJoin(names, sep);
 }
 
