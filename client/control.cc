@@ -418,12 +418,14 @@ Result<pb::GcReply> Gc(ServerSet& servers, const std::string& job,
 Result<pb::GcReply> DeleteSteps(ServerSet& servers, const std::string& job,
                                 const std::vector<int64_t>& steps, bool all,
                                 int64_t grace_ms,
-                                const std::function<void()>& on_server_done) {
+                                const std::function<void()>& on_server_done,
+                                bool keep_cold) {
   pb::GcReply reply;
   pb::DeleteStepsRequest req;
   req.set_job(job);
   for (int64_t s : steps) req.add_steps(s);
   req.set_all(all);
+  req.set_keep_cold(keep_cold);
   req.set_grace_ms(grace_ms);
   req.set_wait_for_compaction(true);
   STAGGER_RETURN_IF_ERROR(NeedEveryServer(

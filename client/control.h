@@ -79,11 +79,13 @@ Result<pb::GcReply> Gc(ServerSet& servers, const std::string& job,
 // As Gc, deleting the steps `steps` of `job` (every step with `all`)
 // instead of the oldest: a chunk a remaining step uses, directly or as a
 // delta base, stays. NOT_FOUND naming the steps the coordinator does not
-// hold, with nothing deleted.
+// hold, with nothing deleted. The coordinator then deletes them from its
+// durable tier too (GcReply::cold), unless `keep_cold`.
 Result<pb::GcReply> DeleteSteps(
     ServerSet& servers, const std::string& job,
     const std::vector<int64_t>& steps, bool all, int64_t grace_ms,
-    const std::function<void()>& on_server_done = nullptr);
+    const std::function<void()>& on_server_done = nullptr,
+    bool keep_cold = false);
 
 }  // namespace stagger::client
 

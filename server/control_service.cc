@@ -11,6 +11,7 @@
 #include "format/names.h"
 #include "format/record.h"
 #include "server/promoter.h"
+#include "server/tier/cold_gc.h"
 #include "server/tier/drainer.h"
 #include "util/log.h"
 
@@ -313,6 +314,25 @@ grpc::Status ControlService::DeleteSteps(grpc::ServerContext* ctx,
   auto r = meta_->DeleteSteps(req->job(), steps, req->all(), req->grace_ms());
   if (!r.ok()) return ToGrpc(r.status());
   FillGcReply(ctx, req->job(), *r, req->wait_for_compaction(), reply);
+  // Then the durable tier: the disk's copies are gone first, so a step is
+  // never left on the disk with its cold copy deleted.
+  if (drainer_ != nullptr && !req->keep_cold()) {
+    tier::ObjectStore* store = drainer_->store();
+    auto cold = tier::RemoveColdSteps(store, req->job(), steps, req->all(),
+                                      req->grace_ms() / 1000,
+                                      absl::ToUnixSeconds(absl::Now()));
+    if (!cold.ok()) {
+      return ToGrpc(WithContext(
+          cold.status(),
+          absl::StrCat("deleted from the disk; in ", store->Describe())));
+    }
+    pb::ColdCollected* c = reply->mutable_cold();
+    c->set_store(store->Describe());
+    for (int64_t s : cold->steps_deleted) c->add_steps_deleted(s);
+    c->set_chunks_deleted(cold->chunks_deleted);
+    c->set_bytes_freed(cold->bytes_freed);
+    c->set_grace_kept(cold->grace_kept);
+  }
   return grpc::Status::OK;
 }
 

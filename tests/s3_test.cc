@@ -304,6 +304,88 @@ TEST_F(S3Test, ADamagedObjectFailsTheLoadNamingIt) {
       << loaded.status();
 }
 
+// `stagger rm` deletes from the bucket too, after the disk: a step named
+// goes with the chunks only it used, the other step still loads from a
+// new server; `--keep-cold` leaves the bucket alone; `--all` empties the
+// job's prefix.
+TEST_F(S3Test, RmDeletesFromTheBucketAfterTheDisk) {
+  auto a = StartServer(dir_.path() + "/a", "rm");
+  ASSERT_NE(a, nullptr);
+  std::vector<char> w(2 << 20);
+  {
+    auto ck = Open(a->grpc(), "gone");
+    ASSERT_NE(ck, nullptr);
+    ASSERT_TRUE(ck->Register({"w", "U8", {int64_t(w.size())}, w.data()}).ok());
+    for (int64_t step = 1; step <= 2; ++step) {
+      testutil::FillPattern(w, 10 + step);  // nothing shared between steps
+      auto h = ck->Save(step);
+      ASSERT_TRUE(h.ok() && h->Wait().ok());
+    }
+  }
+  WaitDrained(*a, 2);
+  auto store = Store("rm");
+  ASSERT_NE(store, nullptr);
+  auto before = store->List("gone", "");
+  ASSERT_TRUE(before.ok()) << before.status();
+  auto rm = [&](std::vector<std::string> args) {
+    std::vector<std::string> argv = {testutil::BinDir() + "/stagger",
+                                     "--server",
+                                     a->grpc(),
+                                     "rm",
+                                     "--job",
+                                     "gone",
+                                     "--grace-s",
+                                     "0"};
+    argv.insert(argv.end(), args.begin(), args.end());
+    return testutil::RunProcess(argv);
+  };
+  auto out = rm({"--step", "1"});
+  ASSERT_EQ(out.exit_code, 0) << out.out;
+  EXPECT_NE(out.out.find("cold: deleted 1 step [1] and 2 chunks"),
+            std::string::npos)
+      << out.out;
+  auto after = store->List("gone", "");
+  ASSERT_TRUE(after.ok()) << after.status();
+  for (const std::string& name : *after) {
+    EXPECT_EQ(name.find(".00000000000000000001"), std::string::npos) << name;
+  }
+  EXPECT_EQ(after->size() + 4, before->size());  // step, manifest, 2 chunks
+  a->Stop(SIGTERM);
+  {
+    auto fresh = StartServer(dir_.path() + "/fresh", "rm");
+    ASSERT_NE(fresh, nullptr);
+    auto ck = Open(fresh->grpc(), "gone");
+    ASSERT_NE(ck, nullptr);
+    auto steps = ck->Steps(false);
+    ASSERT_TRUE(steps.ok()) << steps.status();
+    ASSERT_EQ(steps->size(), 1u);
+    EXPECT_EQ((*steps)[0].step, 2);
+    std::vector<char> out_w(w.size(), 0);
+    ASSERT_TRUE(
+        ck->Register({"w", "U8", {int64_t(out_w.size())}, out_w.data()}).ok());
+    auto loaded = ck->Load(2);
+    ASSERT_TRUE(loaded.ok()) << loaded.status();
+    EXPECT_TRUE(out_w == w);
+  }
+  a = StartServer(dir_.path() + "/a", "rm");
+  ASSERT_NE(a, nullptr);
+  out = rm({"--all", "--keep-cold"});
+  ASSERT_EQ(out.exit_code, 0) << out.out;
+  EXPECT_EQ(out.out.find("cold:"), std::string::npos) << out.out;
+  auto kept = store->List("gone", "");
+  ASSERT_TRUE(kept.ok());
+  EXPECT_EQ(kept->size(), after->size());
+  a->Stop(SIGTERM);
+  std::filesystem::remove_all(dir_.path() + "/a");
+  a = StartServer(dir_.path() + "/a", "rm");  // imports step 2 again
+  ASSERT_NE(a, nullptr);
+  out = rm({"--all"});
+  ASSERT_EQ(out.exit_code, 0) << out.out;
+  auto none = store->List("gone", "");
+  ASSERT_TRUE(none.ok());
+  EXPECT_TRUE(none->empty()) << none->front();
+}
+
 // The store's calls against the endpoint, and its errors.
 TEST_F(S3Test, StoreCallsAndTheirErrors) {
   auto store = Store("calls");

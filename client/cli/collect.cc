@@ -37,6 +37,22 @@ void PrintCollected(const std::string& cmd, const std::string& job,
       static_cast<unsigned long long>(r.chunks_deleted()),
       static_cast<unsigned long long>(r.bytes_freed()), servers,
       servers == 1 ? "" : "s");
+  if (r.has_cold()) {
+    const pb::ColdCollected& c = r.cold();
+    std::vector<std::string> cold_steps;
+    for (int64_t s : c.steps_deleted()) cold_steps.push_back(absl::StrCat(s));
+    printf(
+        "cold: deleted %d step%s [%s] and %llu chunks (%llu bytes) in %s%s\n",
+        c.steps_deleted_size(), c.steps_deleted_size() == 1 ? "" : "s",
+        absl::StrJoin(cold_steps, ",").c_str(),
+        static_cast<unsigned long long>(c.chunks_deleted()),
+        static_cast<unsigned long long>(c.bytes_freed()), c.store().c_str(),
+        c.grace_kept() > 0
+            ? absl::StrCat("; kept ", c.grace_kept(),
+                           " unneeded chunks written within the grace")
+                  .c_str()
+            : "");
+  }
   const pb::GraceKept& g = r.grace_kept();
   if (g.chunks() > 0) {
     // Chunks no step needs but written within the grace: a save in flight
@@ -112,9 +128,10 @@ int RunRm(const RmArgs& a) {
   auto session = OpenSession(a.server);
   if (!session.ok()) return Fail("rm", session.status());
   Progress progress("rm", session->servers->size(), /*bytes=*/false);
-  auto r = DeleteSteps(*session->servers, a.job, steps, a.all,
-                       static_cast<int64_t>(a.grace_s * 1000),
-                       [&progress] { progress.Add(1); });
+  auto r = DeleteSteps(
+      *session->servers, a.job, steps, a.all,
+      static_cast<int64_t>(a.grace_s * 1000), [&progress] { progress.Add(1); },
+      a.keep_cold);
   progress.Finish();
   if (!r.ok()) return Fail("rm", r.status());
   PrintCollected("rm", a.job, *r, a.grace_s, session->servers->size());

@@ -68,6 +68,7 @@ struct RmArgs {
   std::vector<std::string> steps;  // step numbers
   bool all = false;
   double grace_s = 600;
+  bool keep_cold = false;  // leave them in the durable tier
 };
 int RunRm(const RmArgs& a);
 

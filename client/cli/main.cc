@@ -224,9 +224,13 @@ int main(int argc, char** argv) {
       ->add_option("--grace-s", rm.grace_s,
                    "keep chunks written this recently (saves in flight)")
       ->capture_default_str();
+  rm_cmd->add_flag("--keep-cold", rm.keep_cold,
+                   "delete from the servers' disks only, leaving the steps in "
+                   "the durable tier (--rados-pool, --s3-bucket)");
   rm_cmd->footer(
       "A chunk that a remaining step still uses, directly or as the base of "
-      "a delta, is kept.");
+      "a delta, is kept. The steps go from the disks first, then from the "
+      "coordinator's durable tier.");
 
   JobsArgs jobs;
   auto* jobs_cmd = app.add_subcommand(

@@ -1,5 +1,6 @@
 #include "server/tier/cold_gc.h"
 
+#include <functional>
 #include <set>
 
 #include "absl/container/flat_hash_set.h"
@@ -69,14 +70,13 @@ Status CloseOverBases(ObjectStore* store, const std::string& job, IdSet* live) {
   return absl::OkStatus();
 }
 
-}  // namespace
-
-Result<ColdGcResult> GcColdJob(ObjectStore* store, const std::string& job,
-                               uint32_t keep, int64_t grace_s,
-                               int64_t now_unix_s) {
-  if (keep == 0) {
-    return absl::InvalidArgumentError("--rados-keep must keep a step");
-  }
+// Deletes the steps `pick` chooses among the job's steps in the store,
+// then the chunks the others do not need, past their grace. A job without
+// steps is left alone unless `without_steps`.
+Result<ColdGcResult> Collect(
+    ObjectStore* store, const std::string& job,
+    const std::function<std::set<int64_t>(const std::set<int64_t>&)>& pick,
+    bool without_steps, int64_t grace_s, int64_t now_unix_s) {
   ColdGcResult r;
   // One listing of the namespace (RADOS lists by scanning it).
   STAGGER_ASSIGN_OR_RETURN(std::vector<std::string> names,
@@ -87,15 +87,14 @@ Result<ColdGcResult> GcColdJob(ObjectStore* store, const std::string& job,
   }
   // A job with no step in the store: its chunks may belong to a drain
   // that has not written its first step yet.
-  if (steps.empty()) return r;
-  const auto first_kept =
-      steps.size() > keep ? std::prev(steps.end(), keep) : steps.begin();
-  const std::set<int64_t> doomed(steps.begin(), first_kept);
+  if (steps.empty() && !without_steps) return r;
+  const std::set<int64_t> doomed = pick(steps);
   // What the kept steps need, before anything is deleted: a kept step
   // whose objects cannot be read stops the gc.
   IdSet live;
-  for (auto it = first_kept; it != steps.end(); ++it) {
-    STAGGER_RETURN_IF_ERROR(AddStepChunks(store, job, *it, &live));
+  for (int64_t step : steps) {
+    if (doomed.count(step) != 0) continue;
+    STAGGER_RETURN_IF_ERROR(AddStepChunks(store, job, step, &live));
   }
   STAGGER_RETURN_IF_ERROR(CloseOverBases(store, job, &live));
   // Step objects first: a step half deleted is never listed.
@@ -123,6 +122,38 @@ Result<ColdGcResult> GcColdJob(ObjectStore* store, const std::string& job,
     r.bytes_freed += info->size;
   }
   return r;
+}
+
+}  // namespace
+
+Result<ColdGcResult> GcColdJob(ObjectStore* store, const std::string& job,
+                               uint32_t keep, int64_t grace_s,
+                               int64_t now_unix_s) {
+  if (keep == 0) {
+    return absl::InvalidArgumentError("--rados-keep must keep a step");
+  }
+  auto oldest = [keep](const std::set<int64_t>& steps) {
+    const auto first_kept =
+        steps.size() > keep ? std::prev(steps.end(), keep) : steps.begin();
+    return std::set<int64_t>(steps.begin(), first_kept);
+  };
+  return Collect(store, job, oldest, /*without_steps=*/false, grace_s,
+                 now_unix_s);
+}
+
+Result<ColdGcResult> RemoveColdSteps(ObjectStore* store, const std::string& job,
+                                     const std::vector<int64_t>& steps,
+                                     bool all, int64_t grace_s,
+                                     int64_t now_unix_s) {
+  auto named = [&](const std::set<int64_t>& held) {
+    if (all) return held;
+    std::set<int64_t> out;
+    for (int64_t s : steps) {
+      if (held.count(s) != 0) out.insert(s);
+    }
+    return out;
+  };
+  return Collect(store, job, named, /*without_steps=*/all, grace_s, now_unix_s);
 }
 
 }  // namespace stagger::server::tier

@@ -34,6 +34,16 @@ Result<ColdGcResult> GcColdJob(ObjectStore* store, const std::string& job,
                                uint32_t keep, int64_t grace_s,
                                int64_t now_unix_s);
 
+// `stagger rm` in the cold store: deletes `steps` of `job` (those the
+// store holds), or with `all` every step and every chunk of the job past
+// its grace (a job whose first save was abandoned has chunks and no step),
+// in the same order as GcColdJob, and then the chunks no remaining step
+// needs, past their grace.
+Result<ColdGcResult> RemoveColdSteps(ObjectStore* store, const std::string& job,
+                                     const std::vector<int64_t>& steps,
+                                     bool all, int64_t grace_s,
+                                     int64_t now_unix_s);
+
 }  // namespace stagger::server::tier
 
 #endif  // STAGGER_SERVER_TIER_COLD_GC_H_

@@ -114,7 +114,7 @@ class Drainer {
   bool WaitDrained(absl::Duration timeout);
 
   DrainerStats stats() const;
-  const ObjectStore* store() const { return store_; }
+  ObjectStore* store() const { return store_; }
 
  private:
   struct ChunkKey {
