@@ -391,12 +391,16 @@ TEST(QosAdmissionTest, SixteenClientsWithSmallCreditsAllFinishFairly) {
   std::sort(sorted.begin(), sorted.end());
   const double median = sorted[kClients / 2];
   // Fair shares progress together and finish close together; served in
-  // arrival order (or with one starved), the first would finish a
-  // sixteenth of the way through (0.06 of the last) and the last trail by
-  // the whole queue.
-  EXPECT_GE(sorted.front(), 0.2 * sorted.back())
-      << "first durable at " << sorted.front() << " s, last at "
-      << sorted.back() << " s, median " << median << " s";
+  // arrival order (or with some starved), the first quarter would finish
+  // within a quarter of the way through (0.25 of the last) and the last
+  // trail by the whole queue. The quarter, not the first alone: one save
+  // whose commit's fsync came before the disk got busy (make test right
+  // after a build) ended at 0.18-0.19 of the last while the rest ran fair
+  // (median 0.87 of it).
+  EXPECT_GE(sorted[kClients / 4], 0.4 * sorted.back())
+      << "first durable at " << sorted.front() << " s, the " << kClients / 4 + 1
+      << "th at " << sorted[kClients / 4] << " s, last at " << sorted.back()
+      << " s, median " << median << " s";
   for (int i = 0; i < kClients; ++i) {
     std::vector<char> out(kEach, 0);
     cks[i]->ClearRegistrations();
