@@ -17,6 +17,7 @@
 #include <thread>
 #include <vector>
 
+#include "cold_tier_util.h"
 #include "gtest/gtest.h"
 #include "metrics/http_exporter.h"
 #include "stagger/checkpointer.h"
@@ -25,6 +26,8 @@
 
 namespace stagger {
 namespace {
+
+using testutil::Sample;
 
 constexpr char kPool[] = "stagger";
 
@@ -72,13 +75,6 @@ class Cluster : public ::testing::Environment {
 };
 Cluster* Cluster::instance_ = nullptr;
 
-// The value of an unlabelled sample on a metrics page; -1 when absent.
-double Sample(const std::string& page, const std::string& name) {
-  std::smatch m;
-  const std::regex re("(^|\n)" + name + " ([0-9.e+-]+)\n");
-  return std::regex_search(page, m, re) ? std::stod(m[2]) : -1;
-}
-
 class RadosTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -96,35 +92,12 @@ class RadosTest : public ::testing::Test {
 
   std::unique_ptr<Checkpointer> Open(const std::string& servers,
                                      const std::string& job) {
-    CheckpointerOptions o;
-    o.servers = servers;
-    o.job = job;
-    o.chunk_size = 1 << 20;
-    auto ck = Checkpointer::Open(o);
-    EXPECT_TRUE(ck.ok()) << ck.status();
-    return ck.ok() ? std::move(*ck) : nullptr;
+    return testutil::OpenJob(servers, job);
   }
 
-  // Polls the server's metrics until `steps` steps were drained by it and
-  // none is behind; the last page.
   std::string WaitDrained(testutil::ServerProcess& s, double steps,
                           double timeout_s = 120) {
-    std::string page;
-    const auto until = std::chrono::steady_clock::now() +
-                       std::chrono::duration<double>(timeout_s);
-    while (std::chrono::steady_clock::now() < until) {
-      auto got = metrics::HttpGet(s.metrics(), "/metrics");
-      if (got.ok()) {
-        page = *got;
-        if (Sample(page, "stagger_server_drain_steps_total") >= steps &&
-            Sample(page, "stagger_server_drain_steps_behind") == 0) {
-          return page;
-        }
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    }
-    ADD_FAILURE() << "not drained within " << timeout_s << " s:\n" << page;
-    return page;
+    return testutil::WaitDrained(s, steps, timeout_s);
   }
 
   // Saves `w` as step 1 of `job` on `s` and waits until it is drained.
@@ -160,69 +133,9 @@ class RadosTest : public ::testing::Test {
 // references) drained, the server and its disk gone; a new server on an
 // empty --data lists both and loads each bit-exact.
 TEST_F(RadosTest, DrainedStepsLoadBitExactFromANewServerWithAnEmptyDisk) {
-  auto a = StartServer(dir_.path() + "/a");
-  ASSERT_NE(a, nullptr);
-  std::vector<char> w(6 << 20), b(3 << 20 | 12345);
-  std::vector<std::vector<char>> saved_w, saved_b;
-  {
-    auto ck = Open(a->grpc(), "roundtrip");
-    ASSERT_NE(ck, nullptr);
-    ASSERT_TRUE(ck->Register({"w", "U8", {int64_t(w.size())}, w.data()}).ok());
-    ASSERT_TRUE(ck->Register({"b", "U8", {int64_t(b.size())}, b.data()}).ok());
-    testutil::FillPattern(w, 1);
-    testutil::FillPattern(b, 2);
-    for (int64_t step = 1; step <= 2; ++step) {
-      if (step == 2) {
-        for (size_t i = 0; i < w.size(); i += 4096) w[i] ^= 0x5a;
-      }
-      auto h = ck->Save(step);
-      ASSERT_TRUE(h.ok()) << h.status();
-      ASSERT_TRUE(h->Wait().ok()) << h->Wait();
-      saved_w.push_back(w);
-      saved_b.push_back(b);
-    }
-  }
-  const std::string page = WaitDrained(*a, 2);
-  EXPECT_GT(Sample(page, "stagger_server_drain_bytes_total"), 0);
-  auto ls =
-      testutil::RunProcess({testutil::BinDir() + "/stagger", "--server",
-                            a->grpc(), "ls", "--job", "roundtrip", "--json"});
-  ASSERT_EQ(ls.exit_code, 0) << ls.out;
-  EXPECT_NE(ls.out.find("\"step\":2,"), std::string::npos) << ls.out;
-  EXPECT_NE(ls.out.find("\"tiers\":[\"disk\",\"cold\"],\"level\":\"disk\"}]"),
-            std::string::npos)
-      << ls.out;
-  a->Stop(SIGTERM);
-  std::filesystem::remove_all(dir_.path() + "/a");
-
-  auto fresh = StartServer(dir_.path() + "/fresh");
-  ASSERT_NE(fresh, nullptr);
-  auto ck = Open(fresh->grpc(), "roundtrip");
-  ASSERT_NE(ck, nullptr);
-  auto steps = ck->Steps(false);
-  ASSERT_TRUE(steps.ok()) << steps.status();
-  ASSERT_EQ(steps->size(), 2u);
-  ls = testutil::RunProcess({testutil::BinDir() + "/stagger", "--server",
-                             fresh->grpc(), "ls", "--job", "roundtrip",
-                             "--json"});
-  ASSERT_EQ(ls.exit_code, 0) << ls.out;
-  // Held by the pool alone now.
-  EXPECT_NE(ls.out.find("\"tiers\":[\"cold\"],\"level\":\"disk\"}]"),
-            std::string::npos)
-      << ls.out;
-  for (int64_t step : {2, 1}) {
-    std::vector<char> lw(w.size(), 0), lb(b.size(), 0);
-    ck->ClearRegistrations();
-    ASSERT_TRUE(
-        ck->Register({"w", "U8", {int64_t(lw.size())}, lw.data()}).ok());
-    ASSERT_TRUE(
-        ck->Register({"b", "U8", {int64_t(lb.size())}, lb.data()}).ok());
-    auto loaded = ck->Load(step);
-    ASSERT_TRUE(loaded.ok()) << loaded.status();
-    EXPECT_EQ(*loaded, step);
-    EXPECT_TRUE(lw == saved_w[step - 1]) << "w of step " << step;
-    EXPECT_TRUE(lb == saved_b[step - 1]) << "b of step " << step;
-  }
+  testutil::RoundTripThroughTheTier(
+      [this](const std::string& data) { return StartServer(data); },
+      dir_.path(), "roundtrip");
 }
 
 // A chunk object damaged in the pool (one payload byte flipped): a load
@@ -252,17 +165,7 @@ TEST_F(RadosTest, ADamagedObjectFailsTheLoadNamingIt) {
       0);
   auto fresh = StartServer(dir_.path() + "/fresh");
   ASSERT_NE(fresh, nullptr);
-  auto ck = Open(fresh->grpc(), "damaged");
-  ASSERT_NE(ck, nullptr);
-  std::vector<char> out(w.size());
-  ASSERT_TRUE(
-      ck->Register({"w", "U8", {int64_t(out.size())}, out.data()}).ok());
-  auto loaded = ck->Load(1);
-  ASSERT_FALSE(loaded.ok());
-  EXPECT_EQ(loaded.status().code(), absl::StatusCode::kDataLoss)
-      << loaded.status();
-  EXPECT_NE(loaded.status().message().find(object), std::string::npos)
-      << loaded.status();
+  testutil::ExpectDataLossNaming(*fresh, "damaged", w.size(), object);
 }
 
 // A flipped byte in the server's own copy (a segment file): the load is
