@@ -49,14 +49,15 @@ grpc::ServerUnaryReactor* ControlService::CommitShard(
   }
   auto* p = new PendingCommit{req};
   p->done = [reactor, reply](PendingCommit* p) {
+    grpc::ServerUnaryReactor* const finish = reactor;
     grpc::Status s = grpc::Status::OK;
     if (p->out.ok()) {
       *reply->mutable_step() = std::move(*p->out);
     } else {
       s = ToGrpc(p->out.status());
     }
-    delete p;
-    reactor->Finish(s);
+    delete p;  // and this closure with it: only locals from here on
+    finish->Finish(s);
   };
   Enqueue(p);
   return reactor;
