@@ -212,6 +212,12 @@ int main(int argc, char** argv) {
   app.add_option("--s3-ca-file", s3.ca_file,
                  "PEM roots to trust for an https endpoint (default: the "
                  "system's)");
+  uint64_t s3_part_mib = 64;
+  app.add_option("--s3-part-mib", s3_part_mib,
+                 "objects above this many MiB go to --s3-bucket as multipart "
+                 "uploads of parts this size (at least 5)")
+      ->check(CLI::Range(uint64_t{5}, uint64_t{5120}))
+      ->capture_default_str();
   std::string s3_addressing = "auto";
   app.add_option("--s3-addressing", s3_addressing,
                  "path (ENDPOINT/BUCKET/KEY: Ceph RGW, MinIO), virtual "
@@ -339,6 +345,7 @@ int main(int argc, char** argv) {
                       : s3_addressing == "virtual"
                           ? stagger::server::tier::S3Addressing::kVirtualHost
                           : stagger::server::tier::S3Addressing::kAuto;
+      s3.part_bytes = s3_part_mib << 20;
       auto r = stagger::server::tier::S3ObjectStore::Open(s3);
       if (r.ok())
         opened = std::move(*r);

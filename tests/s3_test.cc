@@ -299,6 +299,37 @@ TEST_F(S3Test, RmDeletesFromTheBucketAfterTheDisk) {
   EXPECT_TRUE(none->empty()) << none->front();
 }
 
+// Objects above the part size go as multipart uploads and come back
+// whole; a conditional create of an existing one writes nothing.
+TEST_F(S3Test, LargeObjectsInPartsRoundTrip) {
+  S3Options o;
+  o.endpoint = Endpoint::Get()->endpoint();
+  o.bucket = kBucket;
+  o.prefix = "parts";
+  o.part_bytes = 5 << 20;
+  o.env = Endpoint::Get()->Credentials();
+  auto store = S3ObjectStore::Open(o);
+  ASSERT_TRUE(store.ok()) << store.status();
+  std::vector<char> pattern(12 << 20 | 777);
+  testutil::FillPattern(pattern, 9);
+  const std::string big(pattern.begin(), pattern.end());
+  const ObjectName a{"job", "big"}, b{"job", "bigger"};
+  ASSERT_TRUE((*store)->Put(a, big).ok());
+  auto got = (*store)->Get(a);
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_TRUE(*got == big);
+  auto again = (*store)->PutNew(a, std::string(11 << 20, 'z'));
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_FALSE(*again);
+  EXPECT_TRUE(*(*store)->Get(a) == big);
+  auto created = (*store)->PutNew(b, big + "tail");
+  ASSERT_TRUE(created.ok()) << created.status();
+  EXPECT_TRUE(*created);
+  auto info = (*store)->Stat(b);
+  ASSERT_TRUE(info.ok() && info->has_value()) << info.status();
+  EXPECT_EQ((*info)->size, big.size() + 4);
+}
+
 // The store's calls against the endpoint, and its errors.
 TEST_F(S3Test, StoreCallsAndTheirErrors) {
   auto store = Store("calls");

@@ -19,7 +19,7 @@
 namespace stagger::server::tier {
 
 struct S3ObjectStore::Request {
-  const char* method = "GET";  // GET, HEAD, PUT, DELETE
+  const char* method = "GET";  // GET, HEAD, PUT, POST, DELETE
   std::string key;             // the whole key; "" for the bucket
   std::string query;           // sorted by name, values encoded
   std::string_view body;       // PUT's
@@ -33,6 +33,7 @@ struct S3ObjectStore::Response {
   uint64_t length = 0;         // Content-Length (HEAD)
   int64_t last_modified = -1;  // unix seconds (HEAD)
   double retry_after_s = -1;   // Retry-After, seconds
+  std::string etag;            // ETag (an uploaded part's)
   CURLcode curl = CURLE_OK;
   std::string curl_error;
 };
@@ -120,6 +121,9 @@ size_t Feed(char* buf, size_t size, size_t n, void* in) {
 size_t Header(char* data, size_t size, size_t n, void* out) {
   auto* r = static_cast<S3ObjectStore::Response*>(out);
   absl::string_view line(data, size * n);
+  if (absl::StartsWithIgnoreCase(line, "etag:")) {
+    r->etag = std::string(absl::StripAsciiWhitespace(line.substr(5)));
+  }
   if (absl::StartsWithIgnoreCase(line, "retry-after:")) {
     double s = -1;
     if (absl::SimpleAtod(absl::StripAsciiWhitespace(line.substr(12)), &s)) {
@@ -168,6 +172,10 @@ Result<std::unique_ptr<S3ObjectStore>> S3ObjectStore::Open(S3Options o) {
     return absl::InvalidArgumentError(
         "S3 region is empty (us-east-1 where "
         "the store does not care)");
+  }
+  if (o.part_bytes < (5ull << 20)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "S3 part size ", o.part_bytes, " is below S3's smallest, 5 MiB"));
   }
   if (!(o.timeout_s > 0)) {
     return absl::InvalidArgumentError("S3 request timeout must be positive");
@@ -293,6 +301,11 @@ S3ObjectStore::Response S3ObjectStore::Attempt(void* handle, const Request& r) {
     curl_easy_setopt(h, CURLOPT_READDATA, &upload);
     curl_easy_setopt(h, CURLOPT_INFILESIZE_LARGE,
                      static_cast<curl_off_t>(r.body.size()));
+  } else if (method == "POST") {
+    curl_easy_setopt(h, CURLOPT_POST, 1L);
+    curl_easy_setopt(h, CURLOPT_POSTFIELDS, r.body.data());
+    curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE_LARGE,
+                     static_cast<curl_off_t>(r.body.size()));
   } else if (method != "GET") {
     curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, r.method);
   }
@@ -374,7 +387,81 @@ Status S3ObjectStore::Failed(const Response& resp,
       what, " in ", Describe(), ": ", said, " ", First(resp.body, "Message")));
 }
 
+Result<bool> S3ObjectStore::PutParts(const std::string& key,
+                                     std::string_view bytes, bool conditional) {
+  const std::string what = absl::StrCat("multipart upload of '", key, "'");
+  if (conditional) {
+    Request head;
+    head.method = "HEAD";
+    head.key = key;
+    head.what = what;
+    STAGGER_ASSIGN_OR_RETURN(Response resp, Send(head));
+    if (resp.status / 100 == 2) return false;
+    if (resp.status != 404) return Failed(resp, what);
+  }
+  Request start;
+  start.method = "POST";
+  start.key = key;
+  start.query = "uploads=";
+  start.headers = {"Content-Type: application/octet-stream"};
+  start.what = what;
+  STAGGER_ASSIGN_OR_RETURN(Response started, Send(start));
+  if (started.status / 100 != 2) return Failed(started, what);
+  const std::string id = First(started.body, "UploadId");
+  if (id.empty()) {
+    return absl::UnavailableError(
+        absl::StrCat(what, " in ", Describe(), ": no UploadId in the answer"));
+  }
+  const std::string upload = absl::StrCat("uploadId=", Encode(id, false));
+  // Aborts the upload (best effort: a bucket lifecycle rule is the
+  // backstop) and returns `s`.
+  auto abort = [&](Status s) {
+    Request stop;
+    stop.method = "DELETE";
+    stop.key = key;
+    stop.query = upload;
+    stop.what = what;
+    (void)Send(stop);
+    return s;
+  };
+  std::string complete = "<CompleteMultipartUpload>";
+  const uint64_t part = options_.part_bytes;
+  for (uint64_t at = 0, n = 1; at < bytes.size(); at += part, ++n) {
+    Request put;
+    put.method = "PUT";
+    put.key = key;
+    put.query = absl::StrCat("partNumber=", n, "&", upload);
+    put.body = bytes.substr(at, std::min<uint64_t>(part, bytes.size() - at));
+    put.what = absl::StrCat(what, " part ", n);
+    Result<Response> resp = Send(put);
+    if (!resp.ok()) return abort(resp.status());
+    if (resp->status / 100 != 2) return abort(Failed(*resp, put.what));
+    absl::StrAppend(&complete, "<Part><PartNumber>", n, "</PartNumber><ETag>",
+                    resp->etag, "</ETag></Part>");
+  }
+  absl::StrAppend(&complete, "</CompleteMultipartUpload>");
+  Request finish;
+  finish.method = "POST";
+  finish.key = key;
+  finish.query = upload;
+  finish.body = complete;
+  finish.headers = {"Content-Type: application/xml"};
+  finish.what = what;
+  Result<Response> done = Send(finish);
+  if (!done.ok()) return abort(done.status());
+  // S3 may answer 200 and put the error in the body.
+  if (done->status / 100 != 2 ||
+      done->body.find("<Error>") != std::string::npos) {
+    if (done->status / 100 == 2) done->status = 500;
+    return abort(Failed(*done, what));
+  }
+  return true;
+}
+
 Status S3ObjectStore::Put(const ObjectName& o, std::string_view bytes) {
+  if (bytes.size() > options_.part_bytes) {
+    return PutParts(Key(o), bytes, /*conditional=*/false).status();
+  }
   Request r;
   r.method = "PUT";
   r.key = Key(o);
@@ -387,6 +474,9 @@ Status S3ObjectStore::Put(const ObjectName& o, std::string_view bytes) {
 
 Result<bool> S3ObjectStore::PutNew(const ObjectName& o,
                                    std::string_view bytes) {
+  if (bytes.size() > options_.part_bytes) {
+    return PutParts(Key(o), bytes, /*conditional=*/true);
+  }
   Request r;
   r.method = "PUT";
   r.key = Key(o);

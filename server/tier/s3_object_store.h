@@ -16,8 +16,12 @@
 //   missing bucket is FAILED_PRECONDITION; neither is repeated.
 // - PutNew sends If-None-Match: * (a conditional create: AWS S3 since
 //   2024, RGW, MinIO); 412 means the object exists.
-// - Objects are written in one PUT (up to 5 GiB, S3's limit for one; the
-//   drain writes chunks, manifests and step objects, each far below it).
+// - An object larger than part_bytes is a multipart upload (parts of
+//   part_bytes, each PUT with its own retries; aborted when a part or the
+//   completion fails, so no stray parts are billed). A conditional create
+//   that goes multipart checks first (HEAD) and then writes: the objects
+//   the drain creates are named by their content or written by one server,
+//   so two writers of one name write the same bytes.
 // Open does not contact the store: a server starts while it is down, and
 // its drain catches up later.
 //
@@ -55,6 +59,9 @@ struct S3Options {
   S3Addressing addressing = S3Addressing::kAuto;
   // A request's whole budget, its retries included.
   double timeout_s = 30;
+  // Objects above this many bytes go as multipart uploads of parts this
+  // size (at least 5 MiB, S3's smallest part).
+  uint64_t part_bytes = 64ull << 20;
   // Where credentials are looked for (S3Environment() when empty).
   std::map<std::string, std::string> env;
 };
@@ -95,6 +102,10 @@ class S3ObjectStore final : public ObjectStore {
   // the common prefixes instead.
   Result<std::vector<std::string>> ListKeys(const std::string& key_prefix,
                                             bool delimiter);
+  // A multipart upload of `bytes` to `key` (see above); false when
+  // `conditional` and the object exists.
+  Result<bool> PutParts(const std::string& key, std::string_view bytes,
+                        bool conditional);
   std::string Key(const ObjectName& o) const;
   std::string Url(const std::string& key, const std::string& query) const;
   void* TakeHandle();

@@ -12,6 +12,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -45,6 +46,12 @@ class ScriptedEndpoint {
     return "http://127.0.0.1:" + std::to_string(port_);
   }
   int requests() const { return requests_; }
+  // The request lines ("PUT /bucket/key?partNumber=1&uploadId=u HTTP/1.1")
+  // in order.
+  std::vector<std::string> lines() {
+    std::lock_guard<std::mutex> l(mu_);
+    return lines_;
+  }
 
  private:
   void Serve() {
@@ -75,6 +82,10 @@ class ScriptedEndpoint {
         }
         if (in.size() >= want) break;
       }
+      {
+        std::lock_guard<std::mutex> l(mu_);
+        lines_.push_back(in.substr(0, in.find("\r\n")));
+      }
       const int i = requests_++;
       const std::string& r = replies_[std::min<size_t>(i, replies_.size() - 1)];
       (void)!::write(c, r.data(), r.size());
@@ -87,6 +98,8 @@ class ScriptedEndpoint {
   uint16_t port_ = 0;
   std::atomic<bool> stop_{false};
   std::atomic<int> requests_{0};
+  std::mutex mu_;
+  std::vector<std::string> lines_;
   std::thread thread_;
 };
 
@@ -195,6 +208,48 @@ TEST(S3ObjectStoreTest, ListingFollowsContinuationTokens) {
   ASSERT_TRUE(keys.ok()) << keys.status();
   EXPECT_EQ(*keys, (std::vector<std::string>{"a", "b&c"}));
   EXPECT_EQ(ep.requests(), 2);
+}
+
+// An object above the part size goes as a multipart upload: started,
+// parts of part_bytes each, completed with their ETags; a part refused
+// aborts the upload.
+TEST(S3ObjectStoreTest, LargeObjectsGoInPartsAndAFailedPartAborts) {
+  const std::string started =
+      "<InitiateMultipartUploadResult><UploadId>u/1</UploadId>"
+      "</InitiateMultipartUploadResult>";
+  ScriptedEndpoint ep(
+      {Reply(200, "", started), Reply(200, "ETag: \"e1\"\r\n", ""),
+       Reply(200, "ETag: \"e2\"\r\n", ""), Reply(200, "ETag: \"e3\"\r\n", ""),
+       Reply(200, "", "<CompleteMultipartUploadResult/>")});
+  S3Options o;
+  o.endpoint = ep.url();
+  o.bucket = "bucket";
+  o.part_bytes = 5 << 20;
+  o.env = {{"AWS_ACCESS_KEY_ID", "K"}, {"AWS_SECRET_ACCESS_KEY", "S"}};
+  auto store = S3ObjectStore::Open(o);
+  ASSERT_TRUE(store.ok()) << store.status();
+  ASSERT_TRUE((*store)->Put({"job", "big"}, std::string(12 << 20, 'x')).ok());
+  const std::vector<std::string> lines = ep.lines();
+  ASSERT_EQ(lines.size(), 5u);
+  EXPECT_EQ(lines[0], "POST /bucket/job/big?uploads= HTTP/1.1");
+  EXPECT_EQ(lines[1],
+            "PUT /bucket/job/big?partNumber=1&uploadId=u%2F1 HTTP/1.1");
+  EXPECT_EQ(lines[3],
+            "PUT /bucket/job/big?partNumber=3&uploadId=u%2F1 HTTP/1.1");
+  EXPECT_EQ(lines[4], "POST /bucket/job/big?uploadId=u%2F1 HTTP/1.1");
+
+  ScriptedEndpoint refused(
+      {Reply(200, "", started), Reply(200, "ETag: \"e1\"\r\n", ""),
+       Reply(403, "", "<Error><Code>AccessDenied</Code></Error>"),
+       Reply(204, "", "")});
+  o.endpoint = refused.url();
+  store = S3ObjectStore::Open(o);
+  ASSERT_TRUE(store.ok()) << store.status();
+  Status s = (*store)->Put({"job", "big"}, std::string(12 << 20, 'x'));
+  EXPECT_EQ(s.code(), absl::StatusCode::kPermissionDenied) << s;
+  const std::vector<std::string> tried = refused.lines();
+  ASSERT_EQ(tried.size(), 4u);
+  EXPECT_EQ(tried[3], "DELETE /bucket/job/big?uploadId=u%2F1 HTTP/1.1");
 }
 
 TEST(S3ObjectStoreTest, BadOptionsAreRefusedNamingThem) {
