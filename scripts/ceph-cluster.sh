@@ -21,7 +21,11 @@
 #       run, and prints S3_ENDPOINT=, AWS_ACCESS_KEY_ID= and
 #       AWS_SECRET_ACCESS_KEY= on its last three lines (also kept in
 #       DIR/rgw.env). Exits 5 when radosgw is not installed
-#       (scripts/install-deps.sh installs it). stop stops it too.
+#       (scripts/install-deps.sh installs it). stop stops it too. Run again
+#       after rgw-stop, it starts radosgw on the same port with the same
+#       user.
+#   scripts/ceph-cluster.sh rgw-stop DIR
+#       stops the radosgw alone (SIGKILL: an endpoint that vanishes).
 #
 # start exits 3 (and stops what it started, unless $CEPH_CLUSTER_KEEP is
 # set, to look at it) when the cluster cannot start,
@@ -33,7 +37,7 @@ set -euo pipefail
 cmd=${1:-}
 dir=${2:-}
 if [ -z "$cmd" ] || [ -z "$dir" ]; then
-  echo "usage: $0 start|stop|restart|status|rgw DIR [POOL] [OSD_GIB]" >&2
+  echo "usage: $0 start|stop|restart|status|rgw|rgw-stop DIR [POOL] [OSD_GIB]" >&2
   exit 2
 fi
 
@@ -203,8 +207,13 @@ start_rgw() {
       exit 5
     fi
   done
-  local port key secret
-  port=$(free_port)
+  local port key secret again=0
+  if [ -f "$dir/rgw.env" ]; then
+    again=1
+    port=$(sed -n 's|^S3_ENDPOINT=http://127.0.0.1:||p' "$dir/rgw.env")
+  else
+    port=$(free_port)
+  fi
   mkdir -p "$dir"/rgw
   # Authentication is off in this cluster: the monitor connection must not
   # ask for the "secure" mode (radosgw's default), which needs cephx.
@@ -216,6 +225,10 @@ start_rgw() {
     2>>"$dir/log/rgw.stderr" || fail "radosgw did not start" "$dir/log/rgw.log"
   wait_for "python3 -c 'import urllib.request as u; u.urlopen(\"http://127.0.0.1:$port/\", timeout=2)'" 90 ||
     fail "radosgw does not answer on port $port" "$dir/log/rgw.log"
+  if [ $again -eq 1 ]; then
+    cat "$dir/rgw.env"
+    return 0
+  fi
   key=$(python3 -c 'import secrets, string
 print("STG" + "".join(secrets.choice(string.ascii_uppercase + string.digits)
                       for _ in range(17)))')
@@ -231,11 +244,19 @@ print("STG" + "".join(secrets.choice(string.ascii_uppercase + string.digits)
 case "$cmd" in
   start) start_cluster "$@" ;;
   rgw) start_rgw ;;
+  rgw-stop)
+    if [ -f "$dir/run/rgw.pid" ]; then
+      pid=$(cat "$dir/run/rgw.pid")
+      kill -KILL "$pid" 2>/dev/null || true
+      for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+      rm -f "$dir/run/rgw.pid"
+    fi
+    ;;
   stop) stop_cluster ;;
   restart) restart_cluster "$@" ;;
   status) timeout 5 ceph -c "$conf" health >/dev/null 2>&1 ;;
   *)
-    echo "usage: $0 start|stop|restart|status|rgw DIR [POOL] [OSD_GIB]" >&2
+    echo "usage: $0 start|stop|restart|status|rgw|rgw-stop DIR [POOL] [OSD_GIB]" >&2
     exit 2
     ;;
 esac

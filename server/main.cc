@@ -212,6 +212,11 @@ int main(int argc, char** argv) {
   app.add_option("--s3-ca-file", s3.ca_file,
                  "PEM roots to trust for an https endpoint (default: the "
                  "system's)");
+  app.add_option("--s3-timeout-s", s3.timeout_s,
+                 "a request to --s3-bucket, its retries included, gives up "
+                 "after this long (the drain then tries again later)")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
   uint64_t s3_part_mib = 64;
   app.add_option("--s3-part-mib", s3_part_mib,
                  "objects above this many MiB go to --s3-bucket as multipart "

@@ -101,6 +101,10 @@ class Endpoint : public ::testing::Environment {
   }
   const std::string& skip() const { return skip_; }
   std::string endpoint() { return vars_["S3_ENDPOINT"]; }
+  // Kills the radosgw (the cluster stays); starts it again on the same
+  // port with the same user.
+  int StopGateway() { return Script("rgw-stop", {}).exit_code; }
+  int StartGateway() { return Script("rgw", {}).exit_code; }
   std::map<std::string, std::string> Credentials() {
     return {{"AWS_ACCESS_KEY_ID", vars_["AWS_ACCESS_KEY_ID"]},
             {"AWS_SECRET_ACCESS_KEY", vars_["AWS_SECRET_ACCESS_KEY"]}};
@@ -151,12 +155,15 @@ class S3Test : public ::testing::Test {
     return s.ok() ? std::move(*s) : nullptr;
   }
 
+  // A server draining to the bucket under `prefix`; its requests give up
+  // after 3 s (--s3-timeout-s), so a pass against an endpoint that is down
+  // ends soon.
   std::unique_ptr<testutil::ServerProcess> StartServer(
       const std::string& data, const std::string& prefix) {
     auto s = testutil::ServerProcess::Start(
-        data,
-        {"--s3-bucket", kBucket, "--s3-endpoint", Endpoint::Get()->endpoint(),
-         "--s3-prefix", prefix, "--metrics-listen", "127.0.0.1:0"});
+        data, {"--s3-bucket", kBucket, "--s3-endpoint",
+               Endpoint::Get()->endpoint(), "--s3-prefix", prefix,
+               "--s3-timeout-s", "3", "--metrics-listen", "127.0.0.1:0"});
     EXPECT_TRUE(s.ok()) << s.status();
     return s.ok() ? std::move(*s) : nullptr;
   }
@@ -328,6 +335,52 @@ TEST_F(S3Test, LargeObjectsInPartsRoundTrip) {
   auto info = (*store)->Stat(b);
   ASSERT_TRUE(info.ok() && info->has_value()) << info.status();
   EXPECT_EQ((*info)->size, big.size() + 4);
+}
+
+// The endpoint gone while a job saves: the save completes on the disk,
+// the drain says it is behind, and catches up once the endpoint is back;
+// a new server then serves both steps from the bucket.
+TEST_F(S3Test, TheEndpointDownMidRunIsCaughtUpWithWhenBack) {
+  auto a = StartServer(dir_.path() + "/a", "outage");
+  ASSERT_NE(a, nullptr);
+  std::vector<char> w(2 << 20);
+  auto ck = Open(a->grpc(), "outage");
+  ASSERT_NE(ck, nullptr);
+  ASSERT_TRUE(ck->Register({"w", "U8", {int64_t(w.size())}, w.data()}).ok());
+  testutil::FillPattern(w, 21);
+  auto h = ck->Save(1);
+  ASSERT_TRUE(h.ok() && h->Wait().ok());
+  WaitDrained(*a, 1);
+  ASSERT_EQ(Endpoint::Get()->StopGateway(), 0);
+  testutil::FillPattern(w, 22);
+  const auto t0 = std::chrono::steady_clock::now();
+  h = ck->Save(2);
+  ASSERT_TRUE(h.ok() && h->Wait().ok());
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(10));
+  std::string page;
+  for (int i = 0; i < 300; ++i) {  // a pass fails after 3 s
+    auto got = metrics::HttpGet(a->metrics(), "/metrics");
+    if (got.ok()) page = *got;
+    if (testutil::Sample(page, "stagger_server_drain_steps_behind") == 1) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  EXPECT_EQ(testutil::Sample(page, "stagger_server_drain_steps_behind"), 1)
+      << page;
+  ASSERT_EQ(Endpoint::Get()->StartGateway(), 0);
+  WaitDrained(*a, 2);
+  ck.reset();
+  a->Stop(SIGTERM);
+  std::filesystem::remove_all(dir_.path() + "/a");
+  auto fresh = StartServer(dir_.path() + "/fresh", "outage");
+  ASSERT_NE(fresh, nullptr);
+  auto again = Open(fresh->grpc(), "outage");
+  ASSERT_NE(again, nullptr);
+  std::vector<char> out(w.size(), 0);
+  ASSERT_TRUE(
+      again->Register({"w", "U8", {int64_t(out.size())}, out.data()}).ok());
+  auto loaded = again->Load(2);
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  EXPECT_TRUE(out == w);
 }
 
 // The store's calls against the endpoint, and its errors.

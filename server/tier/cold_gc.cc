@@ -113,7 +113,10 @@ Result<ColdGcResult> Collect(
     const ObjectName o{job, name};
     STAGGER_ASSIGN_OR_RETURN(std::optional<ObjectInfo> info, store->Stat(o));
     if (!info) continue;
-    if (now_unix_s - info->written_unix_s < grace_s) {
+    // No grace spares nothing: a store's clock (S3's Last-Modified, whole
+    // seconds, perhaps rounded up) may put a chunk written a moment ago
+    // ahead of ours.
+    if (grace_s > 0 && now_unix_s - info->written_unix_s < grace_s) {
       ++r.grace_kept;
       continue;
     }
