@@ -63,6 +63,19 @@ std::string LsJson(ServerProcess& server, const std::string& job) {
 
 }  // namespace
 
+void ExpectLoads(ServerProcess& server, const std::string& job, int64_t step,
+                 const std::vector<char>& want) {
+  auto ck = OpenJob(server.grpc(), job);
+  ASSERT_NE(ck, nullptr);
+  std::vector<char> out(want.size(), 0);
+  ASSERT_TRUE(
+      ck->Register({"w", "U8", {int64_t(out.size())}, out.data()}).ok());
+  auto loaded = ck->Load(step);
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  EXPECT_EQ(*loaded, step);
+  EXPECT_TRUE(out == want) << "step " << step << " of job " << job;
+}
+
 void ExpectDataLossNaming(ServerProcess& server, const std::string& job,
                           size_t bytes, const std::string& object) {
   auto ck = OpenJob(server.grpc(), job);

@@ -8,6 +8,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "stagger/checkpointer.h"
 #include "testutil/process.h"
@@ -26,6 +27,11 @@ std::string WaitDrained(ServerProcess& server, double steps,
 // test failure, when it cannot open).
 std::unique_ptr<Checkpointer> OpenJob(const std::string& servers,
                                       const std::string& job);
+
+// Step `step` of `job` (one U8 tensor "w") loads through `server` with
+// the bytes `want`.
+void ExpectLoads(ServerProcess& server, const std::string& job, int64_t step,
+                 const std::vector<char>& want);
 
 // A load of step 1 of `job` (one U8 tensor "w" of `bytes`) through
 // `server` fails with DATA_LOSS naming `object`.

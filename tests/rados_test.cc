@@ -241,14 +241,7 @@ TEST_F(RadosTest, TwoServersOfOneJobEachDrainTheirChunks) {
   b->Stop(SIGTERM);
   auto fresh = StartServer(dir_.path() + "/fresh");
   ASSERT_NE(fresh, nullptr);
-  auto ck = Open(fresh->grpc(), "spread");
-  ASSERT_NE(ck, nullptr);
-  std::vector<char> out(w.size(), 0);
-  ASSERT_TRUE(
-      ck->Register({"w", "U8", {int64_t(out.size())}, out.data()}).ok());
-  auto loaded = ck->Load(1);
-  ASSERT_TRUE(loaded.ok()) << loaded.status();
-  EXPECT_TRUE(out == w);
+  testutil::ExpectLoads(*fresh, "spread", 1, w);
 }
 
 // The cluster stops while steps wait to be drained: saves to the server's

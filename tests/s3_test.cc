@@ -280,12 +280,7 @@ TEST_F(S3Test, RmDeletesFromTheBucketAfterTheDisk) {
     ASSERT_TRUE(steps.ok()) << steps.status();
     ASSERT_EQ(steps->size(), 1u);
     EXPECT_EQ((*steps)[0].step, 2);
-    std::vector<char> out_w(w.size(), 0);
-    ASSERT_TRUE(
-        ck->Register({"w", "U8", {int64_t(out_w.size())}, out_w.data()}).ok());
-    auto loaded = ck->Load(2);
-    ASSERT_TRUE(loaded.ok()) << loaded.status();
-    EXPECT_TRUE(out_w == w);
+    testutil::ExpectLoads(*fresh, "gone", 2, w);
   }
   a = StartServer(dir_.path() + "/a", "rm");
   ASSERT_NE(a, nullptr);
@@ -373,14 +368,7 @@ TEST_F(S3Test, TheEndpointDownMidRunIsCaughtUpWithWhenBack) {
   std::filesystem::remove_all(dir_.path() + "/a");
   auto fresh = StartServer(dir_.path() + "/fresh", "outage");
   ASSERT_NE(fresh, nullptr);
-  auto again = Open(fresh->grpc(), "outage");
-  ASSERT_NE(again, nullptr);
-  std::vector<char> out(w.size(), 0);
-  ASSERT_TRUE(
-      again->Register({"w", "U8", {int64_t(out.size())}, out.data()}).ok());
-  auto loaded = again->Load(2);
-  ASSERT_TRUE(loaded.ok()) << loaded.status();
-  EXPECT_TRUE(out == w);
+  testutil::ExpectLoads(*fresh, "outage", 2, w);
 }
 
 // The store's calls against the endpoint, and its errors.
