@@ -394,12 +394,14 @@ Result<std::vector<pb::JobInfo>> ListJobs(ServerSet& servers) {
 
 Result<pb::GcReply> Gc(ServerSet& servers, const std::string& job,
                        uint32_t keep, int64_t grace_ms,
-                       const std::function<void()>& on_server_done) {
+                       const std::function<void()>& on_server_done,
+                       bool keep_cold) {
   pb::GcReply reply;
   // The coordinator holds the job's steps and decides what is live.
   pb::GcRequest req;
   req.set_job(job);
   req.set_keep(keep);
+  req.set_keep_cold(keep_cold);
   req.set_grace_ms(grace_ms);
   req.set_wait_for_compaction(true);
   STAGGER_RETURN_IF_ERROR(

@@ -74,7 +74,8 @@ Result<std::vector<pb::JobInfo>> ListJobs(ServerSet& servers);
 // UNAVAILABLE, collecting nothing, while any server of the set is down.
 Result<pb::GcReply> Gc(ServerSet& servers, const std::string& job,
                        uint32_t keep, int64_t grace_ms,
-                       const std::function<void()>& on_server_done = nullptr);
+                       const std::function<void()>& on_server_done = nullptr,
+                       bool keep_cold = false);
 
 // As Gc, deleting the steps `steps` of `job` (every step with `all`)
 // instead of the oldest: a chunk a remaining step uses, directly or as a

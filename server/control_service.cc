@@ -298,7 +298,36 @@ grpc::Status ControlService::Gc(grpc::ServerContext* ctx,
       meta_->Gc(req->job(), req->keep(), req->grace_ms(), drainer_ != nullptr);
   if (!r.ok()) return ToGrpc(r.status());
   FillGcReply(ctx, req->job(), *r, req->wait_for_compaction(), reply);
-  return grpc::Status::OK;
+  if (req->keep_cold() || req->keep() == 0) return grpc::Status::OK;
+  return ToGrpc(CollectCold(
+      [&](tier::ObjectStore* store) {
+        return tier::GcColdJob(store, req->job(), req->keep(),
+                               req->grace_ms() / 1000,
+                               absl::ToUnixSeconds(absl::Now()));
+      },
+      reply));
+}
+
+Status ControlService::CollectCold(
+    const std::function<Result<tier::ColdGcResult>(tier::ObjectStore*)>&
+        collect,
+    pb::GcReply* reply) {
+  // After the disk: its copies are gone first, so a step is never left on
+  // the disk with its cold copy deleted.
+  if (drainer_ == nullptr) return absl::OkStatus();
+  tier::ObjectStore* store = drainer_->store();
+  auto cold = collect(store);
+  if (!cold.ok()) {
+    return WithContext(cold.status(), absl::StrCat("done on the disk; in ",
+                                                   store->Describe()));
+  }
+  pb::ColdCollected* c = reply->mutable_cold();
+  c->set_store(store->Describe());
+  for (int64_t s : cold->steps_deleted) c->add_steps_deleted(s);
+  c->set_chunks_deleted(cold->chunks_deleted);
+  c->set_bytes_freed(cold->bytes_freed);
+  c->set_grace_kept(cold->grace_kept);
+  return absl::OkStatus();
 }
 
 grpc::Status ControlService::DeleteSteps(grpc::ServerContext* ctx,
@@ -314,26 +343,14 @@ grpc::Status ControlService::DeleteSteps(grpc::ServerContext* ctx,
   auto r = meta_->DeleteSteps(req->job(), steps, req->all(), req->grace_ms());
   if (!r.ok()) return ToGrpc(r.status());
   FillGcReply(ctx, req->job(), *r, req->wait_for_compaction(), reply);
-  // Then the durable tier: the disk's copies are gone first, so a step is
-  // never left on the disk with its cold copy deleted.
-  if (drainer_ != nullptr && !req->keep_cold()) {
-    tier::ObjectStore* store = drainer_->store();
-    auto cold = tier::RemoveColdSteps(store, req->job(), steps, req->all(),
-                                      req->grace_ms() / 1000,
-                                      absl::ToUnixSeconds(absl::Now()));
-    if (!cold.ok()) {
-      return ToGrpc(WithContext(
-          cold.status(),
-          absl::StrCat("deleted from the disk; in ", store->Describe())));
-    }
-    pb::ColdCollected* c = reply->mutable_cold();
-    c->set_store(store->Describe());
-    for (int64_t s : cold->steps_deleted) c->add_steps_deleted(s);
-    c->set_chunks_deleted(cold->chunks_deleted);
-    c->set_bytes_freed(cold->bytes_freed);
-    c->set_grace_kept(cold->grace_kept);
-  }
-  return grpc::Status::OK;
+  if (req->keep_cold()) return grpc::Status::OK;
+  return ToGrpc(CollectCold(
+      [&](tier::ObjectStore* store) {
+        return tier::RemoveColdSteps(store, req->job(), steps, req->all(),
+                                     req->grace_ms() / 1000,
+                                     absl::ToUnixSeconds(absl::Now()));
+      },
+      reply));
 }
 
 void ControlService::FillGcReply(grpc::ServerContext* ctx,

@@ -9,6 +9,7 @@
 
 #include <atomic>
 #include <deque>
+#include <functional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -22,6 +23,7 @@
 #include "server/meta_store.h"
 #include "server/rebaser.h"
 #include "server/slice_index.h"
+#include "server/tier/cold_gc.h"
 
 namespace stagger::server {
 
@@ -175,6 +177,12 @@ class ControlService final
   // What follows one commit: counters, logs, retention, the promoter.
   void AfterCommit(const pb::CommitShardRequest& req, const Status& logged,
                    Result<pb::StepInfo>* info);
+  // Runs `collect` on the durable tier (when there is one) after a Gc or
+  // DeleteSteps, into reply->cold; the error names the store.
+  Status CollectCold(
+      const std::function<Result<tier::ColdGcResult>(tier::ObjectStore*)>&
+          collect,
+      pb::GcReply* reply);
   // A Gc's or DeleteSteps' reply from what the meta store did; compacts.
   void FillGcReply(grpc::ServerContext* ctx, const std::string& job,
                    const GcResult& r, bool wait, pb::GcReply* reply);

@@ -173,6 +173,21 @@ class S3Test : public ::testing::Test {
     return testutil::OpenJob(servers, job);
   }
 
+  // As Open, chunks sent raw: no step is stored as deltas of another, so
+  // what a deletion frees is known (with deltas, an older step's chunks
+  // stay as the bases of a newer one's).
+  std::unique_ptr<Checkpointer> OpenRaw(const std::string& servers,
+                                        const std::string& job) {
+    CheckpointerOptions o;
+    o.servers = servers;
+    o.job = job;
+    o.chunk_size = 1 << 20;
+    o.codec = CodecChoice::kRaw;
+    auto ck = Checkpointer::Open(o);
+    EXPECT_TRUE(ck.ok()) << ck.status();
+    return ck.ok() ? std::move(*ck) : nullptr;
+  }
+
   void WaitDrained(testutil::ServerProcess& s, double steps) {
     testutil::WaitDrained(s, steps);
   }
@@ -233,7 +248,7 @@ TEST_F(S3Test, RmDeletesFromTheBucketAfterTheDisk) {
   ASSERT_NE(a, nullptr);
   std::vector<char> w(2 << 20);
   {
-    auto ck = Open(a->grpc(), "gone");
+    auto ck = OpenRaw(a->grpc(), "gone");
     ASSERT_NE(ck, nullptr);
     ASSERT_TRUE(ck->Register({"w", "U8", {int64_t(w.size())}, w.data()}).ok());
     for (int64_t step = 1; step <= 2; ++step) {
@@ -299,6 +314,62 @@ TEST_F(S3Test, RmDeletesFromTheBucketAfterTheDisk) {
   auto none = store->List("gone", "");
   ASSERT_TRUE(none.ok());
   EXPECT_TRUE(none->empty()) << none->front();
+}
+
+// `stagger gc --keep 1` keeps the newest step in the bucket too (after
+// the disk); `--keep-cold` leaves the bucket alone.
+TEST_F(S3Test, GcKeepsTheNewestStepsInTheBucketToo) {
+  auto a = StartServer(dir_.path() + "/a", "gc");
+  ASSERT_NE(a, nullptr);
+  std::vector<char> w(2 << 20);
+  {
+    auto ck = OpenRaw(a->grpc(), "old");
+    ASSERT_NE(ck, nullptr);
+    ASSERT_TRUE(ck->Register({"w", "U8", {int64_t(w.size())}, w.data()}).ok());
+    for (int64_t step = 1; step <= 3; ++step) {
+      testutil::FillPattern(w, 30 + step);
+      auto h = ck->Save(step);
+      ASSERT_TRUE(h.ok() && h->Wait().ok());
+    }
+  }
+  WaitDrained(*a, 3);
+  auto store = Store("gc");
+  ASSERT_NE(store, nullptr);
+  auto steps_in_bucket = [&] {
+    int n = 0;
+    auto names = store->List("old", "step.");
+    EXPECT_TRUE(names.ok()) << names.status();
+    if (names.ok()) n = static_cast<int>(names->size());
+    return n;
+  };
+  ASSERT_EQ(steps_in_bucket(), 3);
+  auto gc = [&](std::vector<std::string> args) {
+    std::vector<std::string> argv = {testutil::BinDir() + "/stagger",
+                                     "--server",
+                                     a->grpc(),
+                                     "gc",
+                                     "--job",
+                                     "old",
+                                     "--grace-s",
+                                     "0"};
+    argv.insert(argv.end(), args.begin(), args.end());
+    return testutil::RunProcess(argv);
+  };
+  auto out = gc({"--keep", "2", "--keep-cold"});
+  ASSERT_EQ(out.exit_code, 0) << out.out;
+  EXPECT_EQ(out.out.find("cold:"), std::string::npos) << out.out;
+  EXPECT_EQ(steps_in_bucket(), 3);
+  out = gc({"--keep", "1"});
+  ASSERT_EQ(out.exit_code, 0) << out.out;
+  EXPECT_NE(out.out.find("cold: deleted 2 steps [1,2] and 4 chunks"),
+            std::string::npos)
+      << out.out;
+  EXPECT_EQ(steps_in_bucket(), 1);
+  a->Stop(SIGTERM);
+  std::filesystem::remove_all(dir_.path() + "/a");
+  auto fresh = StartServer(dir_.path() + "/fresh", "gc");
+  ASSERT_NE(fresh, nullptr);
+  testutil::ExpectLoads(*fresh, "old", 3, w);
 }
 
 // Objects above the part size go as multipart uploads and come back

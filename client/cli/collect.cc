@@ -96,9 +96,9 @@ int RunGc(const GcArgs& a) {
   auto session = OpenSession(a.server);
   if (!session.ok()) return Fail("gc", session.status());
   Progress progress("gc", session->servers->size(), /*bytes=*/false);
-  auto r = Gc(*session->servers, a.job, a.keep,
-              static_cast<int64_t>(a.grace_s * 1000),
-              [&progress] { progress.Add(1); });
+  auto r = Gc(
+      *session->servers, a.job, a.keep, static_cast<int64_t>(a.grace_s * 1000),
+      [&progress] { progress.Add(1); }, a.keep_cold);
   progress.Finish();
   if (!r.ok()) return Fail("gc", r.status());
   PrintCollected("gc", a.job, *r, a.grace_s, session->servers->size());

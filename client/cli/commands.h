@@ -60,6 +60,7 @@ struct GcArgs {
   std::string server, job;
   uint32_t keep = 1;
   double grace_s = 600;
+  bool keep_cold = false;  // leave the durable tier alone
 };
 int RunGc(const GcArgs& a);
 // Deletes some steps of a job, or all of them, and what only they use.

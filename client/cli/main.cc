@@ -210,6 +210,9 @@ int main(int argc, char** argv) {
       ->add_option("--grace-s", gc.grace_s,
                    "keep chunks written this recently (saves in flight)")
       ->capture_default_str();
+  gc_cmd->add_flag("--keep-cold", gc.keep_cold,
+                   "collect the servers' disks only, leaving the durable "
+                   "tier (--rados-pool, --s3-bucket) to its --rados-keep");
 
   RmArgs rm;
   auto* rm_cmd = app.add_subcommand(
