@@ -40,11 +40,13 @@ std::string WaitDrained(ServerProcess& server, double steps, double timeout_s) {
 }
 
 std::unique_ptr<Checkpointer> OpenJob(const std::string& servers,
-                                      const std::string& job) {
+                                      const std::string& job,
+                                      CodecChoice codec) {
   CheckpointerOptions o;
   o.servers = servers;
   o.job = job;
   o.chunk_size = 1 << 20;
+  o.codec = codec;
   auto ck = Checkpointer::Open(o);
   EXPECT_TRUE(ck.ok()) << ck.status();
   return ck.ok() ? std::move(*ck) : nullptr;

@@ -23,10 +23,11 @@ double Sample(const std::string& page, const std::string& name);
 std::string WaitDrained(ServerProcess& server, double steps,
                         double timeout_s = 120);
 
-// A Checkpointer of `job` on `servers`, chunks of 1 MiB (nullptr, with a
-// test failure, when it cannot open).
+// A Checkpointer of `job` on `servers`, chunks of 1 MiB, `codec` (nullptr,
+// with a test failure, when it cannot open).
 std::unique_ptr<Checkpointer> OpenJob(const std::string& servers,
-                                      const std::string& job);
+                                      const std::string& job,
+                                      CodecChoice codec = CodecChoice::kAuto);
 
 // Step `step` of `job` (one U8 tensor "w") loads through `server` with
 // the bytes `want`.

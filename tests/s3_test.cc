@@ -178,14 +178,7 @@ class S3Test : public ::testing::Test {
   // stay as the bases of a newer one's).
   std::unique_ptr<Checkpointer> OpenRaw(const std::string& servers,
                                         const std::string& job) {
-    CheckpointerOptions o;
-    o.servers = servers;
-    o.job = job;
-    o.chunk_size = 1 << 20;
-    o.codec = CodecChoice::kRaw;
-    auto ck = Checkpointer::Open(o);
-    EXPECT_TRUE(ck.ok()) << ck.status();
-    return ck.ok() ? std::move(*ck) : nullptr;
+    return testutil::OpenJob(servers, job, CodecChoice::kRaw);
   }
 
   void WaitDrained(testutil::ServerProcess& s, double steps) {
