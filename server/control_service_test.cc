@@ -213,8 +213,8 @@ TEST_F(ControlServiceTest, RegionsFindTheirShardsAndBadOnesAreRefused) {
     req.set_job("j");
     req.set_step(1);
     for (const auto& r : regions) *req.add_regions() = r;
-    grpc::ClientContext ctx;
-    return stub_->GetStep(&ctx, req, reply);
+    grpc::ServerContext ctx;  // the handler itself, as the server calls it
+    return service_->GetStep(&ctx, &req, reply);
   };
   pb::TensorRegion good;
   good.set_name("t");

@@ -20,7 +20,8 @@ namespace {
 
 using testutil::ServerProcess;
 
-std::unique_ptr<pb::Stagger::Stub> ClientOf(const ServerProcess& s) {
+// A gRPC client of the server's control plane.
+auto ClientOf(const ServerProcess& s) {
   return pb::Stagger::NewStub(
       grpc::CreateChannel(s.grpc(), grpc::InsecureChannelCredentials()));
 }
