@@ -280,6 +280,10 @@ grpc::Status ControlService::ListJobs(grpc::ServerContext* ctx,
 
 namespace {
 
+// A grace in whole seconds for the durable tier (its clock is whole
+// seconds), rounded up: a part of a second still spares.
+int64_t GraceSeconds(int64_t grace_ms) { return (grace_ms + 999) / 1000; }
+
 void SetGraceKept(const GraceKept& g, pb::GraceKept* out) {
   out->set_chunks(g.chunks);
   out->set_bytes(g.bytes);
@@ -299,35 +303,37 @@ grpc::Status ControlService::Gc(grpc::ServerContext* ctx,
   if (!r.ok()) return ToGrpc(r.status());
   FillGcReply(ctx, req->job(), *r, req->wait_for_compaction(), reply);
   if (req->keep_cold() || req->keep() == 0) return grpc::Status::OK;
-  return ToGrpc(CollectCold(
+  CollectCold(
       [&](tier::ObjectStore* store) {
         return tier::GcColdJob(store, req->job(), req->keep(),
-                               req->grace_ms() / 1000,
+                               GraceSeconds(req->grace_ms()),
                                absl::ToUnixSeconds(absl::Now()));
       },
-      reply));
+      reply);
+  return grpc::Status::OK;
 }
 
-Status ControlService::CollectCold(
+void ControlService::CollectCold(
     const std::function<Result<tier::ColdGcResult>(tier::ObjectStore*)>&
         collect,
     pb::GcReply* reply) {
   // After the disk: its copies are gone first, so a step is never left on
   // the disk with its cold copy deleted.
-  if (drainer_ == nullptr) return absl::OkStatus();
+  if (drainer_ == nullptr) return;
   tier::ObjectStore* store = drainer_->store();
-  auto cold = collect(store);
-  if (!cold.ok()) {
-    return WithContext(cold.status(), absl::StrCat("done on the disk; in ",
-                                                   store->Describe()));
-  }
   pb::ColdCollected* c = reply->mutable_cold();
   c->set_store(store->Describe());
+  auto cold = collect(store);
+  if (!cold.ok()) {
+    c->set_error(cold.status().ToString());
+    log::Error("stagger-server", absl::StrCat("collecting ", store->Describe(),
+                                              ": ", cold.status().ToString()));
+    return;
+  }
   for (int64_t s : cold->steps_deleted) c->add_steps_deleted(s);
   c->set_chunks_deleted(cold->chunks_deleted);
   c->set_bytes_freed(cold->bytes_freed);
   c->set_grace_kept(cold->grace_kept);
-  return absl::OkStatus();
 }
 
 grpc::Status ControlService::DeleteSteps(grpc::ServerContext* ctx,
@@ -344,13 +350,14 @@ grpc::Status ControlService::DeleteSteps(grpc::ServerContext* ctx,
   if (!r.ok()) return ToGrpc(r.status());
   FillGcReply(ctx, req->job(), *r, req->wait_for_compaction(), reply);
   if (req->keep_cold()) return grpc::Status::OK;
-  return ToGrpc(CollectCold(
+  CollectCold(
       [&](tier::ObjectStore* store) {
         return tier::RemoveColdSteps(store, req->job(), steps, req->all(),
-                                     req->grace_ms() / 1000,
+                                     GraceSeconds(req->grace_ms()),
                                      absl::ToUnixSeconds(absl::Now()));
       },
-      reply));
+      reply);
+  return grpc::Status::OK;
 }
 
 void ControlService::FillGcReply(grpc::ServerContext* ctx,

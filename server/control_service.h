@@ -178,11 +178,12 @@ class ControlService final
   void AfterCommit(const pb::CommitShardRequest& req, const Status& logged,
                    Result<pb::StepInfo>* info);
   // Runs `collect` on the durable tier (when there is one) after a Gc or
-  // DeleteSteps, into reply->cold; the error names the store.
-  Status CollectCold(
-      const std::function<Result<tier::ColdGcResult>(tier::ObjectStore*)>&
-          collect,
-      pb::GcReply* reply);
+  // DeleteSteps, into reply->cold; a failure is reply->cold.error (the
+  // call still succeeds: the disk's part stands, and the client goes on
+  // to sweep the other servers).
+  void CollectCold(const std::function<
+                       Result<tier::ColdGcResult>(tier::ObjectStore*)>& collect,
+                   pb::GcReply* reply);
   // A Gc's or DeleteSteps' reply from what the meta store did; compacts.
   void FillGcReply(grpc::ServerContext* ctx, const std::string& job,
                    const GcResult& r, bool wait, pb::GcReply* reply);

@@ -425,6 +425,19 @@ TEST_F(S3Test, TheEndpointDownMidRunIsCaughtUpWithWhenBack) {
   }
   EXPECT_EQ(testutil::Sample(page, "stagger_server_drain_steps_behind"), 1)
       << page;
+  // An rm meanwhile: done on the disk, the bucket's part reported failed
+  // (exit 1, naming it), the call not failed as a whole.
+  auto rm = testutil::RunProcess({testutil::BinDir() + "/stagger", "--server",
+                                  a->grpc(), "rm", "--job", "outage", "--step",
+                                  "1", "--grace-s", "0"});
+  EXPECT_EQ(rm.exit_code, 1) << rm.out;
+  EXPECT_NE(rm.out.find("the durable tier S3 bucket 'ckpt'"), std::string::npos)
+      << rm.out;
+  EXPECT_NE(rm.out.find("deleted 1 step [1]"), std::string::npos) << rm.out;
+  auto left = ck->Steps(false);
+  ASSERT_TRUE(left.ok()) << left.status();
+  ASSERT_EQ(left->size(), 1u);
+  EXPECT_EQ((*left)[0].step, 2);
   ASSERT_EQ(Endpoint::Get()->StartGateway(), 0);
   WaitDrained(*a, 2);
   ck.reset();

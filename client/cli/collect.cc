@@ -37,7 +37,11 @@ void PrintCollected(const std::string& cmd, const std::string& job,
       static_cast<unsigned long long>(r.chunks_deleted()),
       static_cast<unsigned long long>(r.bytes_freed()), servers,
       servers == 1 ? "" : "s");
-  if (r.has_cold()) {
+  if (r.has_cold() && !r.cold().error().empty()) {
+    fprintf(stderr,
+            "stagger %s: the disks are done; the durable tier %s was not: %s\n",
+            cmd.c_str(), r.cold().store().c_str(), r.cold().error().c_str());
+  } else if (r.has_cold()) {
     const pb::ColdCollected& c = r.cold();
     std::vector<std::string> cold_steps;
     for (int64_t s : c.steps_deleted()) cold_steps.push_back(absl::StrCat(s));
@@ -102,7 +106,7 @@ int RunGc(const GcArgs& a) {
   progress.Finish();
   if (!r.ok()) return Fail("gc", r.status());
   PrintCollected("gc", a.job, *r, a.grace_s, session->servers->size());
-  return 0;
+  return r->cold().error().empty() ? 0 : 1;
 }
 
 int RunRm(const RmArgs& a) {
@@ -135,7 +139,7 @@ int RunRm(const RmArgs& a) {
   progress.Finish();
   if (!r.ok()) return Fail("rm", r.status());
   PrintCollected("rm", a.job, *r, a.grace_s, session->servers->size());
-  return 0;
+  return r->cold().error().empty() ? 0 : 1;
 }
 
 }  // namespace stagger::client
