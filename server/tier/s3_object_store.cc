@@ -34,6 +34,7 @@ struct S3ObjectStore::Response {
   int64_t last_modified = -1;  // unix seconds (HEAD)
   double retry_after_s = -1;   // Retry-After, seconds
   std::string etag;            // ETag (an uploaded part's)
+  bool reserve = false;        // reserve the body at its Content-Length
   CURLcode curl = CURLE_OK;
   std::string curl_error;
 };
@@ -121,6 +122,15 @@ size_t Feed(char* buf, size_t size, size_t n, void* in) {
 size_t Header(char* data, size_t size, size_t n, void* out) {
   auto* r = static_cast<S3ObjectStore::Response*>(out);
   absl::string_view line(data, size * n);
+  // A GET's body lands in one allocation instead of growing through the
+  // 16 KiB pieces curl hands over (restores read chunks of MiBs); not a
+  // HEAD's, which has none.
+  uint64_t length = 0;
+  if (r->reserve && absl::StartsWithIgnoreCase(line, "content-length:") &&
+      absl::SimpleAtoi(absl::StripAsciiWhitespace(line.substr(15)), &length) &&
+      length <= (uint64_t{5} << 30)) {
+    r->body.reserve(length);
+  }
   if (absl::StartsWithIgnoreCase(line, "etag:")) {
     r->etag = std::string(absl::StripAsciiWhitespace(line.substr(5)));
   }
@@ -293,6 +303,7 @@ S3ObjectStore::Response S3ObjectStore::Attempt(void* handle, const Request& r) {
     curl_easy_setopt(h, CURLOPT_CAINFO, options_.ca_file.c_str());
   }
   const absl::string_view method = r.method;
+  resp.reserve = method == "GET";
   if (method == "HEAD") {
     curl_easy_setopt(h, CURLOPT_NOBODY, 1L);
   } else if (method == "PUT") {
