@@ -184,7 +184,7 @@ TEST_F(MemoryLevelTest, CompleteInMemoryThenDiskLevelBehind) {
   ck->reset();
   for (size_t i = 0; i < servers_.size(); ++i) {
     servers_[i]->Stop(SIGKILL);
-    Restart(i);
+    ASSERT_NO_FATAL_FAILURE(Restart(i));
   }
   ExpectLoads(kLatestStep, 1);
 }
@@ -336,7 +336,7 @@ TEST_F(MemoryLevelTest, OneServerKilledTheStepLoadsFromTheOtherCopies) {
   // Back without what it held in memory: its memory-level shard (if it
   // was a coordinator) is set aside at start and brought back once the
   // copies are confirmed; the other coordinator's serves the step.
-  Restart(0);
+  ASSERT_NO_FATAL_FAILURE(Restart(0));
   ExpectLoads(kLatestStep, 1);
 }
 
@@ -350,7 +350,7 @@ TEST_F(MemoryLevelTest, EveryServerKilledBeforeDiskTheStepIsGone) {
   ExpectLoads(kLatestStep, 2);
   for (size_t i = 0; i < servers_.size(); ++i) {
     servers_[i]->Stop(SIGKILL);
-    Restart(i);
+    ASSERT_NO_FATAL_FAILURE(Restart(i));
   }
   // Never listed complete with bytes missing: step 1 is latest again at
   // once (step 2 set aside, partial), and once the servers found its

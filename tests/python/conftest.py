@@ -1,4 +1,6 @@
 import os
+import random
+import socket
 import subprocess
 
 import pytest
@@ -8,6 +10,26 @@ def bin_dir():
     return os.environ.get(
         "STAGGER_BIN_DIR",
         os.path.join(os.path.dirname(__file__), "..", "..", "build", "bin"))
+
+
+def listen_address():
+    """A free 127.0.0.1 port below the kernel's ephemeral range, where no
+    outgoing connection takes it while a server that listened there is
+    restarted ("127.0.0.1:0" where that range leaves no room)."""
+    with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+        low = int(f.read().split()[0])
+    if low - 10000 < 1000:
+        return "127.0.0.1:0"
+    for _ in range(64):
+        port = random.randrange(10000, low)
+        with socket.socket() as s:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        return f"127.0.0.1:{port}"
+    return "127.0.0.1:0"
 
 
 def start_server(data_dir, *extra):

@@ -23,7 +23,7 @@ import urllib.request
 import numpy as np
 
 import stagger
-from conftest import bin_dir
+from conftest import bin_dir, listen_address
 
 TRAINER = r"""
 import os, signal, sys
@@ -52,7 +52,8 @@ class Servers:
 
     def __init__(self, root, delay_ms):
         self.root, self.delay_ms = root, delay_ms
-        self.procs, self.addrs = [None] * 3, ["127.0.0.1:0"] * 3
+        self.procs = [None] * 3
+        self.addrs = [listen_address() for _ in range(3)]
         self.metrics = [None] * 3
         for i in range(3):
             self.start(i)

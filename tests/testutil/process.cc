@@ -1,13 +1,17 @@
 #include "tests/testutil/process.h"
 
+#include <arpa/inet.h>
 #include <fcntl.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdlib.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstring>
 #include <filesystem>
@@ -58,17 +62,11 @@ TempDir::~TempDir() {
   if (!path_.empty()) std::filesystem::remove_all(path_, ec);
 }
 
-Result<std::unique_ptr<ServerProcess>> ServerProcess::Start(
-    const std::string& data_dir, const std::vector<std::string>& extra_args) {
+// Starts one stagger-server with `argv` and waits for its ready line.
+Result<std::unique_ptr<ServerProcess>> ServerProcess::StartOnce(
+    const std::vector<std::string>& argv) {
   int fds[2];
   if (pipe(fds) != 0) return absl::InternalError("pipe failed");
-  std::vector<std::string> argv = {BinDir() + "/stagger-server", "--data",
-                                   data_dir};
-  if (std::find(extra_args.begin(), extra_args.end(), "--listen") ==
-      extra_args.end()) {
-    argv.insert(argv.end(), {"--listen", "127.0.0.1:0"});
-  }
-  argv.insert(argv.end(), extra_args.begin(), extra_args.end());
   std::vector<char*> args = Argv(argv);
   pid_t pid = fork();
   if (pid == 0) {
@@ -110,6 +108,73 @@ Result<std::unique_ptr<ServerProcess>> ServerProcess::Start(
     p->data_.resize(m);
   }
   return p;
+}
+
+Result<std::unique_ptr<ServerProcess>> ServerProcess::Start(
+    const std::string& data_dir, const std::vector<std::string>& extra_args) {
+  std::vector<std::string> argv = {BinDir() + "/stagger-server", "--data",
+                                   data_dir};
+  auto listen = std::find(extra_args.begin(), extra_args.end(), "--listen");
+  const bool any_port =
+      listen == extra_args.end() ||
+      (listen + 1 != extra_args.end() && listen[1] == "127.0.0.1:0");
+  if (!any_port) {
+    argv.insert(argv.end(), extra_args.begin(), extra_args.end());
+    return StartOnce(argv);
+  }
+  // A port of our choosing, so that a restart can listen on it again: one
+  // the kernel hands out itself may meanwhile be the source port of some
+  // outgoing connection. Another test may take the same one between our
+  // check and the server's bind; then another is tried.
+  std::vector<std::string> rest;
+  for (auto it = extra_args.begin(); it != extra_args.end(); ++it) {
+    if (it == listen) {
+      ++it;
+      continue;
+    }
+    rest.push_back(*it);
+  }
+  Result<std::unique_ptr<ServerProcess>> last =
+      absl::UnavailableError("no port to listen on");
+  for (int attempt = 0; attempt < 5; ++attempt) {
+    std::vector<std::string> a = argv;
+    a.insert(a.end(), {"--listen", ListenAddress()});
+    a.insert(a.end(), rest.begin(), rest.end());
+    last = StartOnce(a);
+    if (last.ok()) return last;
+  }
+  return last;
+}
+
+std::string ListenAddress() {
+  // Outgoing connections take their source ports from the kernel's
+  // ephemeral range; ports below it are taken only by an explicit bind.
+  int low = 32768;
+  std::ifstream f("/proc/sys/net/ipv4/ip_local_port_range");
+  f >> low;
+  const int kFirst = 10000;
+  if (low - kFirst < 1000) return "127.0.0.1:0";
+  static std::atomic<uint64_t> counter{0};
+  uint64_t seed = static_cast<uint64_t>(getpid()) * 7919 +
+                  counter.fetch_add(1) * 104729 +
+                  std::chrono::steady_clock::now().time_since_epoch().count();
+  for (int i = 0; i < 64; ++i) {
+    seed = seed * 6364136223846793005ULL + 1442695040888963407ULL;
+    const int port = kFirst + static_cast<int>((seed >> 33) % (low - kFirst));
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    if (fd < 0) break;
+    int one = 1;
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    sockaddr_in sa{};
+    sa.sin_family = AF_INET;
+    sa.sin_port = htons(static_cast<uint16_t>(port));
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    const bool free_now =
+        bind(fd, reinterpret_cast<sockaddr*>(&sa), sizeof sa) == 0;
+    close(fd);
+    if (free_now) return absl::StrCat("127.0.0.1:", port);
+  }
+  return "127.0.0.1:0";
 }
 
 ServerProcess::~ServerProcess() {

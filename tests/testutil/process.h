@@ -30,9 +30,10 @@ class TempDir {
 // A running stagger-server. Killed (SIGKILL) on destruction if still alive.
 class ServerProcess {
  public:
-  // Starts stagger-server --data `data_dir` --listen 127.0.0.1:0 (unless
-  // `extra_args` gives --listen: a restart on the same address) and waits
-  // (up to 60 s) for its ready line.
+  // Starts stagger-server --data `data_dir` and waits (up to 60 s) for its
+  // ready line. It listens on `extra_args`' --listen (a restart on the same
+  // address), or where none is given or it is 127.0.0.1:0, on a free
+  // ListenAddress() (another one if that was taken before it bound it).
   static Result<std::unique_ptr<ServerProcess>> Start(
       const std::string& data_dir,
       const std::vector<std::string>& extra_args = {});
@@ -49,9 +50,16 @@ class ServerProcess {
   bool Alive();
 
  private:
+  static Result<std::unique_ptr<ServerProcess>> StartOnce(
+      const std::vector<std::string>& argv);
   pid_t pid_ = -1;
   std::string grpc_, data_, metrics_;
 };
+
+// "127.0.0.1:P" with P free now and below the kernel's ephemeral port
+// range, so no outgoing connection takes it while a server that listened
+// there is restarted ("127.0.0.1:0" where that range leaves no room).
+std::string ListenAddress();
 
 // A TCP socket in LISTEN state.
 struct ListeningPort {
