@@ -83,9 +83,21 @@ wait_for() {
   return 1
 }
 
+# A free port below the kernel's ephemeral range, so that no outgoing
+# connection holds it when a daemon is started on it again.
 free_port() {
-  python3 -c 'import socket
-s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+  python3 -c 'import random, socket
+low = int(open("/proc/sys/net/ipv4/ip_local_port_range").read().split()[0])
+for _ in range(64):
+    port = random.randrange(10000, low) if low > 11000 else 0
+    s = socket.socket()
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        s.bind(("127.0.0.1", port))
+    except OSError:
+        continue
+    print(s.getsockname()[1])
+    break'
 }
 
 start_cluster() {

@@ -298,6 +298,7 @@ grpc::Status ControlService::Gc(grpc::ServerContext* ctx,
   if (req->grace_ms() < 0) {
     return ToGrpc(absl::InvalidArgumentError("grace must be >= 0"));
   }
+  tier::Drainer::DeletionScope deleting(drainer_);
   auto r =
       meta_->Gc(req->job(), req->keep(), req->grace_ms(), drainer_ != nullptr);
   if (!r.ok()) return ToGrpc(r.status());
@@ -346,6 +347,7 @@ grpc::Status ControlService::DeleteSteps(grpc::ServerContext* ctx,
                      " steps a call, got ", req->steps_size())));
   }
   std::vector<int64_t> steps(req->steps().begin(), req->steps().end());
+  tier::Drainer::DeletionScope deleting(drainer_);
   auto r = meta_->DeleteSteps(req->job(), steps, req->all(), req->grace_ms());
   if (!r.ok()) return ToGrpc(r.status());
   FillGcReply(ctx, req->job(), *r, req->wait_for_compaction(), reply);

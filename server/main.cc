@@ -236,6 +236,13 @@ int main(int argc, char** argv) {
                  "(0: no cap; it always waits while clients save or restore)")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
+  double cold_import_s = 30;
+  app.add_option("--cold-import-s", cold_import_s,
+                 "every this many seconds, list the durable tier for steps "
+                 "other servers stored there and serve them (0: only at "
+                 "start)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
   bool rebuild = false;
   app.add_flag("--rebuild-index", rebuild,
                "rebuild the metadata (DIR/meta) from the segments and "
@@ -367,11 +374,13 @@ int main(int argc, char** argv) {
     options.drain_bytes_per_s =
         static_cast<uint64_t>(drain_mib_per_s * (1 << 20));
     options.cold_keep = rados_keep;
+    options.cold_import_ms = static_cast<int64_t>(cold_import_s * 1000);
   } else if (!rados.conf_file.empty() || drain_mib_per_s != 0 ||
-             rados_keep != 0) {
+             rados_keep != 0 || app.count("--cold-import-s") > 0) {
     fprintf(stderr,
-            "stagger-server: --ceph-conf needs --rados-pool; --rados-keep "
-            "and --drain-mib-per-s need --rados-pool or --s3-bucket\n");
+            "stagger-server: --ceph-conf needs --rados-pool; --rados-keep, "
+            "--drain-mib-per-s and --cold-import-s need --rados-pool or "
+            "--s3-bucket\n");
     return 2;
   }
   auto server = stagger::server::Server::Start(options);

@@ -49,6 +49,10 @@ void WriteDrainMetrics(metrics::TextWriter& w, const tier::DrainerStats& d) {
             "Steps this server held only in the cold store (imported) that "
             "were deleted there, and so are no longer listed.",
             d.cold_steps_forgotten);
+  w.Counter("stagger_server_cold_steps_imported_total",
+            "Steps imported from the cold store (held there, not on this "
+            "server's disk): at start and by the periodic --cold-import-s.",
+            d.cold_steps_imported);
   w.Counter("stagger_server_drain_busy_wait_seconds_total",
             "Time the drain waited for client traffic to pass.", d.busy_wait_s);
 }

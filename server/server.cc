@@ -290,6 +290,7 @@ void Server::Impl::StartServices(const ServerOptions& options,
     tier::DrainerOptions d;
     d.bytes_per_s = options.drain_bytes_per_s;
     d.keep = options.cold_keep;
+    d.import_ms = options.cold_import_ms;
     d.grace_s = options.gc_grace_ms / 1000;
     IngestAdmission* adm = admission.get();
     d.busy = [adm] {
@@ -449,8 +450,7 @@ Status Server::Impl::StartMetrics(const ServerOptions& options) {
 
 Status Server::Impl::ImportColdSteps(const ServerOptions& options) {
   const std::string where = options.cold_store->Describe();
-  Result<tier::ImportStats> imported =
-      tier::ImportColdSteps(meta.get(), options.cold_store);
+  Result<tier::ImportStats> imported = drainer->Import();
   if (absl::IsNotFound(imported.status())) return imported.status();
   if (!imported.ok()) {
     log::Warning("stagger-server",

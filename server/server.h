@@ -127,12 +127,15 @@ struct ServerOptions {
   // The durable tier (server/tier/): complete steps are drained to this
   // store in the background, at low priority (client traffic first), at
   // most `drain_bytes_per_s` (0: no cap). Not owned; nullptr: no tier.
-  // stagger-server makes a RadosObjectStore from --rados-pool.
+  // stagger-server makes one from --rados-pool or --s3-bucket.
   tier::ObjectStore* cold_store = nullptr;
   uint64_t drain_bytes_per_s = 0;
   // Retention there: the newest `cold_keep` steps of each job (0: all),
   // sparing unneeded chunks written within gc_grace_ms.
   uint32_t cold_keep = 0;
+  // How often the server lists the store for steps other servers stored
+  // there, to serve them without a restart (0: only at start).
+  int64_t cold_import_ms = 30000;
 };
 
 class Server {

@@ -6,10 +6,16 @@
 // that is down give the errors documented in server/tier/s3_object_store.h.
 // Real processes throughout. Every test skips, saying why, where the
 // cluster or radosgw cannot start (scripts/install-deps.sh installs them).
+#include <arpa/inet.h>
 #include <curl/curl.h>
+#include <netinet/in.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdlib.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -131,6 +137,97 @@ class Endpoint : public ::testing::Environment {
 };
 Endpoint* Endpoint::instance_ = nullptr;
 
+// A TCP proxy on 127.0.0.1 to `target` ("http://127.0.0.1:PORT") that
+// resets (RST) the first connection on which the client has sent
+// `reset_after` bytes; every other byte passes through.
+class ResettingProxy {
+ public:
+  ResettingProxy(const std::string& target, uint64_t reset_after)
+      : reset_after_(reset_after) {
+    target_port_ =
+        static_cast<uint16_t>(std::stoi(target.substr(target.rfind(':') + 1)));
+    fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof a;
+    ::bind(fd_, reinterpret_cast<sockaddr*>(&a), len);
+    ::listen(fd_, 16);
+    ::getsockname(fd_, reinterpret_cast<sockaddr*>(&a), &len);
+    port_ = ntohs(a.sin_port);
+    thread_ = std::thread([this] { Accept(); });
+  }
+  ~ResettingProxy() {
+    stop_ = true;
+    thread_.join();
+    for (std::thread& t : conns_) t.join();
+    ::close(fd_);
+  }
+  std::string url() const {
+    return "http://127.0.0.1:" + std::to_string(port_);
+  }
+  int resets() const { return resets_; }
+
+ private:
+  void Accept() {
+    while (!stop_) {
+      pollfd p{fd_, POLLIN, 0};
+      if (::poll(&p, 1, 50) <= 0) continue;
+      const int c = ::accept(fd_, nullptr, nullptr);
+      if (c >= 0) conns_.emplace_back([this, c] { Forward(c); });
+    }
+  }
+  void Forward(int client) {
+    const int up = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    a.sin_port = htons(target_port_);
+    uint64_t sent = 0;
+    bool open = ::connect(up, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
+    std::vector<char> buf(1 << 16);
+    while (open && !stop_) {
+      pollfd p[2] = {{client, POLLIN, 0}, {up, POLLIN, 0}};
+      if (::poll(p, 2, 50) <= 0) continue;
+      for (int i = 0; i < 2 && open; ++i) {
+        if (p[i].revents == 0) continue;
+        const int from = i == 0 ? client : up, to = i == 0 ? up : client;
+        const ssize_t n = ::read(from, buf.data(), buf.size());
+        if (n <= 0) {
+          open = false;
+          break;
+        }
+        if (i == 0) sent += n;
+        if (i == 0 && sent >= reset_after_ && !reset_done_.exchange(true)) {
+          linger l{1, 0};  // close() sends RST, not FIN
+          ::setsockopt(client, SOL_SOCKET, SO_LINGER, &l, sizeof l);
+          ::setsockopt(up, SOL_SOCKET, SO_LINGER, &l, sizeof l);
+          ++resets_;
+          open = false;
+          break;
+        }
+        for (ssize_t off = 0; off < n && open;) {
+          const ssize_t w = ::write(to, buf.data() + off, n - off);
+          if (w <= 0) open = false;
+          off += w;
+        }
+      }
+    }
+    ::close(up);
+    ::close(client);
+  }
+
+  const uint64_t reset_after_;
+  uint16_t target_port_ = 0;
+  int fd_ = -1;
+  uint16_t port_ = 0;
+  std::atomic<bool> stop_{false};
+  std::atomic<bool> reset_done_{false};
+  std::atomic<int> resets_{0};
+  std::vector<std::thread> conns_;  // touched by the accepting thread only
+  std::thread thread_;
+};
+
 class S3Test : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -159,11 +256,16 @@ class S3Test : public ::testing::Test {
   // after 3 s (--s3-timeout-s), so a pass against an endpoint that is down
   // ends soon.
   std::unique_ptr<testutil::ServerProcess> StartServer(
-      const std::string& data, const std::string& prefix) {
-    auto s = testutil::ServerProcess::Start(
-        data, {"--s3-bucket", kBucket, "--s3-endpoint",
-               Endpoint::Get()->endpoint(), "--s3-prefix", prefix,
-               "--s3-timeout-s", "3", "--metrics-listen", "127.0.0.1:0"});
+      const std::string& data, const std::string& prefix,
+      const std::vector<std::string>& extra = {}) {
+    std::vector<std::string> args = {
+        "--s3-bucket",      kBucket,
+        "--s3-endpoint",    Endpoint::Get()->endpoint(),
+        "--s3-prefix",      prefix,
+        "--s3-timeout-s",   "3",
+        "--metrics-listen", "127.0.0.1:0"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    auto s = testutil::ServerProcess::Start(data, args);
     EXPECT_TRUE(s.ok()) << s.status();
     return s.ok() ? std::move(*s) : nullptr;
   }
@@ -446,6 +548,152 @@ TEST_F(S3Test, TheEndpointDownMidRunIsCaughtUpWithWhenBack) {
   auto fresh = StartServer(dir_.path() + "/fresh", "outage");
   ASSERT_NE(fresh, nullptr);
   testutil::ExpectLoads(*fresh, "outage", 2, w);
+}
+
+// Two servers on one bucket and prefix: the steps one drains are listed
+// (cold) and served bit-exact by the other within its --cold-import-s,
+// without a restart; deleted from the bucket (rm on the first), they are
+// no longer listed by the second.
+TEST_F(S3Test, StepsAnotherServerDrainedAreServedWithoutARestart) {
+  auto a = StartServer(dir_.path() + "/a", "shared");
+  ASSERT_NE(a, nullptr);
+  auto b = StartServer(dir_.path() + "/b", "shared", {"--cold-import-s", "1"});
+  ASSERT_NE(b, nullptr);
+  std::vector<char> w(2 << 20);
+  {
+    auto ck = OpenRaw(a->grpc(), "seen");
+    ASSERT_NE(ck, nullptr);
+    ASSERT_TRUE(ck->Register({"w", "U8", {int64_t(w.size())}, w.data()}).ok());
+    for (int64_t step = 1; step <= 2; ++step) {
+      testutil::FillPattern(w, 40 + step);
+      auto h = ck->Save(step);
+      ASSERT_TRUE(h.ok() && h->Wait().ok());
+    }
+  }
+  WaitDrained(*a, 2);
+  auto listed = [&](testutil::ServerProcess& s) {
+    auto ck = Open(s.grpc(), "seen");
+    std::vector<int64_t> out;
+    if (ck == nullptr) return out;
+    auto steps = ck->Steps(false);
+    EXPECT_TRUE(steps.ok()) << steps.status();
+    if (steps.ok())
+      for (const auto& st : *steps) out.push_back(st.step);
+    return out;
+  };
+  std::vector<int64_t> on_b;
+  for (int i = 0; i < 150 && on_b.size() < 2; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    on_b = listed(*b);
+  }
+  EXPECT_EQ(on_b, (std::vector<int64_t>{1, 2}));
+  auto ls = testutil::RunProcess({testutil::BinDir() + "/stagger", "--server",
+                                  b->grpc(), "ls", "--job", "seen", "--json"});
+  EXPECT_NE(ls.out.find("\"tiers\":[\"cold\"]"), std::string::npos) << ls.out;
+  testutil::ExpectLoads(*b, "seen", 2, w);
+  auto page = metrics::HttpGet(b->metrics(), "/metrics");
+  ASSERT_TRUE(page.ok()) << page.status();
+  EXPECT_EQ(testutil::Sample(*page, "stagger_server_cold_steps_imported_total"),
+            2)
+      << *page;
+
+  auto rm = testutil::RunProcess({testutil::BinDir() + "/stagger", "--server",
+                                  a->grpc(), "rm", "--job", "seen", "--step",
+                                  "1", "--grace-s", "0"});
+  ASSERT_EQ(rm.exit_code, 0) << rm.out;
+  for (int i = 0; i < 150 && on_b.size() != 1; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    on_b = listed(*b);
+  }
+  EXPECT_EQ(on_b, std::vector<int64_t>{2});
+}
+
+// --rados-keep is the durable tier's retention on S3 too: after each pass
+// that drained a step of a job, the newest N stay in the bucket, and a new
+// server loads the newest.
+TEST_F(S3Test, RetentionKeepsTheNewestStepsInTheBucket) {
+  auto a = StartServer(dir_.path() + "/a", "keep",
+                       {"--rados-keep", "1", "--gc-grace-s", "0"});
+  ASSERT_NE(a, nullptr);
+  std::vector<char> w(2 << 20);
+  auto ck = OpenRaw(a->grpc(), "kept");
+  ASSERT_NE(ck, nullptr);
+  ASSERT_TRUE(ck->Register({"w", "U8", {int64_t(w.size())}, w.data()}).ok());
+  for (int64_t step = 1; step <= 3; ++step) {
+    testutil::FillPattern(w, 50 + step);
+    auto h = ck->Save(step);
+    ASSERT_TRUE(h.ok() && h->Wait().ok());
+    WaitDrained(*a, step);
+  }
+  ck.reset();
+  auto store = Store("keep");
+  ASSERT_NE(store, nullptr);
+  std::vector<std::string> steps, chunks;
+  for (int i = 0; i < 100; ++i) {
+    auto s = store->List("kept", "step.");
+    auto c = store->List("kept", "chunk.");
+    ASSERT_TRUE(s.ok() && c.ok()) << s.status() << c.status();
+    steps = *s;
+    chunks = *c;
+    if (steps.size() == 1 && chunks.size() == 2) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  ASSERT_EQ(steps.size(), 1u);
+  EXPECT_NE(steps[0].find("0000000003"), std::string::npos) << steps[0];
+  EXPECT_EQ(chunks.size(), 2u);  // step 3's two chunks, nothing older
+  a->Stop(SIGTERM);
+  std::filesystem::remove_all(dir_.path() + "/a");
+  auto fresh = StartServer(dir_.path() + "/fresh", "keep");
+  ASSERT_NE(fresh, nullptr);
+  testutil::ExpectLoads(*fresh, "kept", 3, w);
+}
+
+// A connection reset in the middle of a multipart upload (the second part
+// cut off mid-body): the part is sent again on a new connection and the
+// object is whole.
+TEST_F(S3Test, AConnectionResetMidUploadIsRetried) {
+  ResettingProxy proxy(Endpoint::Get()->endpoint(), 7 << 20);
+  S3Options o;
+  o.endpoint = proxy.url();
+  o.bucket = kBucket;
+  o.prefix = "reset";
+  o.part_bytes = 5 << 20;
+  o.env = Endpoint::Get()->Credentials();
+  auto store = S3ObjectStore::Open(o);
+  ASSERT_TRUE(store.ok()) << store.status();
+  std::vector<char> pattern(12 << 20);
+  testutil::FillPattern(pattern, 61);
+  const std::string big(pattern.begin(), pattern.end());
+  ASSERT_TRUE((*store)->Put({"job", "cut"}, big).ok());
+  EXPECT_EQ(proxy.resets(), 1);
+  auto got = Store("reset")->Get({"job", "cut"});
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_TRUE(*got == big);
+}
+
+// Refused credentials in a credentials file are read again on the next
+// refusal: once the file holds working keys, the same store (a server
+// that keeps running) gets through.
+TEST_F(S3Test, ACredentialsFileFixedWhileRunningIsReadAgain) {
+  const std::string file = dir_.path() + "/credentials";
+  auto write = [&](const std::string& secret) {
+    std::ofstream f(file);
+    f << "[default]\naws_access_key_id = "
+      << Endpoint::Get()->Credentials()["AWS_ACCESS_KEY_ID"]
+      << "\naws_secret_access_key = " << secret << "\n";
+  };
+  write("wrong");
+  auto store = Store("rotate", {{"AWS_SHARED_CREDENTIALS_FILE", file}});
+  ASSERT_NE(store, nullptr);
+  Status s = store->Put({"job", "x"}, "y");
+  EXPECT_EQ(s.code(), absl::StatusCode::kPermissionDenied) << s;
+  EXPECT_NE(s.message().find(file), std::string::npos) << s;
+  write(Endpoint::Get()->Credentials()["AWS_SECRET_ACCESS_KEY"]);
+  s = store->Put({"job", "x"}, "y");
+  EXPECT_TRUE(s.ok()) << s;
+  auto got = store->Get({"job", "x"});
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(*got, "y");
 }
 
 // The store's calls against the endpoint, and its errors.

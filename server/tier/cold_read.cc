@@ -70,7 +70,8 @@ Status ImportStep(MetaStore* meta, ObjectStore* store, const std::string& job,
 
 }  // namespace
 
-Result<ImportStats> ImportColdSteps(MetaStore* meta, ObjectStore* store) {
+Result<ImportStats> ImportColdSteps(MetaStore* meta, ObjectStore* store,
+                                    const ImportOptions& options) {
   ImportStats stats;
   STAGGER_ASSIGN_OR_RETURN(std::vector<std::string> jobs, store->Namespaces());
   for (const std::string& job : jobs) {
@@ -83,10 +84,23 @@ Result<ImportStats> ImportColdSteps(MetaStore* meta, ObjectStore* store) {
     bool any = false;
     for (int64_t step : steps) {
       if (meta->GetStep(job, step).ok()) continue;  // held here
-      Status s = ImportStep(meta, store, job, step);
+      if (options.refused != nullptr && options.refused->count({job, step})) {
+        continue;
+      }
+      if (options.guard != nullptr && !options.guard->TryLock()) {
+        ++stats.deferred;
+        continue;
+      }
+      // Checked again under the guard: a deletion may have just ended.
+      Status s = meta->GetStep(job, step).ok()
+                     ? absl::AlreadyExistsError("held here")
+                     : ImportStep(meta, store, job, step);
+      if (options.guard != nullptr) options.guard->Unlock();
       if (absl::IsUnavailable(s)) return s;
+      if (absl::IsAlreadyExists(s) || absl::IsNotFound(s)) continue;
       if (!s.ok()) {
         ++stats.refused;
+        if (options.refused != nullptr) options.refused->insert({job, step});
         log::Warning("stagger-server",
                      absl::StrCat("cold store: job '", job, "' step ", step,
                                   " left out: ", s.message()));

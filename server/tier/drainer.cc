@@ -87,10 +87,51 @@ void Drainer::Notify() {
   notified_ = true;
 }
 
+Result<ImportStats> Drainer::Import() {
+  absl::MutexLock lock(&import_mu_);
+  last_import_unix_ms_ = UnixMs();
+  ImportOptions o;
+  o.guard = &deletion_mu_;
+  o.refused = &refused_;
+  Result<ImportStats> r = ImportColdSteps(meta_, store_, o);
+  if (r.ok()) {
+    absl::MutexLock stats_lock(&mu_);
+    stats_.cold_steps_imported += r->steps;
+  }
+  return r;
+}
+
+Drainer::DeletionScope::DeletionScope(Drainer* drainer) : drainer_(drainer) {
+  if (drainer_ != nullptr) drainer_->deletion_mu_.ReaderLock();
+}
+
+Drainer::DeletionScope::~DeletionScope() {
+  if (drainer_ != nullptr) drainer_->deletion_mu_.ReaderUnlock();
+}
+
+void Drainer::ImportIfDue() {
+  {
+    absl::MutexLock lock(&import_mu_);
+    if (options_.import_ms <= 0 ||
+        UnixMs() - last_import_unix_ms_ < options_.import_ms) {
+      return;
+    }
+  }
+  Result<ImportStats> r = Import();
+  if (!r.ok()) return;  // the store is down: the drain says so
+  if (r->steps > 0) {
+    log::Info("stagger-server",
+              absl::StrCat("imported ", r->steps, " step(s) of ", r->jobs,
+                           " job(s) that other servers stored in ",
+                           store_->Describe()));
+  }
+}
+
 void Drainer::Loop() {
   int64_t backoff_ms = options_.min_backoff_ms;
   for (;;) {
     const Status s = DrainOnce();
+    if (s.ok() || absl::IsFailedPrecondition(s)) ImportIfDue();
     const bool failed =
         !s.ok() && !absl::IsFailedPrecondition(s) && !absl::IsCancelled(s);
     int64_t wait_ms = options_.poll_ms;

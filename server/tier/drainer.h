@@ -37,8 +37,10 @@
 
 #include <cstdint>
 #include <functional>
+#include <set>
 #include <string>
 #include <thread>
+#include <utility>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_set.h"
@@ -47,6 +49,7 @@
 #include "qos/token_bucket.h"
 #include "server/meta_store.h"
 #include "server/storage/segment_store.h"
+#include "server/tier/cold_read.h"
 #include "server/tier/object_store.h"
 
 namespace stagger::server::tier {
@@ -58,6 +61,9 @@ struct DrainerOptions {
   int64_t max_backoff_ms = 30000;
   // How often the drain looks for new steps without being told.
   int64_t poll_ms = 2000;
+  // How often it lists the store for steps other servers stored there and
+  // imports those this server lacks (Import; 0: only when called).
+  int64_t import_ms = 30000;
   // Retention in the store (cold_gc.h): after a pass that drained steps of
   // a job, keep its newest `keep` steps there (0: all), sparing unneeded
   // chunks written in the last `grace_s` seconds.
@@ -90,6 +96,8 @@ struct DrainerStats {
   // Steps this server held only in the store (imported at start) that
   // were deleted there, by any server's retention, and so forgotten here.
   uint64_t cold_steps_forgotten = 0;
+  // Steps imported from the store (Import: at start and every import_ms).
+  uint64_t cold_steps_imported = 0;
 };
 
 class Drainer {
@@ -112,6 +120,26 @@ class Drainer {
   Status DrainOnce();
   // Blocks until a pass ends with nothing behind, or `timeout` (tests).
   bool WaitDrained(absl::Duration timeout);
+
+  // Imports the steps the store holds and this server does not
+  // (cold_read.h ImportColdSteps): what the server runs at start, and the
+  // drain's thread every import_ms, so that steps other servers drained
+  // are served without a restart. A step left out once is not read again.
+  Result<ImportStats> Import();
+
+  // Held by a deletion (rm, gc) from the disk's delete to the store's: no
+  // step it deletes is imported back between the two.
+  class DeletionScope {
+   public:
+    // `drainer` may be nullptr (no cold tier).
+    explicit DeletionScope(Drainer* drainer);
+    ~DeletionScope();
+    DeletionScope(const DeletionScope&) = delete;
+    DeletionScope& operator=(const DeletionScope&) = delete;
+
+   private:
+    Drainer* const drainer_;
+  };
 
   DrainerStats stats() const;
   ObjectStore* store() const { return store_; }
@@ -141,6 +169,8 @@ class Drainer {
   };
 
   void Loop();
+  // Import, when import_ms passed since the last one; logs what it found.
+  void ImportIfDue();
   // Drains what the pass can of `job` (its steps, or, for a job this
   // server coordinates no step of, its chunks).
   void DrainJob(const std::string& job, Pass* pass);
@@ -188,6 +218,13 @@ class Drainer {
   const DrainerOptions options_;
   const int64_t started_unix_ms_;
   qos::TokenBucket cap_;  // bytes_per_s, no burst
+
+  // Held shared by a DeletionScope, try-locked by an import.
+  absl::Mutex deletion_mu_;
+  absl::Mutex import_mu_;  // one Import at a time
+  std::set<std::pair<std::string, int64_t>> refused_
+      ABSL_GUARDED_BY(import_mu_);
+  int64_t last_import_unix_ms_ ABSL_GUARDED_BY(import_mu_) = 0;
 
   mutable absl::Mutex mu_;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;

@@ -15,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
 #include "absl/strings/string_view.h"
+#include "util/log.h"
 
 namespace stagger::server::tier {
 
@@ -155,6 +156,17 @@ bool Retryable(const S3ObjectStore::Response& r) {
   return r.status == 429 || r.status >= 500;
 }
 
+// An answer that refuses the request's credentials: 403, or the 400 that
+// S3 gives for an expired or malformed session token.
+bool AuthRefused(const S3ObjectStore::Response& r) {
+  if (r.curl != CURLE_OK) return false;
+  if (r.status == 403) return true;
+  const std::string code = First(r.body, "Code");
+  return r.status == 400 &&
+         (code == "ExpiredToken" || code == "InvalidToken" ||
+          code == "TokenRefreshRequired" || code == "InvalidAccessKeyId");
+}
+
 }  // namespace
 
 Result<std::unique_ptr<S3ObjectStore>> S3ObjectStore::Open(S3Options o) {
@@ -266,14 +278,15 @@ S3ObjectStore::Response S3ObjectStore::Attempt(void* handle, const Request& r) {
   curl_easy_reset(h);
   const std::string url = Url(r.key, r.query);
   const std::string sigv4 = absl::StrCat("aws:amz:", options_.region, ":s3");
+  const S3Credentials credentials = Credentials();
   const std::string user =
-      absl::StrCat(credentials_.access_key, ":", credentials_.secret_key);
+      absl::StrCat(credentials.access_key, ":", credentials.secret_key);
   curl_slist* headers = nullptr;
   headers =
       curl_slist_append(headers, "x-amz-content-sha256: UNSIGNED-PAYLOAD");
   std::string token;
-  if (!credentials_.session_token.empty()) {
-    token = "x-amz-security-token: " + credentials_.session_token;
+  if (!credentials.session_token.empty()) {
+    token = "x-amz-security-token: " + credentials.session_token;
     headers = curl_slist_append(headers, token.c_str());
   }
   for (const std::string& extra : r.headers) {
@@ -350,9 +363,20 @@ Result<S3ObjectStore::Response> S3ObjectStore::Send(const Request& r) {
   if (h == nullptr)
     return absl::ResourceExhaustedError("curl_easy_init failed");
   Response resp;
-  for (int attempt = 0;; ++attempt) {
+  // A store that answers a request with a body before reading all of it
+  // (an error, a refusal) may leave the rest on the connection, where it
+  // would be read as the start of the next request (radosgw: 405). Such a
+  // handle, and the connections it caches, is dropped for a fresh one.
+  auto once = [&] {
     resp = Attempt(h, r);
-    if (!Retryable(resp)) break;
+    if (!r.body.empty() && (resp.curl != CURLE_OK || resp.status / 100 != 2)) {
+      curl_easy_cleanup(static_cast<CURL*>(h));
+      h = curl_easy_init();
+    }
+  };
+  for (int attempt = 0; h != nullptr; ++attempt) {
+    once();
+    if (!Retryable(resp) || h == nullptr) break;
     double wait_s =
         backoff_s * std::uniform_real_distribution<double>(0.5, 1)(rng);
     if (resp.retry_after_s >= 0) wait_s = std::max(wait_s, resp.retry_after_s);
@@ -360,7 +384,11 @@ Result<S3ObjectStore::Response> S3ObjectStore::Send(const Request& r) {
     if (Clock::now() + std::chrono::duration<double>(wait_s) >= deadline) break;
     std::this_thread::sleep_for(std::chrono::duration<double>(wait_s));
   }
-  GiveBack(h);
+  // Refused credentials (expired temporary ones, say): once, with those
+  // found now if they changed (a credentials file rewritten by whatever
+  // refreshes it). Never more: a refusal is not retried.
+  if (h != nullptr && AuthRefused(resp) && ReloadCredentials()) once();
+  if (h != nullptr) GiveBack(h);
   if (resp.curl != CURLE_OK) {
     return absl::UnavailableError(
         absl::StrCat(r.what, " in ", Describe(), ": ", resp.curl_error,
@@ -375,16 +403,46 @@ Result<S3ObjectStore::Response> S3ObjectStore::Send(const Request& r) {
   return resp;
 }
 
+S3Credentials S3ObjectStore::Credentials() const {
+  absl::MutexLock l(&credentials_mu_);
+  return credentials_;
+}
+
+bool S3ObjectStore::ReloadCredentials() {
+  Result<S3Credentials> found =
+      FindS3Credentials(options_.env.empty() ? S3Environment() : options_.env);
+  if (!found.ok()) return false;
+  absl::MutexLock l(&credentials_mu_);
+  if (found->access_key == credentials_.access_key &&
+      found->secret_key == credentials_.secret_key &&
+      found->session_token == credentials_.session_token) {
+    return false;
+  }
+  credentials_ = std::move(*found);
+  log::Info("stagger-server", absl::StrCat(Describe(),
+                                           ": refused the credentials in use; "
+                                           "trying those now in ",
+                                           credentials_.source));
+  return true;
+}
+
 Status S3ObjectStore::Failed(const Response& resp,
                              const std::string& what) const {
   const std::string code = First(resp.body, "Code");
   const std::string said =
       absl::StrCat("HTTP ", resp.status, code.empty() ? "" : " ", code);
-  if (resp.status == 403) {
-    return absl::PermissionDeniedError(
-        absl::StrCat(what, ": ", Describe(), " refused the request (", said,
-                     "): check the credentials from ", credentials_.source,
-                     " and their access to the bucket"));
+  if (AuthRefused(resp)) {
+    const S3Credentials c = Credentials();
+    const bool file = !absl::StartsWith(c.source, "the environment");
+    return absl::PermissionDeniedError(absl::StrCat(
+        what, ": ", Describe(), " refused the request (", said,
+        "): check the credentials from ", c.source,
+        c.session_token.empty() ? ""
+                                : " (temporary: their session token may "
+                                  "have expired)",
+        " and their access to the bucket",
+        file ? "; the file is read again on the next refusal"
+             : "; credentials from the environment are read at start only"));
   }
   if (code == "NoSuchBucket") {
     return absl::FailedPreconditionError(

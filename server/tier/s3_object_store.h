@@ -98,6 +98,10 @@ class S3ObjectStore final : public ObjectStore {
   // The status for a response that is not 2xx (nor one the caller
   // handles), naming `what`.
   Status Failed(const Response& resp, const std::string& what) const;
+  // Looks for the credentials again (a refreshed credentials file, say);
+  // whether they differ from those in use, which they then replace.
+  bool ReloadCredentials();
+  S3Credentials Credentials() const;
   // Keys of `key_prefix` (ListObjectsV2, every page); with `delimiter`,
   // the common prefixes instead.
   Result<std::vector<std::string>> ListKeys(const std::string& key_prefix,
@@ -112,7 +116,8 @@ class S3ObjectStore final : public ObjectStore {
   void GiveBack(void* h);
 
   const S3Options options_;
-  const S3Credentials credentials_;
+  mutable absl::Mutex credentials_mu_;
+  S3Credentials credentials_ ABSL_GUARDED_BY(credentials_mu_);
   std::string scheme_host_;  // "http://127.0.0.1:7480"
   bool virtual_host_ = false;
   std::string key_prefix_;  // options_.prefix + "/" (or "")

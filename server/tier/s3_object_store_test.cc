@@ -52,6 +52,11 @@ class ScriptedEndpoint {
     std::lock_guard<std::mutex> l(mu_);
     return lines_;
   }
+  // The request heads (line and headers), in order.
+  std::vector<std::string> heads() {
+    std::lock_guard<std::mutex> l(mu_);
+    return heads_;
+  }
 
  private:
   void Serve() {
@@ -85,6 +90,7 @@ class ScriptedEndpoint {
       {
         std::lock_guard<std::mutex> l(mu_);
         lines_.push_back(in.substr(0, in.find("\r\n")));
+        heads_.push_back(in.substr(0, in.find("\r\n\r\n")));
       }
       const int i = requests_++;
       const std::string& r = replies_[std::min<size_t>(i, replies_.size() - 1)];
@@ -100,6 +106,7 @@ class ScriptedEndpoint {
   std::atomic<int> requests_{0};
   std::mutex mu_;
   std::vector<std::string> lines_;
+  std::vector<std::string> heads_;
   std::thread thread_;
 };
 
@@ -184,6 +191,64 @@ TEST(S3ObjectStoreTest, RefusalsAreNotRepeatedAndPreconditionMeansExists) {
   auto created = store->PutNew({"job", "x"}, "y");
   ASSERT_TRUE(created.ok()) << created.status();
   EXPECT_FALSE(*created);
+}
+
+const std::string kExpired =
+    "<Error><Code>ExpiredToken</Code><Message>The provided token has "
+    "expired.</Message></Error>";
+
+// A credentials file with temporary credentials (a session token).
+std::string WriteCredentials(const std::string& dir, const std::string& token) {
+  const std::string path = dir + "/credentials";
+  FILE* f = fopen(path.c_str(), "w");
+  fprintf(f,
+          "[default]\naws_access_key_id = K\naws_secret_access_key = S\n"
+          "aws_session_token = %s\n",
+          token.c_str());
+  fclose(f);
+  return path;
+}
+
+// Temporary credentials expire under a long-running server: S3 answers
+// 400 ExpiredToken. With the credentials file refreshed meanwhile, the
+// request is sent once more with the new token and succeeds; with the
+// file unchanged, it is PERMISSION_DENIED at once (no retry storm),
+// naming the bucket and the token.
+TEST(S3ObjectStoreTest, AnExpiredSessionTokenIsReloadedFromTheFileOnce) {
+  char tmpl[] = "/tmp/s3-credentials-XXXXXX";
+  ASSERT_NE(mkdtemp(tmpl), nullptr);
+  const std::string file = WriteCredentials(tmpl, "first");
+  S3Options o;
+  o.bucket = "bucket";
+  o.timeout_s = 30;
+  o.env = {{"AWS_SHARED_CREDENTIALS_FILE", file}};
+
+  ScriptedEndpoint refreshed({Reply(400, "", kExpired), Reply(200, "", "")});
+  o.endpoint = refreshed.url();
+  auto store = S3ObjectStore::Open(o);
+  ASSERT_TRUE(store.ok()) << store.status();
+  WriteCredentials(tmpl, "second");
+  Status s = (*store)->Put({"job", "x"}, "y");
+  EXPECT_TRUE(s.ok()) << s;
+  const std::vector<std::string> heads = refreshed.heads();
+  ASSERT_EQ(heads.size(), 2u);
+  EXPECT_NE(heads[0].find("x-amz-security-token: first"), std::string::npos);
+  EXPECT_NE(heads[1].find("x-amz-security-token: second"), std::string::npos);
+
+  ScriptedEndpoint stale({Reply(400, "", kExpired)});
+  o.endpoint = stale.url();
+  store = S3ObjectStore::Open(o);
+  ASSERT_TRUE(store.ok()) << store.status();
+  s = (*store)->Put({"job", "x"}, "y");
+  EXPECT_EQ(s.code(), absl::StatusCode::kPermissionDenied) << s;
+  EXPECT_NE(s.message().find("'bucket'"), std::string::npos) << s;
+  EXPECT_NE(s.message().find("ExpiredToken"), std::string::npos) << s;
+  EXPECT_NE(s.message().find("session token may have expired"),
+            std::string::npos)
+      << s;
+  EXPECT_EQ(stale.requests(), 1);
+  unlink(file.c_str());
+  rmdir(tmpl);
 }
 
 // ListObjectsV2 pages are followed by their continuation token.
