@@ -308,5 +308,41 @@ TEST_F(DrainerTest, StepsThePoolDropsLeaveTheServerThatImportedThem) {
   fresh.Close();
 }
 
+// Import brings in what other servers drained after this one started
+// (counted in its stats); a step a deletion holds off (rm between its
+// disk and store deletes) waits for the next import; one refused is not
+// read again.
+TEST_F(DrainerTest, ImportsWhatOthersDrainedAndWaitsForADeletion) {
+  server_internal::IndexedStores other;
+  ASSERT_NO_FATAL_FAILURE(other.Open());
+  Drainer here(other.meta(), other.segments(), &store_, DrainerOptions());
+  Commit(1, {Put(Floats(1))});
+  ASSERT_TRUE(MakeDrainer().DrainOnce().ok());
+  {
+    Drainer::DeletionScope deleting(&here);
+    auto held_off = here.Import();
+    ASSERT_TRUE(held_off.ok()) << held_off.status();
+    EXPECT_EQ(held_off->steps, 0u);
+    EXPECT_EQ(held_off->deferred, 1u);
+  }
+  auto imported = here.Import();
+  ASSERT_TRUE(imported.ok()) << imported.status();
+  EXPECT_EQ(imported->steps, 1u);
+  EXPECT_EQ(here.stats().cold_steps_imported, 1u);
+  EXPECT_TRUE(other.meta()->GetStep(kJob, 1).ok());
+
+  // A step object that is not a step: left out once, not read again.
+  ASSERT_TRUE(store_.Put(StepObject(kJob, 7), "not a step").ok());
+  auto bad = here.Import();
+  ASSERT_TRUE(bad.ok()) << bad.status();
+  EXPECT_EQ(bad->refused, 1u);
+  const uint64_t gets = store_.gets();
+  bad = here.Import();
+  ASSERT_TRUE(bad.ok()) << bad.status();
+  EXPECT_EQ(bad->refused, 0u);
+  EXPECT_EQ(store_.gets(), gets);
+  other.Close();
+}
+
 }  // namespace
 }  // namespace stagger::server::tier

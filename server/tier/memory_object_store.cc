@@ -40,6 +40,7 @@ Result<bool> MemoryObjectStore::PutNew(const ObjectName& o,
 Result<std::string> MemoryObjectStore::Get(const ObjectName& o) {
   STAGGER_RETURN_IF_ERROR(Check());
   absl::MutexLock lock(&mu_);
+  ++gets_;
   auto it = objects_.find({o.ns, o.name});
   if (it == objects_.end()) {
     return absl::NotFoundError(
@@ -100,6 +101,11 @@ bool MemoryObjectStore::Corrupt(const ObjectName& o, size_t at) {
   if (it == objects_.end() || it->second.bytes.size() <= at) return false;
   it->second.bytes[at] ^= 1;
   return true;
+}
+
+uint64_t MemoryObjectStore::gets() const {
+  absl::MutexLock lock(&mu_);
+  return gets_;
 }
 
 uint64_t MemoryObjectStore::puts() const {

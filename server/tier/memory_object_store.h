@@ -42,6 +42,8 @@ class MemoryObjectStore final : public ObjectStore {
   // Calls of Put so far (that reached the store).
   uint64_t puts() const;
   uint64_t bytes_put() const;
+  // Calls of Get (and Read) so far that reached the store.
+  uint64_t gets() const;
 
  private:
   Status Check() const;
@@ -55,6 +57,7 @@ class MemoryObjectStore final : public ObjectStore {
   std::map<std::pair<std::string, std::string>, Object> objects_
       ABSL_GUARDED_BY(mu_);
   uint64_t puts_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t gets_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t bytes_put_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
