@@ -56,14 +56,15 @@ test-install:
 
 # Each benchmark once on a tiny size: they must run and print RESULT lines;
 # no timing is asserted.
-# bench/rados starts its own Ceph cluster; exit 2 (the cluster cannot start)
-# is a skip, as in rados_test.
+# bench/rados and bench/s3 start their own Ceph cluster; exit 2 (the
+# cluster or radosgw cannot start) is a skip, as in rados_test.
 bench-smoke:
 	STAGGER_BIN_DIR=$(CURDIR)/$(BUILD_DIR)/bin bench/run_all.sh --smoke
-	@out=$$(mktemp); STAGGER_BIN_DIR=$(CURDIR)/$(BUILD_DIR)/bin \
-	  UCX_TLS=sm,tcp $(PYTHON) bench/rados/run.py --smoke >$$out 2>&1; \
+	@for tier in rados s3; do out=$$(mktemp); \
+	  STAGGER_BIN_DIR=$(CURDIR)/$(BUILD_DIR)/bin \
+	  UCX_TLS=sm,tcp $(PYTHON) bench/$$tier/run.py --smoke >$$out 2>&1; \
 	  rc=$$?; if [ $$rc -eq 0 ]; then tail -n 1 $$out; else cat $$out; fi; \
-	  rm -f $$out; [ $$rc -eq 0 ] || [ $$rc -eq 2 ]
+	  rm -f $$out; [ $$rc -eq 0 ] || [ $$rc -eq 2 ] || exit 1; done
 
 test-sanitize: deps
 	@cmake -S . -B $(SANITIZE_DIR) -DCMAKE_BUILD_TYPE=Debug -DSTAGGER_SANITIZE=ON \

@@ -16,6 +16,8 @@
 #include <thread>
 #include <vector>
 
+#include "tests/testutil/process.h"
+
 namespace stagger::bench {
 namespace {
 
@@ -55,7 +57,9 @@ Result<std::unique_ptr<ServerProcess>> ServerProcess::Start(
   std::vector<std::string> args = {binary, "--data", data_dir};
   if (std::find(extra_args.begin(), extra_args.end(), "--listen") ==
       extra_args.end()) {
-    args.insert(args.end(), {"--listen", "127.0.0.1:0"});
+    // Below the ephemeral ports: a restart on the address (disk_meter.h)
+    // cannot find it taken by an outgoing connection.
+    args.insert(args.end(), {"--listen", testutil::ListenAddress()});
   }
   args.insert(args.end(), extra_args.begin(), extra_args.end());
   std::vector<char*> argv;

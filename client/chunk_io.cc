@@ -175,7 +175,14 @@ void ChunkIo::FetchFrom(std::shared_ptr<FetchAttempt> a) {
       }
     });
   };
-  const std::string request = format::EncodeGetChunk({job_, a->id});
+  // The record's size as the manifest has it: a server reading it from its
+  // cold tier then asks the store once.
+  const uint64_t hint =
+      server->takes_size_hints.load() && item.ref != nullptr &&
+              item.ref->stored_length() > 0
+          ? format::kRecordHeaderSize + item.ref->stored_length()
+          : 0;
+  const std::string request = format::EncodeGetChunk({job_, a->id, hint});
   if (item.dest == nullptr || item.scatter != nullptr) {
     data->Call(static_cast<uint16_t>(DataOp::kGetChunk), request,
                std::string_view(), std::move(on_reply));

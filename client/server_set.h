@@ -61,6 +61,8 @@ struct ServerConn {
   // The server answers GetRange (HelloReply::serves_ranges): a load that
   // needs part of a chunk may ask for that part alone.
   std::atomic<bool> serves_ranges{false};
+  // The server takes GetChunk's size hint (HelloReply::takes_size_hints).
+  std::atomic<bool> takes_size_hints{false};
   // HelloReply::memory_bytes > 0: puts of saves with durability "memory"
   // carry the flag that lets it acknowledge them from RAM.
   std::atomic<bool> memory_tier{false};

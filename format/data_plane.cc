@@ -70,14 +70,23 @@ std::string EncodeGetChunk(const GetChunkRequest& r) {
   std::string out;
   PutJob(&out, r.job);
   out += r.id.ToBytes();
+  if (r.size_hint > 0) {
+    char n[8];
+    PutLE<uint64_t>(n, r.size_hint);
+    out.append(n, 8);
+  }
   return out;
 }
 
 Result<GetChunkRequest> DecodeGetChunk(std::string_view in) {
   GetChunkRequest r;
   STAGGER_ASSIGN_OR_RETURN(r.job, TakeJob(&in));
-  if (in.size() != 16) return Malformed("GetChunk needs a 16-byte chunk id");
-  STAGGER_ASSIGN_OR_RETURN(r.id, ChunkId::FromBytes(in));
+  if (in.size() != 16 && in.size() != 24) {
+    return Malformed(
+        "GetChunk needs a 16-byte chunk id and an optional 8-byte size hint");
+  }
+  STAGGER_ASSIGN_OR_RETURN(r.id, ChunkId::FromBytes(in.substr(0, 16)));
+  if (in.size() == 24) r.size_hint = GetLE<uint64_t>(in.data() + 16);
   return r;
 }
 

@@ -65,6 +65,12 @@ Result<PutChunkRequest> DecodePutChunk(std::string_view header);
 struct GetChunkRequest {
   std::string job;
   ChunkId id;
+  // The stored record's bytes (header and payload) as the reader's
+  // manifest has them; 0: not known. A server that reads the chunk from
+  // its cold tier reads that much at once instead of asking the store for
+  // the object's size first. A hint only: a record of another size (a
+  // chunk re-encoded since) is read whole all the same.
+  uint64_t size_hint = 0;
 };
 std::string EncodeGetChunk(const GetChunkRequest& r);
 Result<GetChunkRequest> DecodeGetChunk(std::string_view header);

@@ -56,6 +56,19 @@ TEST(DataPlaneTest, GetChunkRoundTripAndMalformed) {
   bad[1] = '/';
   EXPECT_EQ(DecodeGetChunk(bad).status().code(),
             absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(d->size_hint, 0u);
+  // With a size hint: 8 bytes more, and every truncation of those too.
+  enc = EncodeGetChunk({"j", ChunkId{3, 4}, (4u << 20) + 64});
+  d = DecodeGetChunk(enc);
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_EQ(d->id, (ChunkId{3, 4}));
+  EXPECT_EQ(d->size_hint, (4u << 20) + 64);
+  for (size_t n = enc.size() - 7; n < enc.size(); ++n) {
+    EXPECT_EQ(DecodeGetChunk(enc.substr(0, n)).status().code(),
+              absl::StatusCode::kInvalidArgument);
+  }
+  EXPECT_EQ(DecodeGetChunk(enc + "x").status().code(),
+            absl::StatusCode::kInvalidArgument);
 }
 
 TEST(DataPlaneTest, ReplyCarriesStatusAndRecord) {

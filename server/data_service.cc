@@ -49,6 +49,8 @@ class DataService::CountedReply : public transport::ReplyChannel {
   void Done() {
     DataService* owner = owner_;
     owner_ = nullptr;
+    owner->last_reply_ns_.store(absl::GetCurrentTimeNanos(),
+                                std::memory_order_relaxed);
     absl::MutexLock lock(&owner->mu_);
     --owner->in_flight_;
   }
@@ -462,20 +464,32 @@ void DataService::SendRecord(transport::ReplyChannel* reply,
 void DataService::SetColdStore(tier::ObjectStore* cold) {
   cold_ = cold;
   cold_readers_ = std::make_unique<qos::Executor>(kColdReaders);
+  cold_buffers_ = transport::BufferPool::Create(kColdBufferCacheBytes);
 }
 
 void DataService::ServeFromCold(std::shared_ptr<transport::ReplyChannel> reply,
                                 uint64_t peer,
                                 const format::GetChunkRequest& r) {
   cold_readers_->Submit([this, reply, peer, r] {
-    // Restore traffic, admitted by the object's size.
-    Result<std::optional<uint64_t>> size =
-        cold_->Size(tier::ChunkObject(r.job, r.id));
-    if (admission_ == nullptr || !size.ok() || !size->has_value()) {
+    // Restore traffic, admitted by the object's size: the reader's hint
+    // when it gave a plausible one (one request to the store), else a stat.
+    Result<std::optional<uint64_t>> size = std::optional<uint64_t>();
+    if (r.size_hint >= format::kRecordHeaderSize &&
+        r.size_hint <=
+            format::kRecordHeaderSize + format::kMaxChunkEncodedBytes) {
+      size = std::optional<uint64_t>(r.size_hint);
+    } else {
+      size = cold_->Size(tier::ChunkObject(r.job, r.id));
+    }
+    if (!size.ok() || !size->has_value()) {
       ReplyFromCold(reply.get(), r);  // replies the error, if any
       return;
     }
     const uint64_t bytes = **size;
+    if (admission_ == nullptr) {
+      ReplyFromCold(reply.get(), r, bytes);
+      return;
+    }
     admission_->RequestRestore(peer, bytes, [this, reply, peer, bytes, r] {
       cold_readers_->Submit([this, reply, peer, bytes, r] {
         ReplyFromCold(reply.get(), r, bytes);
@@ -488,7 +502,8 @@ void DataService::ServeFromCold(std::shared_ptr<transport::ReplyChannel> reply,
 void DataService::ReplyFromCold(transport::ReplyChannel* reply,
                                 const format::GetChunkRequest& r,
                                 std::optional<uint64_t> size) {
-  Result<StoredRecord> rec = tier::ReadColdChunk(cold_, r.job, r.id, size);
+  Result<StoredRecord> rec =
+      tier::ReadColdChunk(cold_, r.job, r.id, size, cold_buffers_.get());
   if (!rec.ok()) {
     if (absl::IsDataLoss(rec.status())) {
       ++counters_.verify_failures;

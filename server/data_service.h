@@ -41,6 +41,7 @@
 #include "server/meta_store.h"
 #include "server/rebaser.h"
 #include "server/storage/segment_store.h"
+#include "transport/buffer_pool.h"
 #include "transport/transport.h"
 
 namespace stagger::server {
@@ -109,6 +110,13 @@ class DataService : public transport::RequestHandler {
   // A data request this recent counts as client traffic for the
   // write-behind (a save's puts come one after another).
   static constexpr absl::Duration kRecentRequest = absl::Milliseconds(5);
+  // Whether a data request (a save's put, a restore's get) is being served
+  // or was answered within kClientQuiet: what the drain to the cold tier
+  // yields to.
+  // Admission alone sees a put only while its payload is pulled, not while
+  // it is written, nor the gaps between a save's chunks.
+  bool ClientTraffic();
+  static constexpr absl::Duration kClientQuiet = absl::Milliseconds(50);
   // Writes every memory-only chunk now, waits (up to `timeout`) until they
   // are on disk, then stops the write-behind thread. Call after WaitIdle().
   Status FinishWriteBehind(absl::Duration timeout);
@@ -239,13 +247,19 @@ class DataService : public transport::RequestHandler {
   Rebaser* rebaser_ = nullptr;
   tier::ObjectStore* cold_ = nullptr;
   static constexpr int kColdReaders = 16;
+  static constexpr size_t kColdBufferCacheBytes = 128 << 20;
   std::unique_ptr<qos::Executor> cold_readers_;
+  // What cold reads land in, recycled: a fresh buffer per chunk faulted in
+  // and zeroed every page (a sixth of the server's CPU in a restore from
+  // S3).
+  std::shared_ptr<transport::BufferPool> cold_buffers_;
   MemoryTier* memory_ = nullptr;
   std::function<bool()> busy_;
   absl::Mutex write_behind_mu_;
   uint64_t write_behind_bytes_ ABSL_GUARDED_BY(write_behind_mu_) = 0;
   std::thread write_behind_;
   std::atomic<int64_t> last_request_ns_{0};  // absl::GetCurrentTimeNanos
+  std::atomic<int64_t> last_reply_ns_{0};    // likewise
   DataServiceCounters counters_;
   DecodedChunks decoded_{kRangeCacheBytes};
   JobCounters job_counters_;

@@ -50,6 +50,16 @@ bool DataService::RecentRequest() const {
          absl::ToInt64Nanoseconds(kRecentRequest);
 }
 
+bool DataService::ClientTraffic() {
+  {
+    absl::MutexLock lock(&mu_);
+    if (in_flight_ > 0) return true;
+  }
+  const int64_t last = last_reply_ns_.load(std::memory_order_relaxed);
+  return absl::GetCurrentTimeNanos() - last <
+         absl::ToInt64Nanoseconds(kClientQuiet);
+}
+
 bool DataService::HoldInMemory(transport::ReplyChannel* reply,
                                transport::Buffer* payload,
                                const format::PutChunkRequest& r,

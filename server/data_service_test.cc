@@ -141,6 +141,17 @@ TEST_F(DataServiceTest, PutThenGetReturnsTheSameRecord) {
 
 // A copy found bad on read is marked: the next put of the chunk rewrites
 // it (a client's repair) instead of being taken as already durable.
+// A put makes the service busy for the drain to the cold tier, and it is
+// quiet again kClientQuiet after the last request was answered.
+TEST_F(DataServiceTest, ClientTrafficLastsUntilTheRequestsGoQuiet) {
+  absl::SleepFor(DataService::kClientQuiet * 2);
+  EXPECT_FALSE(service_->ClientTraffic());
+  ASSERT_TRUE(Put("job", std::string(100000, 'x')).ok());
+  EXPECT_TRUE(service_->ClientTraffic());
+  absl::SleepFor(DataService::kClientQuiet * 2);
+  EXPECT_FALSE(service_->ClientTraffic());
+}
+
 TEST_F(DataServiceTest, PutRepairsAChunkFoundBadOnRead) {
   std::string raw(50000, '\0');
   for (size_t i = 0; i < raw.size(); ++i) raw[i] = static_cast<char>(i * 13);

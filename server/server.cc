@@ -293,9 +293,11 @@ void Server::Impl::StartServices(const ServerOptions& options,
     d.import_ms = options.cold_import_ms;
     d.grace_s = options.gc_grace_ms / 1000;
     IngestAdmission* adm = admission.get();
-    d.busy = [adm] {
+    DataService* served = data.get();
+    d.busy = [adm, served] {
       const AdmissionStats a = adm->Stats();
-      return a.in_flight_bytes > 0 || a.queue_depth > 0;
+      return a.in_flight_bytes > 0 || a.queue_depth > 0 ||
+             served->ClientTraffic();
     };
     drainer = std::make_unique<tier::Drainer>(meta.get(), segments.get(),
                                               options.cold_store, d);

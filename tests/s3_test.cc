@@ -716,6 +716,13 @@ TEST_F(S3Test, StoreCallsAndTheirErrors) {
   ASSERT_TRUE(info.ok() && info->has_value()) << info.status();
   EXPECT_EQ((*info)->size, 1u << 20);
   EXPECT_GT((*info)->written_unix_s, 1700000000);
+  auto head = store->Read(
+      b, transport::Buffer(16));  // a prefix only (a record's header)
+  ASSERT_TRUE(head.ok()) << head.status();
+  EXPECT_EQ(head->view(), std::string(16, 'b'));
+  auto whole = store->Read(b, transport::Buffer((*info)->size));
+  ASSERT_TRUE(whole.ok()) << whole.status();
+  EXPECT_EQ(whole->view(), std::string(1 << 20, 'b'));
   auto listed = store->List("job-b", "");
   ASSERT_TRUE(listed.ok()) << listed.status();
   EXPECT_EQ(*listed, std::vector<std::string>{"x/y z"});

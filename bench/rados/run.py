@@ -32,18 +32,14 @@ import argparse
 import os
 import re
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
-import time
-import urllib.request
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(os.path.dirname(HERE))
-sys.path.insert(0, os.path.join(ROOT, "build", "python"))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(
+    __file__))))
+from cold_tier_bench import ROOT, drop_caches, measure, result  # noqa: E402
 
-BIN = os.environ.get("STAGGER_BIN_DIR", os.path.join(ROOT, "build", "bin"))
 POOL = "stagger"
 
 
@@ -62,61 +58,6 @@ def bandwidth(out):
     return float(m.group(1)) * (1 << 20) / 1e6  # rados bench: MiB/s
 
 
-def drop_caches():
-    """Syncs and drops the page cache; False when not root."""
-    os.sync()
-    try:
-        with open("/proc/sys/vm/drop_caches", "w") as f:
-            f.write("3\n")
-        return True
-    except OSError:
-        return False
-
-
-class Server:
-    def __init__(self, data, conf):
-        self.log = open(data + ".log", "w")
-        self.proc = subprocess.Popen(
-            [os.path.join(BIN, "stagger-server"), "--data", data,
-             "--listen", "127.0.0.1:0", "--rados-pool", POOL,
-             "--ceph-conf", conf, "--metrics-listen", "127.0.0.1:0"],
-            stdout=subprocess.PIPE, stderr=self.log, text=True)
-        line = self.proc.stdout.readline()
-        m = re.search(r"grpc=(\S+) .*metrics=(\S+)", line)
-        if not m:
-            raise RuntimeError(f"stagger-server did not start: {line}")
-        self.grpc, self.metrics = m.group(1), m.group(2)
-
-    def sample(self, name):
-        page = urllib.request.urlopen(f"http://{self.metrics}/metrics",
-                                      timeout=10).read().decode()
-        m = re.search(rf"^{name} (\S+)$", page, re.M)
-        return float(m.group(1)) if m else -1.0
-
-    def wait_drained(self, steps, timeout=600):
-        end = time.monotonic() + timeout
-        while time.monotonic() < end:
-            if (self.sample("stagger_server_drain_steps_total") >= steps and
-                    self.sample("stagger_server_drain_steps_behind") == 0):
-                return time.monotonic()
-            time.sleep(0.025)  # its own CPU competes with the drain
-        raise RuntimeError(f"not drained within {timeout} s")
-
-    def stop(self):
-        self.proc.terminate()
-        self.proc.wait(timeout=60)
-        self.log.close()
-
-
-def state(mib, seed):
-    import numpy as np
-    rng = np.random.default_rng(seed)
-    # Incompressible bytes in a few tensors, a whole number of 4 MiB chunks.
-    per = (mib << 20) // 4
-    return {f"t{i}": rng.integers(0, 256, per, dtype=np.uint8)
-            for i in range(4)}
-
-
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--mib", type=int, default=1024)
@@ -127,9 +68,6 @@ def main():
     a = ap.parse_args()
     if a.smoke:
         a.mib, a.bench_s, a.reps = 64, 2, 1
-    import numpy as np
-    import stagger
-
     tmp = tempfile.mkdtemp(prefix="stagger-bench-rados-")
     cluster = os.path.join(tmp, "ceph")
     osd_gib = max(6, (a.mib * (2 * a.reps + 3)) // 1024 + 4)
@@ -142,7 +80,6 @@ def main():
         shutil.rmtree(tmp, ignore_errors=True)
         sys.exit(2)
     conf = os.path.join(cluster, "ceph.conf")
-    servers = []
     try:
         rados = ["rados", "-c", conf, "-p", POOL]
         write = bandwidth(sh(*rados, "bench", str(a.bench_s), "write",
@@ -155,79 +92,10 @@ def main():
         print(f"rados bench: write {write:.0f} MB/s, seq read {read:.0f} "
               "MB/s (4 MiB objects, 16 in flight)")
 
-        a_dir = os.path.join(tmp, "a")
-        srv = Server(a_dir, conf)
-        servers.append(srv)
-        ck = stagger.Checkpointer(servers=srv.grpc, job="bench",
-                                  chunk_size=4 << 20, codec="raw")
-        step = 0
-
-        def save(seed):
-            nonlocal step
-            step += 1
-            h = ck.save(state(a.mib, seed), step=step)
-            h.wait()
-            return h.stats()["durable_s"]
-
-        # The drain alone: from a commit to the step stored in the pool.
-        save(1)
-        srv.wait_drained(step)
-        bytes0 = srv.sample("stagger_server_drain_bytes_total")
-        save(2)
-        t0 = time.monotonic()
-        t1 = srv.wait_drained(step)
-        drained = srv.sample("stagger_server_drain_bytes_total") - bytes0
-        drain = drained / (t1 - t0) / 1e6
-        print(f"drain: {drained / 1e6:.0f} MB in {t1 - t0:.2f} s = "
-              f"{drain:.0f} MB/s")
-
-        busy, idle = [], []
-        for rep in range(a.reps):
-            srv.wait_drained(step)
-            idle.append(save(10 + rep))       # the drain waits for it
-            busy.append(save(20 + rep))       # while the last one drains
-        srv.wait_drained(step)
-        durable_busy = statistics.median(busy)
-        durable_idle = statistics.median(idle)
-        print(f"durable: {durable_busy:.2f} s while draining the step "
-              f"before, {durable_idle:.2f} s with the drain idle "
-              f"({busy} / {idle})")
-
-        last = step
-        want = state(a.mib, 20 + a.reps - 1)
-        del ck
-        srv.stop()
-        servers.remove(srv)
-        shutil.rmtree(a_dir)
-        fresh = Server(os.path.join(tmp, "fresh"), conf)
-        servers.append(fresh)
-        cold = drop_caches()
-        ck = stagger.Checkpointer(servers=fresh.grpc, job="bench",
-                                  chunk_size=4 << 20)
-        out = {k: np.zeros_like(v) for k, v in want.items()}
-        t0 = time.monotonic()
-        got = ck.load(out, step=last)
-        took = time.monotonic() - t0
-        assert got == last
-        for k in want:
-            if not np.array_equal(out[k], want[k]):
-                raise RuntimeError(f"restored {k} differs")
-        total = sum(v.nbytes for v in want.values())
-        restore = total / took / 1e6
-        print(f"restore from the pool alone: {total / 1e6:.0f} MB in "
-              f"{took:.2f} s = {restore:.0f} MB/s (bit-exact; page cache "
-              f"{'dropped' if cold else 'not dropped: not root'})")
-        print(f"RESULT rados drain_MBps={drain:.4g} write_MBps={write:.4g} "
-              f"drain_x_write={drain / write:.4g} "
-              f"durable_busy_s={durable_busy:.4g} "
-              f"durable_idle_s={durable_idle:.4g} "
-              f"durable_x_idle={durable_busy / durable_idle:.4g} "
-              f"restore_MBps={restore:.4g} read_MBps={read:.4g} "
-              f"restore_x_read={restore / read:.4g} "
-              f"ratio={drain / write:.4g}")
+        m = measure(tmp, ["--rados-pool", POOL, "--ceph-conf", conf],
+                    a.mib, a.reps, "the pool")
+        print(result("rados", m, write, read))
     finally:
-        for s in servers:
-            s.stop()
         subprocess.run([os.path.join(ROOT, "scripts", "ceph-cluster.sh"),
                         "stop", cluster], capture_output=True)
         shutil.rmtree(tmp, ignore_errors=True)

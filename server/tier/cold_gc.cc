@@ -54,17 +54,17 @@ Status CloseOverBases(ObjectStore* store, const std::string& job, IdSet* live) {
     const format::ChunkId id = pending.back();
     pending.pop_back();
     // The header and, for a delta, the width byte and the base id.
-    Result<std::string> head =
-        store->Read(ChunkObject(job, id), format::kRecordHeaderSize + 17);
+    Result<transport::Buffer> head =
+        store->Read(ChunkObject(job, id),
+                    transport::Buffer(format::kRecordHeaderSize + 17));
     if (absl::IsNotFound(head.status())) continue;  // not drained (yet)
     STAGGER_RETURN_IF_ERROR(head.status());
-    Result<format::RecordHeader> h = format::DecodeRecordHeader(*head);
+    Result<format::RecordHeader> h = format::DecodeRecordHeader(head->view());
     if (!h.ok() || !format::IsDelta(h->codec)) continue;
     if (head->size() < format::kRecordHeaderSize + 17) continue;
-    STAGGER_ASSIGN_OR_RETURN(
-        format::ChunkId base,
-        format::ChunkId::FromBytes(
-            std::string_view(*head).substr(format::kRecordHeaderSize + 1, 16)));
+    STAGGER_ASSIGN_OR_RETURN(format::ChunkId base,
+                             format::ChunkId::FromBytes(head->view().substr(
+                                 format::kRecordHeaderSize + 1, 16)));
     if (live->insert(base).second) pending.push_back(base);
   }
   return absl::OkStatus();

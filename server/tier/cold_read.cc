@@ -6,29 +6,50 @@
 #include "format/record.h"
 #include "server/tier/layout.h"
 #include "transport/buffer.h"
+#include "transport/buffer_pool.h"
 #include "util/log.h"
 
 namespace stagger::server::tier {
 
 Result<StoredRecord> ReadColdChunk(ObjectStore* store, const std::string& job,
                                    const format::ChunkId& id,
-                                   std::optional<uint64_t> size) {
+                                   std::optional<uint64_t> size,
+                                   transport::BufferPool* pool) {
   const ObjectName object = ChunkObject(job, id);
-  STAGGER_ASSIGN_OR_RETURN(std::string bytes, size ? store->Read(object, *size)
-                                                   : store->Get(object));
+  auto buffer = [pool](uint64_t n) {
+    return pool != nullptr ? pool->Get(n) : transport::Buffer(n);
+  };
+  transport::Buffer bytes;
+  if (size) {
+    STAGGER_ASSIGN_OR_RETURN(bytes, store->Read(object, buffer(*size)));
+    // A size from a hint that falls short of the record (re-encoded since
+    // the hint's manifest was written): the record read whole.
+    Result<format::RecordHeader> first =
+        format::DecodeRecordHeader(bytes.view());
+    if (first.ok() && bytes.size() == *size &&
+        first->encoded_length <= format::kMaxChunkEncodedBytes &&
+        format::kRecordHeaderSize + first->encoded_length > *size) {
+      STAGGER_ASSIGN_OR_RETURN(
+          bytes, store->Read(object, buffer(format::kRecordHeaderSize +
+                                            first->encoded_length)));
+    }
+  } else {
+    STAGGER_ASSIGN_OR_RETURN(std::string whole, store->Get(object));
+    bytes = transport::Buffer::CopyOf(whole);
+  }
   auto bad = [&](std::string_view why) {
     return absl::DataLossError(absl::StrCat(store->Describe(), ": object ",
                                             object.name, " of job ", job, ": ",
                                             AsAbsl(why)));
   };
-  Result<format::RecordHeader> h = format::DecodeRecordHeader(bytes);
+  Result<format::RecordHeader> h = format::DecodeRecordHeader(bytes.view());
   if (!h.ok()) return bad(std::string(h.status().message()));
   if (bytes.size() != format::kRecordHeaderSize + h->encoded_length) {
     return bad(absl::StrCat("holds ", bytes.size(), " bytes, its header says ",
                             format::kRecordHeaderSize + h->encoded_length));
   }
   const std::string_view payload =
-      std::string_view(bytes).substr(format::kRecordHeaderSize);
+      bytes.view().substr(format::kRecordHeaderSize);
   if (Status s = format::VerifyPayload(*h, payload); !s.ok()) {
     return bad(std::string(s.message()));
   }
@@ -37,7 +58,8 @@ Result<StoredRecord> ReadColdChunk(ObjectStore* store, const std::string& job,
   }
   StoredRecord rec;
   rec.header = *h;
-  rec.payload = transport::Buffer::CopyOf(payload);
+  rec.payload = std::move(bytes);  // sent from where it was read
+  rec.payload.DropFront(format::kRecordHeaderSize);
   return rec;
 }
 

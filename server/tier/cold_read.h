@@ -17,16 +17,20 @@
 #include "server/meta_store.h"
 #include "server/storage/segment_store.h"
 #include "server/tier/object_store.h"
+#include "transport/buffer_pool.h"
 
 namespace stagger::server::tier {
 
 // Chunk `id` of `job` from the cold store: its record's header checksum,
 // payload checksum and chunk id are checked. NOT_FOUND when the store does
 // not hold it; DATA_LOSS naming the object when it fails a check.
-// With `size` (the object's, from Size), one read and no stat.
+// With `size` (the object's, from Size, or a reader's hint), one read and
+// no stat, into a buffer from `pool` when given; a record longer than
+// `size` is read again whole.
 Result<StoredRecord> ReadColdChunk(ObjectStore* store, const std::string& job,
                                    const format::ChunkId& id,
-                                   std::optional<uint64_t> size = std::nullopt);
+                                   std::optional<uint64_t> size = std::nullopt,
+                                   transport::BufferPool* pool = nullptr);
 
 struct ImportStats {
   uint64_t jobs = 0;

@@ -7,6 +7,7 @@
 #define STAGGER_SERVER_TIER_MEMORY_OBJECT_STORE_H_
 
 #include <atomic>
+#include <cstring>
 #include <map>
 #include <utility>
 
@@ -21,9 +22,13 @@ class MemoryObjectStore final : public ObjectStore {
   Status Put(const ObjectName& o, std::string_view bytes) override;
   Result<bool> PutNew(const ObjectName& o, std::string_view bytes) override;
   Result<std::string> Get(const ObjectName& o) override;
-  Result<std::string> Read(const ObjectName& o, uint64_t size) override {
-    (void)size;
-    return Get(o);
+  Result<transport::Buffer> Read(const ObjectName& o,
+                                 transport::Buffer into) override {
+    STAGGER_ASSIGN_OR_RETURN(std::string bytes, Get(o));
+    if (bytes.size() > into.size()) bytes.resize(into.size());
+    if (!bytes.empty()) memcpy(into.data(), bytes.data(), bytes.size());
+    into.resize(bytes.size());
+    return into;
   }
   Result<std::optional<ObjectInfo>> Stat(const ObjectName& o) override;
   // Makes the object look written at `unix_s` (tests of grace periods).

@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "stagger/status.h"
+#include "transport/buffer.h"
 
 namespace stagger::server::tier {
 
@@ -48,9 +49,13 @@ class ObjectStore {
   virtual Result<bool> PutNew(const ObjectName& o, std::string_view bytes) = 0;
   // The whole object; NOT_FOUND when absent.
   virtual Result<std::string> Get(const ObjectName& o) = 0;
-  // The object when its size is known (from Size): one read, no stat.
-  // NOT_FOUND when absent; fewer bytes when it shrank meanwhile.
-  virtual Result<std::string> Read(const ObjectName& o, uint64_t size) = 0;
+  // The first into.size() bytes of the object (all of it when that is its
+  // size, from Size): one read, no stat, into `into` (a chunk's payload is
+  // sent from it uncopied; the caller's buffer may come from a pool), which
+  // is returned. NOT_FOUND when absent; fewer bytes when the object is
+  // shorter.
+  virtual Result<transport::Buffer> Read(const ObjectName& o,
+                                         transport::Buffer into) = 0;
   // The object's size and when it was last written; nullopt when absent.
   virtual Result<std::optional<ObjectInfo>> Stat(const ObjectName& o) = 0;
   // Its size alone (Stat).

@@ -200,13 +200,15 @@ Result<std::optional<ObjectInfo>> RadosObjectStore::Stat(const ObjectName& o) {
 Result<std::string> RadosObjectStore::Get(const ObjectName& o) {
   STAGGER_ASSIGN_OR_RETURN(std::optional<uint64_t> size, Size(o));
   if (!size) return Error(-ENOENT, "read", o, nullptr);
-  return Read(o, *size);
+  STAGGER_ASSIGN_OR_RETURN(transport::Buffer bytes,
+                           Read(o, transport::Buffer(*size)));
+  return std::string(bytes.view());
 }
 
-Result<std::string> RadosObjectStore::Read(const ObjectName& o, uint64_t size) {
+Result<transport::Buffer> RadosObjectStore::Read(const ObjectName& o,
+                                                 transport::Buffer out) {
   STAGGER_ASSIGN_OR_RETURN(Call c, Begin(o.ns));
   rados_ioctx_t io = static_cast<rados_ioctx_t>(c.io);
-  std::string out(size, '\0');
   size_t got = 0;
   while (got < out.size()) {
     const int rc =

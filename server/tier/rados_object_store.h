@@ -42,7 +42,8 @@ class RadosObjectStore final : public ObjectStore {
   Status Put(const ObjectName& o, std::string_view bytes) override;
   Result<bool> PutNew(const ObjectName& o, std::string_view bytes) override;
   Result<std::string> Get(const ObjectName& o) override;
-  Result<std::string> Read(const ObjectName& o, uint64_t size) override;
+  Result<transport::Buffer> Read(const ObjectName& o,
+                                 transport::Buffer into) override;
   Result<std::optional<ObjectInfo>> Stat(const ObjectName& o) override;
   Status Remove(const ObjectName& o) override;
   Result<std::vector<std::string>> List(const std::string& ns,

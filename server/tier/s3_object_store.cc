@@ -24,6 +24,9 @@ struct S3ObjectStore::Request {
   std::string key;             // the whole key; "" for the bucket
   std::string query;           // sorted by name, values encoded
   std::string_view body;       // PUT's
+  // Where a GET's body goes while it fits (Read); the rest, and all of it
+  // when it does not fit, in Response::body.
+  transport::Buffer* sink = nullptr;
   std::vector<std::string> headers;
   std::string what;  // for messages: "PUT of 'KEY'"
 };
@@ -31,11 +34,13 @@ struct S3ObjectStore::Request {
 struct S3ObjectStore::Response {
   long status = 0;
   std::string body;
-  uint64_t length = 0;         // Content-Length (HEAD)
-  int64_t last_modified = -1;  // unix seconds (HEAD)
-  double retry_after_s = -1;   // Retry-After, seconds
-  std::string etag;            // ETag (an uploaded part's)
-  bool reserve = false;        // reserve the body at its Content-Length
+  uint64_t length = 0;                // Content-Length (HEAD)
+  int64_t last_modified = -1;         // unix seconds (HEAD)
+  double retry_after_s = -1;          // Retry-After, seconds
+  std::string etag;                   // ETag (an uploaded part's)
+  bool reserve = false;               // reserve the body at its Content-Length
+  transport::Buffer* sink = nullptr;  // Request::sink
+  size_t sunk = 0;                    // bytes of the body in `sink`
   CURLcode curl = CURLE_OK;
   std::string curl_error;
 };
@@ -103,8 +108,19 @@ bool ValidBucket(const std::string& b) {
 }
 
 size_t Collect(char* data, size_t size, size_t n, void* out) {
-  static_cast<std::string*>(out)->append(data, size * n);
-  return size * n;
+  auto* r = static_cast<S3ObjectStore::Response*>(out);
+  const size_t k = size * n;
+  if (r->sink != nullptr && r->body.empty()) {
+    if (r->sunk + k <= r->sink->capacity()) {
+      memcpy(r->sink->data() + r->sunk, data, k);
+      r->sunk += k;
+      return k;
+    }
+    r->body.assign(r->sink->data(), r->sunk);  // it does not fit
+    r->sunk = 0;
+  }
+  r->body.append(data, k);
+  return k;
 }
 
 struct Upload {
@@ -308,7 +324,7 @@ S3ObjectStore::Response S3ObjectStore::Attempt(void* handle, const Request& r) {
   curl_easy_setopt(h, CURLOPT_TIMEOUT_MS,
                    static_cast<long>(options_.timeout_s * 1000));
   curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, Collect);
-  curl_easy_setopt(h, CURLOPT_WRITEDATA, &resp.body);
+  curl_easy_setopt(h, CURLOPT_WRITEDATA, &resp);
   curl_easy_setopt(h, CURLOPT_HEADERFUNCTION, Header);
   curl_easy_setopt(h, CURLOPT_HEADERDATA, &resp);
   curl_easy_setopt(h, CURLOPT_FILETIME, 1L);
@@ -316,7 +332,8 @@ S3ObjectStore::Response S3ObjectStore::Attempt(void* handle, const Request& r) {
     curl_easy_setopt(h, CURLOPT_CAINFO, options_.ca_file.c_str());
   }
   const absl::string_view method = r.method;
-  resp.reserve = method == "GET";
+  resp.sink = r.sink;
+  resp.reserve = method == "GET" && r.sink == nullptr;
   if (method == "HEAD") {
     curl_easy_setopt(h, CURLOPT_NOBODY, 1L);
   } else if (method == "PUT") {
@@ -569,8 +586,24 @@ Result<std::string> S3ObjectStore::Get(const ObjectName& o) {
   return Failed(resp, r.what);
 }
 
-Result<std::string> S3ObjectStore::Read(const ObjectName& o, uint64_t) {
-  return Get(o);  // one request either way
+Result<transport::Buffer> S3ObjectStore::Read(const ObjectName& o,
+                                              transport::Buffer out) {
+  const uint64_t size = out.size();
+  Request r;
+  r.key = Key(o);
+  r.what = absl::StrCat("GET of '", r.key, "'");
+  r.sink = &out;
+  // Only what is asked for (a record's header, say); a range past the end
+  // is answered with what there is.
+  if (size > 0) r.headers = {absl::StrCat("Range: bytes=0-", size - 1)};
+  STAGGER_ASSIGN_OR_RETURN(Response resp, Send(r));
+  if (resp.status / 100 != 2) {
+    if (resp.body.empty()) resp.body.assign(out.data(), resp.sunk);
+    return Failed(resp, r.what);
+  }
+  if (!resp.body.empty()) return transport::Buffer::CopyOf(resp.body);
+  out.resize(resp.sunk);
+  return out;
 }
 
 Result<std::optional<ObjectInfo>> S3ObjectStore::Stat(const ObjectName& o) {
