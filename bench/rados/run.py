@@ -17,7 +17,8 @@ Starts a cluster (scripts/ceph-cluster.sh) in a temporary directory, then:
              (alternating, --reps pairs, medians);
   restore    the server stopped and its --data deleted; a new server on an
              empty directory, the page cache dropped, and a load of the
-             last step (all of it from the pool) into fresh arrays.
+             last step (all of it from the pool) into fresh arrays
+             (median of --reps, a new server each).
 
 Prints the figures and
 

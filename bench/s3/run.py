@@ -11,17 +11,10 @@ start, rgw) in a temporary directory, makes a bucket, then:
              drain's width) PUTs MIB/4 objects of 4 MiB of random bytes
              to the bucket, then GETs them back, the page cache dropped
              in between: bytes / wall time each way (median of --reps);
-  drain      a stagger-server with --s3-bucket; a step of MIB MiB of
-             incompressible bytes (raw chunks of 4 MiB) saved, and the
-             time from its commit to the drain having stored it (nothing
-             else running): drained bytes / that time;
-  durable    the durable time of a save while the drain copies the step
-             before it, against the same save with the drain idle
-             (alternating, --reps pairs, medians);
-  restore    the server stopped and its --data deleted; a new server on an
-             empty directory, the page cache dropped, and a load of the
-             last step (all of it from the bucket) into fresh arrays
-             (median of --reps, a new server each).
+  drain, durable, restore
+             as bench/rados measures them (bench/cold_tier_bench.py), with
+             a stagger-server on --s3-bucket; restores a median of --reps,
+             a new server on an empty --data each.
 
 Prints the figures and
 
