@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <filesystem>
+#include <fstream>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -22,6 +23,16 @@ uint64_t DiskBytes(const std::string& path) {
     }
   }
   return n;
+}
+
+uint64_t ProcessWriteBytes(pid_t pid) {
+  std::ifstream io("/proc/" + std::to_string(pid) + "/io");
+  std::string key;
+  uint64_t value = 0;
+  while (io >> key >> value) {
+    if (key == "write_bytes:") return value;
+  }
+  return 0;
 }
 
 Result<std::unique_ptr<DiskMeter>> DiskMeter::Start(
@@ -45,8 +56,9 @@ Result<DiskUsage> DiskMeter::Measure(const std::vector<std::string>& jobs) {
     still = now == last ? still + 1 : 0;
     last = now;
   }
-  server_.reset();  // SIGTERM: reservations are cut off as it closes
   DiskUsage u;
+  u.server_written = ProcessWriteBytes(server_->pid());
+  server_.reset();  // SIGTERM: reservations are cut off as it closes
   u.total = DiskBytes(data_);
   for (const std::string& job : jobs) {
     u.jobs[job] = DiskBytes(data_ + "/segments/" + job);

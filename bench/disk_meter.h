@@ -29,7 +29,13 @@ struct DiskUsage {
   std::map<std::string, uint64_t> jobs;  // segments/<job>, per job
   uint64_t meta = 0;                     // the index (RocksDB) and the rest
   uint64_t total = 0;                    // the whole data directory
+  // Bytes the server process wrote to storage since it (re)started, as the
+  // kernel counts them (/proc/PID/io write_bytes), read once it settled.
+  uint64_t server_written = 0;
 };
+
+// /proc/`pid`/io write_bytes; 0 when it cannot be read.
+uint64_t ProcessWriteBytes(pid_t pid);
 
 class DiskMeter {
  public:
@@ -37,6 +43,8 @@ class DiskMeter {
   static Result<std::unique_ptr<DiskMeter>> Start(const std::string& binary,
                                                   const std::string& data_dir);
   const std::string& grpc_address() const { return grpc_; }
+  // The data directory (segments/<job> holds a job's records).
+  const std::string& data_dir() const { return data_; }
   // Waits for the directory to settle, stops the server, measures `jobs`,
   // starts it again.
   Result<DiskUsage> Measure(const std::vector<std::string>& jobs);

@@ -10,6 +10,9 @@
 // 1 and after the last step (DiskMeter: it is restarted on the same
 // address, and the Checkpointers go on against it). Reported per class:
 //   raw 2..N / disk 2..N  bytes_raw of steps 2..N / the job's disk growth
+//   peak 2..N             the job's largest growth over step 1 at any time
+//                         (sampled every 50 ms, the server running: before
+//                         rebases and compaction settle)
 //   client 2..N           bytes_shipped of steps 2..N (the client's stats)
 //   last step             raw / shipped, unchanged / chunks, codec mix and
 //                         the policy's reasons (SaveStats::codec_reasons)
@@ -22,6 +25,8 @@
 // gain over compressing the raw bytes.
 // --trace DIR replays a trace of real training (make_torch_trace.py) too,
 // per tensor class, with the same disk measure.
+// Also the server's write amplification: bytes it wrote to storage over
+// steps 2..N and their settling (/proc/PID/io) per raw byte saved.
 // RESULT ratio = bf16_disk_ratio. Targets (issue 21 and BENCHMARKS.md):
 // bf16 >= 2.5, fp32+Adam >= 1.4, sparse <= 1.05x changed bytes + 64 KiB
 // per step, frozen ~0.
@@ -29,12 +34,16 @@
 #include <stdlib.h>
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <limits>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "bench/common.h"
@@ -66,6 +75,49 @@ struct Changed {
 // server's disk grew.
 struct Growth {
   uint64_t raw = 0, shipped = 0, disk = 0;
+  uint64_t peak = 0;  // the job's largest growth over step 1 at any time
+};
+
+// Samples the allocated bytes of each job's segments every 50 ms while it
+// lives, keeping each one's largest: the peak before the server's rebases
+// and compaction settle (the server's reserve ahead of appends included,
+// at most an eighth of a segment's bytes).
+class PeakSampler {
+ public:
+  PeakSampler(const std::string& data_dir, std::vector<std::string> jobs)
+      : data_(data_dir), jobs_(std::move(jobs)) {
+    thread_ = std::thread([this] {
+      while (!stop_.load()) {
+        Sample();
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      }
+      Sample();
+    });
+  }
+  ~PeakSampler() { Stop(); }
+  void Stop() {
+    stop_ = true;
+    if (thread_.joinable()) thread_.join();
+  }
+  uint64_t peak(const std::string& job) {
+    std::lock_guard<std::mutex> l(mu_);
+    return peak_[job];
+  }
+
+ private:
+  void Sample() {
+    for (const std::string& job : jobs_) {
+      const uint64_t now = DiskBytes(data_ + "/segments/" + job);
+      std::lock_guard<std::mutex> l(mu_);
+      peak_[job] = std::max(peak_[job], now);
+    }
+  }
+  const std::string data_;
+  const std::vector<std::string> jobs_;
+  std::atomic<bool> stop_{false};
+  std::mutex mu_;
+  std::map<std::string, uint64_t> peak_;
+  std::thread thread_;
 };
 
 // "a:1 b:2", sorted by name.
@@ -260,6 +312,7 @@ int Main(int argc, char** argv) {
   auto disk_first = (*meter)->Measure(jobs);
   if (!disk_first.ok()) return Fail("incremental", disk_first.status());
   std::vector<std::vector<char>> before;
+  PeakSampler sampler((*meter)->data_dir(), jobs);
   for (int64_t step = 2; s.ok() && step <= *steps; ++step) {
     if (step == *steps) {
       before.clear();
@@ -271,6 +324,7 @@ int Main(int argc, char** argv) {
   if (!s.ok()) return Fail("incremental", s);
   auto disk_last = (*meter)->Measure(jobs);
   if (!disk_last.ok()) return Fail("incremental", disk_last.status());
+  sampler.Stop();  // it saw the server settle
   for (ClassRun& r : runs) r.ck.reset();
   // Per job: raw and client-shipped bytes of steps 2..N, and disk growth.
   std::map<std::string, Growth> growth;
@@ -282,6 +336,8 @@ int Main(int argc, char** argv) {
     }
     const std::string job = JobName(r.cls, r.codec);
     g.disk = disk_last->jobs[job] - disk_first->jobs[job];
+    const uint64_t peak = sampler.peak(job);
+    g.peak = peak > disk_first->jobs[job] ? peak - disk_first->jobs[job] : 0;
   }
 
   std::map<std::string, Changed> changed;
@@ -298,9 +354,9 @@ int Main(int argc, char** argv) {
   printf("last step (%d) per class; changed = bytes differing from step %d\n",
          *steps, *steps - 1);
   Table table({"class", "codec", "raw 2..N", "disk 2..N", "raw/disk",
-               "client 2..N", "last raw/shipped", "unchanged/chunks",
-               "codec mix", "why", "changed", "changed_chunks",
-               "shipped/changed", "enc_MBps"});
+               "peak 2..N", "raw/peak", "client 2..N", "last raw/shipped",
+               "unchanged/chunks", "codec mix", "why", "changed",
+               "changed_chunks", "shipped/changed", "enc_MBps"});
   std::map<std::string, const SaveStats*> last;  // "cls/codec" -> stats
   uint64_t total_raw = 0, total_shipped = 0, total_changed = 0;
   for (const ClassRun& r : runs) {
@@ -315,8 +371,8 @@ int Main(int argc, char** argv) {
     const Growth& g = growth[r.cls + "/" + r.codec];
     table.AddRow(
         {r.cls, r.codec, FormatBytes(g.raw), FormatBytes(g.disk),
-         Ratio(g.raw, g.disk), FormatBytes(g.shipped),
-         Ratio(st.bytes_raw, st.bytes_shipped),
+         Ratio(g.raw, g.disk), FormatBytes(g.peak), Ratio(g.raw, g.peak),
+         FormatBytes(g.shipped), Ratio(st.bytes_raw, st.bytes_shipped),
          std::to_string(st.chunks_unchanged) + "/" + std::to_string(st.chunks),
          CodecMix(st), Counts(st.codec_reasons), FormatBytes(c.bytes),
          std::to_string(c.chunks) + " (" + FormatBytes(c.chunk_bytes) + ")",
@@ -329,10 +385,12 @@ int Main(int argc, char** argv) {
     const Growth& g = growth[r.cls + "/" + r.codec];
     all.raw += g.raw;
     all.disk += g.disk;
+    all.peak += g.peak;
     all.shipped += g.shipped;
   }
   table.AddRow({"all classes", codec, FormatBytes(all.raw),
                 FormatBytes(all.disk), Ratio(all.raw, all.disk),
+                FormatBytes(all.peak), Ratio(all.raw, all.peak),
                 FormatBytes(all.shipped), Ratio(total_raw, total_shipped), "-",
                 "-", "-", FormatBytes(total_changed), "-",
                 Ratio(total_shipped, total_changed), "-"});
@@ -340,6 +398,16 @@ int Main(int argc, char** argv) {
   printf("index and manifests (meta/): %s after step 1, %s after step %d\n",
          FormatBytes(disk_first->meta).c_str(),
          FormatBytes(disk_last->meta).c_str(), *steps);
+  // Write amplification: what the server wrote to storage over steps 2..N
+  // and its settling (rebases, compaction, the index), as the kernel
+  // counts it, per raw byte of every job (both codecs) in those steps.
+  uint64_t raw_received = 0;
+  for (const auto& [key, g] : growth) raw_received += g.raw;
+  const double write_amp = Div(static_cast<double>(disk_last->server_written),
+                               static_cast<double>(raw_received));
+  printf("server writes, steps 2..%d and settling: %s for %s raw (%sx)\n",
+         *steps, FormatBytes(disk_last->server_written).c_str(),
+         FormatBytes(raw_received).c_str(), Fixed(write_amp, 3).c_str());
 
   auto shipped = [&](const std::string& cls, const std::string& c) {
     auto it = last.find(cls + "/" + c);
@@ -371,6 +439,13 @@ int Main(int argc, char** argv) {
   ResultLine result("incremental");
   result.Add("bf16_disk_ratio", bf16_disk_ratio);
   result.Add("fp32_adam_disk_ratio", disk_ratio("dense_fp32_adam"));
+  auto peak_ratio = [&](const std::string& cls) {
+    const Growth& g = growth[cls + "/" + codec];
+    return Div(static_cast<double>(g.raw), static_cast<double>(g.peak));
+  };
+  result.Add("bf16_peak_ratio", peak_ratio("dense_bf16"));
+  result.Add("fp32_adam_peak_ratio", peak_ratio("dense_fp32_adam"));
+  result.Add("write_amp", write_amp);
   // Per step: disk growth / changed bytes of the last step.
   result.Add("sparse_disk_x_changed",
              Div(static_cast<double>(growth["embedding_sparse/" + codec].disk) /
