@@ -11,6 +11,9 @@
 #include "format/codec.h"
 #include "format/crc32c.h"
 #include "format/data_plane.h"
+#include "format/record.h"
+#include "server/tier/layout.h"
+#include "server/tier/memory_object_store.h"
 #include "transport/inproc_transport.h"
 
 namespace stagger::server {
@@ -150,6 +153,36 @@ TEST_F(DataServiceTest, ClientTrafficLastsUntilTheRequestsGoQuiet) {
   EXPECT_TRUE(service_->ClientTraffic());
   absl::SleepFor(DataService::kClientQuiet * 2);
   EXPECT_FALSE(service_->ClientTraffic());
+}
+
+// A chunk only the cold tier holds is served whatever GetChunk's size hint
+// says: none (a stat first), exact, short (read again whole), or absurd
+// (ignored, never an allocation of that size).
+TEST_F(DataServiceTest, ColdChunksAreServedWhateverTheSizeHint) {
+  tier::MemoryObjectStore cold;
+  service_->SetColdStore(&cold);
+  const std::string raw(50000, 'c');
+  format::RecordHeader h;
+  h.codec = format::Codec::kRaw;
+  h.chunk_id = format::ChunkId::Of(raw.data(), raw.size());
+  h.raw_length = h.encoded_length = raw.size();
+  h.payload_crc32c = format::Crc32c(raw.data(), raw.size());
+  std::string record(format::RecordSize(raw.size()), '\0');
+  format::EncodeRecord(h, raw, record.data());
+  record.resize(format::kRecordHeaderSize + raw.size());  // as drained
+  ASSERT_TRUE(cold.Put(tier::ChunkObject("job", h.chunk_id), record).ok());
+  for (uint64_t hint : {uint64_t{0}, uint64_t{record.size()},
+                        uint64_t{format::kRecordHeaderSize + 1}, uint64_t{3},
+                        uint64_t{1} << 62}) {
+    auto reply =
+        conn_->CallSync(static_cast<uint16_t>(DataOp::kGetChunk),
+                        format::EncodeGetChunk({"job", h.chunk_id, hint}), "");
+    ASSERT_TRUE(reply.ok()) << reply.status();
+    auto r = format::DecodeReply(reply->header);
+    ASSERT_TRUE(r.ok()) << r.status();
+    ASSERT_TRUE(r->status.ok()) << "hint " << hint << ": " << r->status;
+    EXPECT_EQ(reply->payload.view(), raw) << "hint " << hint;
+  }
 }
 
 TEST_F(DataServiceTest, PutRepairsAChunkFoundBadOnRead) {

@@ -344,5 +344,36 @@ TEST_F(DrainerTest, ImportsWhatOthersDrainedAndWaitsForADeletion) {
   other.Close();
 }
 
+// A drained chunk read back: with its exact size in one read, with a size
+// hint that falls short (a chunk re-encoded since the reader's manifest)
+// in two, whole either way, into a pooled buffer when given one.
+TEST_F(DrainerTest, ColdReadsTakeASizeAndReadAgainWhenItFallsShort) {
+  const auto a = Floats(1);
+  const format::ChunkId ia = Put(a);
+  Commit(1, {ia});
+  ASSERT_TRUE(MakeDrainer().DrainOnce().ok());
+  auto object = store_.Get(ChunkObject(kJob, ia));
+  ASSERT_TRUE(object.ok()) << object.status();
+  const std::string payload = object->substr(format::kRecordHeaderSize);
+  auto pool = transport::BufferPool::Create(16 << 20);
+
+  uint64_t gets = store_.gets();
+  auto exact = ReadColdChunk(&store_, kJob, ia, object->size(), pool.get());
+  ASSERT_TRUE(exact.ok()) << exact.status();
+  EXPECT_EQ(exact->payload.view(), payload);
+  EXPECT_EQ(store_.gets(), gets + 1);
+
+  gets = store_.gets();
+  auto hinted = ReadColdChunk(&store_, kJob, ia, format::kRecordHeaderSize + 10,
+                              pool.get());
+  ASSERT_TRUE(hinted.ok()) << hinted.status();
+  EXPECT_EQ(hinted->payload.view(), payload);
+  EXPECT_EQ(store_.gets(), gets + 2);
+
+  auto unsized = ReadColdChunk(&store_, kJob, ia);
+  ASSERT_TRUE(unsized.ok()) << unsized.status();
+  EXPECT_EQ(unsized->payload.view(), payload);
+}
+
 }  // namespace
 }  // namespace stagger::server::tier
