@@ -19,6 +19,7 @@
 #include <deque>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -73,6 +74,10 @@ struct PutRequest {
   // With a delta base, the chunk goes as a delta against it when that is
   // smaller (ref->base_id is then set).
   const DeltaBase* delta = nullptr;
+  // The same tensor's chunk in the last save (known even where its bytes
+  // are not held): a whole put names it to servers that take it
+  // (ServerConn::takes_previous), which may store it as a delta of this one.
+  std::optional<format::ChunkId> previous;
   pb::ChunkRef* ref = nullptr;  // filled: id, lengths, codec, base
   PutStats* stats = nullptr;    // counted into
   // A save with durability "memory": servers with a memory tier may

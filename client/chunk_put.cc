@@ -223,6 +223,15 @@ void ChunkIo::PutAsync(const PutRequest& r,
   ++r.stats->codec_reasons[static_cast<int>(reason)];
   req.in_memory = r.in_memory;
   st->raw_req.in_memory = r.in_memory;
+  if (!st->delta && r.previous && codec_ != CodecChoice::kRaw) {
+    // Whole: the server may turn the previous version into a delta of it
+    // (not with the raw codec asked for: its bytes stay as they are).
+    req.previous = r.previous;
+    req.element_size = static_cast<uint8_t>(
+        r.element_size == 2 || r.element_size == 4 || r.element_size == 8
+            ? r.element_size
+            : 1);
+  }
   st->req = req;
   st->raw_bytes = r.len;
   st->hex = req.record.chunk_id.ToHex();
@@ -245,6 +254,7 @@ void ChunkIo::SendCopy(std::shared_ptr<PutState> st, ServerConn* server) {
   // it; they store the chunk durably, which is more than was asked).
   auto encode = [server](format::PutChunkRequest req) {
     req.in_memory = req.in_memory && server->memory_tier.load();
+    if (!server->takes_previous.load()) req.previous.reset();
     return format::EncodePutChunk(req);
   };
   if (st->delta && !home) {

@@ -420,6 +420,7 @@ void SaveJob::Ship(size_t i, char* slab) {
     r.crc32c = crc32c;
     r.element_size = c.element_size;
     r.delta = delta ? &*delta : nullptr;
+    if (c.previous && *c.previous != id) r.previous = *c.previous;
     r.ref = c.ref;
     r.stats = &self->put_stats_;
     r.in_memory = self->deps_.in_memory;

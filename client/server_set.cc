@@ -78,6 +78,7 @@ Status ServerSet::Dial(ServerConn* conn, double timeout_s,
   conn->rebases_deltas = reply.rebases_deltas();
   conn->serves_ranges = reply.serves_ranges();
   conn->takes_size_hints = reply.takes_size_hints();
+  conn->takes_previous = reply.takes_previous();
   conn->memory_tier = reply.memory_bytes() > 0;
   const uint64_t was = conn->instance.exchange(reply.instance());
   if (was != 0 && was != reply.instance() && conn->memory_tier) {

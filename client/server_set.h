@@ -63,6 +63,9 @@ struct ServerConn {
   std::atomic<bool> serves_ranges{false};
   // The server takes GetChunk's size hint (HelloReply::takes_size_hints).
   std::atomic<bool> takes_size_hints{false};
+  // The server takes a whole put's previous version
+  // (HelloReply::takes_previous).
+  std::atomic<bool> takes_previous{false};
   // HelloReply::memory_bytes > 0: puts of saves with durability "memory"
   // carry the flag that lets it acknowledge them from RAM.
   std::atomic<bool> memory_tier{false};

@@ -41,21 +41,43 @@ std::string EncodePutChunk(const PutChunkRequest& r) {
   char h[kRecordHeaderSize];
   EncodeRecordHeader(r.record, h);
   out.append(h, sizeof h);
-  if (r.in_memory) out.push_back(static_cast<char>(kPutInMemory));
+  const uint8_t flags =
+      (r.in_memory ? kPutInMemory : 0) | (r.previous ? kPutHasPrevious : 0);
+  if (flags != 0) out.push_back(static_cast<char>(flags));
+  if (r.previous) {
+    out += r.previous->ToBytes();
+    out.push_back(static_cast<char>(r.element_size));
+  }
   return out;
 }
 
 Result<PutChunkRequest> DecodePutChunk(std::string_view in) {
   PutChunkRequest r;
   STAGGER_ASSIGN_OR_RETURN(r.job, TakeJob(&in));
-  if (in.size() == kRecordHeaderSize + 1) {
-    const uint8_t flags = static_cast<uint8_t>(in.back());
-    if ((flags & ~kPutInMemory) != 0) {
+  if (in.size() > kRecordHeaderSize) {
+    const uint8_t flags = static_cast<uint8_t>(in[kRecordHeaderSize]);
+    if ((flags & ~(kPutInMemory | kPutHasPrevious)) != 0) {
       return Malformed(
           absl::StrCat("unknown PutChunk flags 0x", absl::Hex(flags)));
     }
+    const size_t extra = (flags & kPutHasPrevious) != 0 ? 17 : 0;
+    if (in.size() != kRecordHeaderSize + 1 + extra) {
+      return Malformed("PutChunk flags followed by the wrong number of bytes");
+    }
     r.in_memory = (flags & kPutInMemory) != 0;
-    in.remove_suffix(1);
+    if (extra > 0) {
+      const std::string_view p = in.substr(kRecordHeaderSize + 1);
+      STAGGER_ASSIGN_OR_RETURN(ChunkId prev,
+                               ChunkId::FromBytes(p.substr(0, 16)));
+      r.previous = prev;
+      r.element_size = static_cast<uint8_t>(p[16]);
+      if (r.element_size != 1 && r.element_size != 2 && r.element_size != 4 &&
+          r.element_size != 8) {
+        return Malformed(absl::StrCat("PutChunk element size ", r.element_size,
+                                      " is not 1, 2, 4 or 8"));
+      }
+    }
+    in = in.substr(0, kRecordHeaderSize);
   }
   if (in.size() != kRecordHeaderSize) {
     return Malformed("PutChunk needs exactly one record header");

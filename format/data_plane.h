@@ -21,6 +21,7 @@
 #define STAGGER_FORMAT_DATA_PLANE_H_
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -54,10 +55,20 @@ inline constexpr size_t kMaxDataKeyBytes = 128;
 // older servers refuse the flags byte.
 inline constexpr uint8_t kPutInMemory = 1;
 
+// PutChunk flag: the whole chunk replaces `previous` (the same tensor's
+// chunk in the sender's last save) and the server may store that one as a
+// delta of it; 16 bytes of id and a byte of element width follow the flags.
+// Only to servers whose Hello says takes_previous.
+inline constexpr uint8_t kPutHasPrevious = 2;
+
 struct PutChunkRequest {
   std::string job;
   RecordHeader record;
   bool in_memory = false;  // kPutInMemory
+  // kPutHasPrevious: the version this whole chunk replaces, and the width
+  // of its elements (1, 2, 4, 8) for the server's encoding.
+  std::optional<ChunkId> previous;
+  uint8_t element_size = 1;
 };
 std::string EncodePutChunk(const PutChunkRequest& r);
 Result<PutChunkRequest> DecodePutChunk(std::string_view header);

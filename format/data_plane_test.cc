@@ -42,6 +42,33 @@ TEST(DataPlaneTest, PutChunkCarriesTheMemoryFlagAndRefusesUnknownOnes) {
             absl::StatusCode::kInvalidArgument);
 }
 
+TEST(DataPlaneTest, PutChunkCarriesThePreviousVersion) {
+  PutChunkRequest r;
+  r.job = "j";
+  r.record.chunk_id = ChunkId{1, 2};
+  r.previous = ChunkId{5, 6};
+  r.element_size = 4;
+  for (bool memory : {false, true}) {
+    r.in_memory = memory;
+    const std::string enc = EncodePutChunk(r);
+    auto d = DecodePutChunk(enc);
+    ASSERT_TRUE(d.ok()) << d.status();
+    EXPECT_EQ(d->in_memory, memory);
+    ASSERT_TRUE(d->previous.has_value());
+    EXPECT_EQ(*d->previous, (ChunkId{5, 6}));
+    EXPECT_EQ(d->element_size, 4);
+    // Short or long by a byte, or a width that is not one: refused.
+    EXPECT_EQ(DecodePutChunk(enc.substr(0, enc.size() - 1)).status().code(),
+              absl::StatusCode::kInvalidArgument);
+    EXPECT_EQ(DecodePutChunk(enc + "x").status().code(),
+              absl::StatusCode::kInvalidArgument);
+    std::string odd = enc;
+    odd.back() = 3;
+    EXPECT_EQ(DecodePutChunk(odd).status().code(),
+              absl::StatusCode::kInvalidArgument);
+  }
+}
+
 TEST(DataPlaneTest, GetChunkRoundTripAndMalformed) {
   std::string enc = EncodeGetChunk({"j", ChunkId{3, 4}});
   auto d = DecodeGetChunk(enc);

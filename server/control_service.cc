@@ -103,6 +103,7 @@ grpc::Status ControlService::Hello(grpc::ServerContext* ctx,
   reply->set_rebases_deltas(rebaser_ != nullptr);
   reply->set_serves_ranges(true);
   reply->set_takes_size_hints(true);
+  reply->set_takes_previous(rebaser_ != nullptr);
   reply->set_domain(domain_);
   reply->set_node(node_);
   if (memory_ != nullptr) reply->set_memory_bytes(memory_->limit_bytes());

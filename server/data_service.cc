@@ -267,9 +267,8 @@ void DataService::Ingest(std::shared_ptr<transport::ReplyChannel> reply,
   // The store checks the payload against the header (length, crc32c)
   // before queueing it; a mismatch comes back through the callback.
   segments_->Append(r.job, r.record, std::move(payload),
-                    [this, reply, job = r.job, header = r.record,
-                     base = *base](Result<ChunkLocation> loc) {
-                      Stored(reply.get(), job, header, base, loc);
+                    [this, reply, r, base = *base](Result<ChunkLocation> loc) {
+                      Stored(reply.get(), r, base, loc);
                     });
 }
 
@@ -328,10 +327,12 @@ Status DataService::IndexAppended(const std::string& job,
   return absl::OkStatus();
 }
 
-void DataService::Stored(transport::ReplyChannel* reply, const std::string& job,
-                         const format::RecordHeader& header,
+void DataService::Stored(transport::ReplyChannel* reply,
+                         const format::PutChunkRequest& r,
                          const std::optional<format::ChunkId>& base,
                          const Result<ChunkLocation>& loc) {
+  const std::string& job = r.job;
+  const format::RecordHeader& header = r.record;
   Status s = IndexAppended(job, header, base, loc);
   if (s.ok()) {
     if (memory_ != nullptr) memory_->StoredElsewhere(job, header.chunk_id);
@@ -342,6 +343,8 @@ void DataService::Stored(transport::ReplyChannel* reply, const std::string& job,
               WithContext(s, absl::StrCat("chunk ", header.chunk_id.ToHex())));
   if (s.ok() && base && rebaser_ != nullptr) {
     rebaser_->Enqueue(job, header.chunk_id);
+  } else if (s.ok() && !base && r.previous && rebaser_ != nullptr) {
+    rebaser_->EnqueueWhole(job, header.chunk_id, *r.previous, r.element_size);
   }
 }
 

@@ -164,10 +164,10 @@ class DataService : public transport::RequestHandler {
                        const format::RecordHeader& header,
                        const std::optional<format::ChunkId>& base,
                        const Result<ChunkLocation>& loc);
-  // The store's answer to an append: indexed and acknowledged, or the
-  // error (disk full named as such).
-  void Stored(transport::ReplyChannel* reply, const std::string& job,
-              const format::RecordHeader& header,
+  // The store's answer to an append of put `r`: indexed and acknowledged,
+  // or the error (disk full named as such); then queued for the rebaser
+  // (a delta, or a whole chunk that names its previous version).
+  void Stored(transport::ReplyChannel* reply, const format::PutChunkRequest& r,
               const std::optional<format::ChunkId>& base,
               const Result<ChunkLocation>& loc);
   void HandlePut(transport::Message request,

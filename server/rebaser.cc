@@ -107,7 +107,25 @@ void Rebaser::Enqueue(const std::string& job, const format::ChunkId& id) {
     ++stats_.dropped;
     return;
   }
-  queue_.emplace_back(job, id);
+  queue_.push_back(Item{job, id, std::nullopt, 1});
+}
+
+void Rebaser::EnqueueWhole(const std::string& job, const format::ChunkId& id,
+                           const format::ChunkId& previous,
+                           uint8_t element_size) {
+  absl::MutexLock l(&mu_);
+  if (stop_) return;
+  if (queue_.size() >= options_.max_queue) {
+    ++stats_.dropped;
+    return;
+  }
+  queue_.push_back(Item{job, id, previous, element_size});
+}
+
+Status Rebaser::Rebase(const Item& item) {
+  return item.previous
+             ? RebaseWhole(item.job, item.id, *item.previous, item.element_size)
+             : RebaseOne(item.job, item.id);
 }
 
 void Rebaser::WaitIdle() {
@@ -130,7 +148,7 @@ void Rebaser::Loop() {
   // Behind the work clients wait for: ingest, reads, compaction.
   setpriority(PRIO_PROCESS, static_cast<id_t>(syscall(SYS_gettid)), 10);
   for (;;) {
-    std::pair<std::string, format::ChunkId> item;
+    Item item;
     {
       absl::MutexLock l(&mu_);
       mu_.Await(absl::Condition(
@@ -143,13 +161,13 @@ void Rebaser::Loop() {
       queue_.pop_front();
       busy_ = true;
     }
-    Status s = RebaseOne(item.first, item.second);
+    Status s = Rebase(item);
     // A relocation or a gc raced it: once more from the new entries.
-    if (absl::IsAborted(s)) s = RebaseOne(item.first, item.second);
+    if (absl::IsAborted(s)) s = Rebase(item);
     if (!s.ok() && !absl::IsAborted(s) && !absl::IsNotFound(s)) {
       log::Warning("stagger-server",
-                   absl::StrCat("job '", item.first, "': rebase of chunk ",
-                                item.second.ToHex(),
+                   absl::StrCat("job '", item.job, "': rebase of chunk ",
+                                item.id.ToHex(),
                                 " failed (it stays a "
                                 "delta of its previous version): ",
                                 s.message()));
@@ -162,7 +180,7 @@ void Rebaser::Loop() {
       } else if (!s.ok() && !absl::IsNotFound(s)) {
         ++stats_.failed;
       } else if (s.ok()) {
-        rebased_jobs_.insert(item.first);
+        rebased_jobs_.insert(item.job);
       }
       if (queue_.empty() && compactor_ != nullptr) compact.swap(rebased_jobs_);
       // Still busy until the passes are queued: WaitIdle then covers them
@@ -330,6 +348,61 @@ Status Rebaser::RebaseOne(const std::string& job, const format::ChunkId& y) {
   } else {
     ++stats_.keyframes;
   }
+  return absl::OkStatus();
+}
+
+Status Rebaser::RebaseWhole(const std::string& job, const format::ChunkId& y,
+                            const format::ChunkId& b, uint8_t element_size) {
+  if (y == b) return absl::OkStatus();
+  STAGGER_ASSIGN_OR_RETURN(ChunkMeta ym, meta_->GetChunk(job, y));
+  if (format::IsDelta(ym.codec) || ym.base) return absl::OkStatus();
+  Result<ChunkMeta> found = meta_->GetChunk(job, b);
+  if (absl::IsNotFound(found.status())) return absl::OkStatus();
+  STAGGER_RETURN_IF_ERROR(found.status());
+  const ChunkMeta bm = *found;
+  if (format::IsDelta(bm.codec) || bm.base || bm.raw_length != ym.raw_length) {
+    return absl::OkStatus();
+  }
+  const size_t n = ym.raw_length;
+  std::string yraw(n, '\0'), braw(n, '\0');
+  STAGGER_RETURN_IF_ERROR(
+      DecodeStoredChunk(meta_, segments_, job, y, ym, yraw.data()));
+  STAGGER_RETURN_IF_ERROR(
+      DecodeStoredChunk(meta_, segments_, job, b, bm, braw.data()));
+  format::EncodeOptions eo;
+  eo.zstd_level = options_.zstd_level;
+  eo.element_size = element_size;
+  const double keep = 1 - kMinGain;
+
+  // B as a delta of Y, unless that is no smaller or B is a keyframe. Y
+  // stays as it came: the newest version loads as the client chose.
+  std::string brev;
+  STAGGER_ASSIGN_OR_RETURN(format::Codec bc,
+                           format::EncodeDelta(braw, yraw, y, &brev, eo));
+  bool reverse =
+      format::IsDelta(bc) && static_cast<double>(brev.size()) <
+                                 keep * static_cast<double>(bm.stored_length);
+  const uint32_t hops = bm.behind_hops + 1;
+  const uint64_t behind = bm.behind_bytes + brev.size();
+  if (reverse && (hops > options_.max_behind_hops ||
+                  static_cast<double>(behind) >
+                      options_.max_behind_ratio * static_cast<double>(n))) {
+    reverse = false;
+  }
+  if (!reverse) {
+    absl::MutexLock l(&mu_);
+    ++stats_.keyframes;
+    return absl::OkStatus();
+  }
+  ChunkMeta ynew = ym;
+  ynew.behind_hops = hops;
+  ynew.behind_bytes = behind;
+  STAGGER_ASSIGN_OR_RETURN(ChunkMeta bnew, Write(job, bc, b, n, brev));
+  bnew.base = y;
+  STAGGER_RETURN_IF_ERROR(
+      meta_->Restore(job, {{y, ym.location, ynew}, {b, bm.location, bnew}}));
+  absl::MutexLock l(&mu_);
+  ++stats_.rebased;
   return absl::OkStatus();
 }
 

@@ -40,6 +40,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <optional>
 #include <set>
 #include <string>
 #include <thread>
@@ -99,6 +100,11 @@ class Rebaser {
 
   // Chunk `id` of `job` was just indexed as a delta.
   void Enqueue(const std::string& job, const format::ChunkId& id);
+  // Chunk `id` of `job` was just indexed whole, replacing `previous` (the
+  // same tensor's chunk in its sender's last save; elements of
+  // `element_size` bytes): RebaseWhole.
+  void EnqueueWhole(const std::string& job, const format::ChunkId& id,
+                    const format::ChunkId& previous, uint8_t element_size);
   // Blocks until the queue is empty and no rebase runs (tests, benchmarks).
   void WaitIdle();
   RebaserStats Stats() const;
@@ -107,6 +113,16 @@ class Rebaser {
   // OK also when there was nothing to do; ABORTED when an index entry
   // changed meanwhile.
   Status RebaseOne(const std::string& job, const format::ChunkId& id);
+  // The server's encoding of what a client sent whole (raw where its
+  // encoder was the bottleneck): the previous version B, chunk `b`, held
+  // whole here, becomes a delta of Y, chunk `y`, when that saves kMinGain
+  // (keyframes as above); Y stays as it came, so the newest step loads as
+  // the client chose to store it. A save then adds about a delta to the
+  // disk, not a whole version. OK with nothing done when Y is a delta, B
+  // is not held here, not whole or of another length.
+  Status RebaseWhole(const std::string& job, const format::ChunkId& y,
+                     const format::ChunkId& b, uint8_t element_size);
+  static constexpr double kMinGain = 0.03;
 
  private:
   void Loop();
@@ -121,8 +137,15 @@ class Rebaser {
   Compactor* compactor_ = nullptr;
   const RebaserOptions options_;
   mutable absl::Mutex mu_;
-  std::deque<std::pair<std::string, format::ChunkId>> queue_
-      ABSL_GUARDED_BY(mu_);
+  struct Item {
+    std::string job;
+    format::ChunkId id;
+    std::optional<format::ChunkId> previous;  // EnqueueWhole
+    uint8_t element_size = 1;
+  };
+  // One rebase of `item`; RebaseOne or RebaseWhole.
+  Status Rebase(const Item& item);
+  std::deque<Item> queue_ ABSL_GUARDED_BY(mu_);
   bool busy_ ABSL_GUARDED_BY(mu_) = false;
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
   std::set<std::string> rebased_jobs_ ABSL_GUARDED_BY(mu_);  // since a pass

@@ -169,5 +169,51 @@ TEST_F(RebaserTest, RestoreIsAllOrNothing) {
   EXPECT_EQ(now->written_unix_ms, ym.written_unix_ms);
 }
 
+// What a client sent raw (its encoder the bottleneck) the server encodes:
+// Y, put whole and raw naming B as its previous version, stays as it came
+// and B becomes a delta of Y; both decode bit-exact. Nothing is
+// done for a previous version not held here, one of another length, or Y
+// a delta.
+TEST_F(RebaserTest, AWholePutIsEncodedAndItsPreviousVersionADeltaOfIt) {
+  const std::vector<float> v0 = Weights(7);
+  const std::vector<float> v1 = Step(v0, 2);
+  const format::ChunkId b = Put(v0, format::Codec::kRaw);
+  const format::ChunkId y = Put(v1, format::Codec::kRaw);
+  const uint64_t raw_size = kFloats * 4;
+  Rebaser rebaser(segments_, meta_);
+  ASSERT_TRUE(rebaser.RebaseWhole(kJob, y, b, 4).ok());
+  auto ym = meta_->GetChunk(kJob, y);
+  auto bm = meta_->GetChunk(kJob, b);
+  ASSERT_TRUE(ym.ok() && bm.ok());
+  EXPECT_EQ(ym->codec, format::Codec::kRaw);
+  EXPECT_FALSE(ym->base.has_value());
+  EXPECT_EQ(ym->behind_hops, 1u);
+  ASSERT_TRUE(bm->base.has_value());
+  EXPECT_EQ(*bm->base, y);
+  EXPECT_TRUE(format::IsDelta(bm->codec));
+  EXPECT_LT(bm->stored_length * 4, raw_size);
+  ExpectDecodes(y, v1);
+  ExpectDecodes(b, v0);
+  EXPECT_EQ(rebaser.Stats().rebased, 1u);
+  // Again: B is a delta already, so nothing changes.
+  ASSERT_TRUE(rebaser.RebaseWhole(kJob, y, b, 4).ok());
+  EXPECT_EQ(meta_->GetChunk(kJob, b)->location, bm->location);
+  EXPECT_EQ(meta_->GetChunk(kJob, y)->location, ym->location);
+
+  // A previous version not held here, or of another length: nothing.
+  const std::vector<float> v2 = Step(v1, 3);
+  const format::ChunkId z = Put(v2, format::Codec::kRaw);
+  const auto zm = meta_->GetChunk(kJob, z);
+  ASSERT_TRUE(zm.ok());
+  ASSERT_TRUE(
+      rebaser.RebaseWhole(kJob, z, format::ChunkId::Of("absent", 6), 4).ok());
+  const std::vector<float> short_one(kFloats / 2, 1.0f);
+  const format::ChunkId s = Put(short_one, format::Codec::kRaw);
+  ASSERT_TRUE(rebaser.RebaseWhole(kJob, z, s, 4).ok());
+  EXPECT_EQ(meta_->GetChunk(kJob, z)->location, zm->location);
+  EXPECT_EQ(meta_->GetChunk(kJob, s)->codec, format::Codec::kRaw);
+  ExpectDecodes(z, v2);
+}
+
 }  // namespace
 }  // namespace stagger::server
