@@ -144,6 +144,18 @@ RebaserStats Rebaser::Stats() const {
   return s;
 }
 
+void Rebaser::YieldToClients() {
+  if (!client_traffic_) return;
+  const absl::Time until = absl::Now() + options_.max_yield;
+  while (client_traffic_() && absl::Now() < until) {
+    {
+      absl::MutexLock l(&mu_);
+      if (stop_) return;
+    }
+    absl::SleepFor(absl::Milliseconds(2));
+  }
+}
+
 void Rebaser::Loop() {
   // Behind the work clients wait for: ingest, reads, compaction.
   setpriority(PRIO_PROCESS, static_cast<id_t>(syscall(SYS_gettid)), 10);
@@ -161,6 +173,7 @@ void Rebaser::Loop() {
       queue_.pop_front();
       busy_ = true;
     }
+    YieldToClients();
     Status s = Rebase(item);
     // A relocation or a gc raced it: once more from the new entries.
     if (absl::IsAborted(s)) s = Rebase(item);

@@ -40,6 +40,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <optional>
 #include <set>
 #include <string>
@@ -47,6 +48,7 @@
 #include <utility>
 
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "format/chunk_id.h"
 #include "format/codec.h"
 #include "server/compactor.h"
@@ -60,6 +62,9 @@ struct RebaserOptions {
   double max_behind_ratio = 4;
   size_t max_queue = 1 << 16;  // rebases waiting; more are dropped
   int zstd_level = 1;
+  // Each rebase first waits, up to this long, while the client traffic
+  // predicate (SetClientTraffic) says a save or restore is being served.
+  absl::Duration max_yield = absl::Seconds(2);
 };
 
 struct RebaserStats {
@@ -95,6 +100,13 @@ class Rebaser {
   // was rebased since, to reclaim the records the rebases left dead (the
   // previous whole version, the forward delta).
   void SetCompactor(Compactor* compactor) { compactor_ = compactor; }
+  // With a predicate (before the first Enqueue): rebases wait while it says
+  // clients are being served (up to RebaserOptions::max_yield each), so a
+  // save's own rebases do not slow the save down on the disk and cores it
+  // shares with them.
+  void SetClientTraffic(std::function<bool()> busy) {
+    client_traffic_ = std::move(busy);
+  }
   // Finishes the queued rebases, for at most 5 s; the rest are dropped.
   ~Rebaser();
 
@@ -126,6 +138,8 @@ class Rebaser {
 
  private:
   void Loop();
+  // Waits while client_traffic_ says so, at most max_yield, or until stop.
+  void YieldToClients();
   // Appends a record of chunk `id` and waits until it is durable; returns
   // its index entry (no base, no written time).
   Result<ChunkMeta> Write(const std::string& job, format::Codec codec,
@@ -135,6 +149,7 @@ class Rebaser {
   SegmentStore* segments_;
   MetaStore* meta_;
   Compactor* compactor_ = nullptr;
+  std::function<bool()> client_traffic_;
   const RebaserOptions options_;
   mutable absl::Mutex mu_;
   struct Item {

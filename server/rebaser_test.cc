@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <cstring>
 #include <random>
 #include <vector>
@@ -213,6 +214,32 @@ TEST_F(RebaserTest, AWholePutIsEncodedAndItsPreviousVersionADeltaOfIt) {
   EXPECT_EQ(meta_->GetChunk(kJob, z)->location, zm->location);
   EXPECT_EQ(meta_->GetChunk(kJob, s)->codec, format::Codec::kRaw);
   ExpectDecodes(z, v2);
+}
+
+// While the client traffic predicate says a save is being served, a queued
+// rebase waits (here without a time bound); once it clears, it runs.
+TEST_F(RebaserTest, RebasesWaitWhileClientsAreServed) {
+  const std::vector<float> v0 = Weights(11);
+  const std::vector<float> v1 = Step(v0, 4);
+  Put(v0, format::Codec::kByteGroupZstd);
+  const format::ChunkId y = Put(v1, format::Codec::kXorByteGroupZstd, &v0);
+  RebaserOptions o;
+  o.max_yield = absl::Hours(1);
+  std::atomic<bool> serving{true};
+  std::atomic<int> asked{0};
+  Rebaser rebaser(segments_, meta_, o);
+  rebaser.SetClientTraffic([&] {
+    ++asked;
+    return serving.load();
+  });
+  rebaser.Enqueue(kJob, y);
+  while (asked.load() < 3) absl::SleepFor(absl::Milliseconds(1));
+  EXPECT_EQ(rebaser.Stats().rebased, 0u);  // still waiting: asked again
+  EXPECT_TRUE(format::IsDelta(meta_->GetChunk(kJob, y)->codec));
+  serving = false;
+  rebaser.WaitIdle();
+  EXPECT_EQ(rebaser.Stats().rebased, 1u);
+  EXPECT_FALSE(format::IsDelta(meta_->GetChunk(kJob, y)->codec));
 }
 
 }  // namespace

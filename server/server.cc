@@ -284,6 +284,8 @@ void Server::Impl::StartServices(const ServerOptions& options,
   if (options.rebase_deltas) {
     rebaser = std::make_unique<Rebaser>(segments.get(), meta.get());
     rebaser->SetCompactor(compactor.get());
+    DataService* served = data.get();
+    rebaser->SetClientTraffic([served] { return served->ClientTraffic(); });
     data->SetRebaser(rebaser.get());
   }
   if (options.cold_store != nullptr) {
