@@ -16,6 +16,7 @@ over a 1-D CPU mesh of WORLD ranks (gloo), and:
 Writes {"ok": bool, "detail": str} to OUT_JSON.
 """
 import json
+import os
 import sys
 
 import torch
@@ -77,3 +78,8 @@ def main():
 
 if __name__ == "__main__":
     main()
+    # Without finalizing: torch's gloo thread can still be freeing the last
+    # barrier's work then, and abort the process (see fsdp_worker.py).
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
