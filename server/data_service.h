@@ -112,9 +112,9 @@ class DataService : public transport::RequestHandler {
   static constexpr absl::Duration kRecentRequest = absl::Milliseconds(5);
   // Whether a data request (a save's put, a restore's get) is being served
   // or was answered within kClientQuiet: what the drain to the cold tier
-  // yields to.
-  // Admission alone sees a put only while its payload is pulled, not while
-  // it is written, nor the gaps between a save's chunks.
+  // and the rebaser yield to. Admission alone sees a put only while its
+  // payload is pulled, not while it is written, nor the gaps between a
+  // save's chunks.
   bool ClientTraffic();
   static constexpr absl::Duration kClientQuiet = absl::Milliseconds(50);
   // Writes every memory-only chunk now, waits (up to `timeout`) until they
@@ -250,7 +250,7 @@ class DataService : public transport::RequestHandler {
   static constexpr size_t kColdBufferCacheBytes = 128 << 20;
   std::unique_ptr<qos::Executor> cold_readers_;
   // What cold reads land in, recycled: a fresh buffer per chunk faulted in
-  // and zeroed every page (a sixth of the server's CPU in a restore from
+  // and zeroed every page (a third of the server's CPU in a restore from
   // S3).
   std::shared_ptr<transport::BufferPool> cold_buffers_;
   MemoryTier* memory_ = nullptr;

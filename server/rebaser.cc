@@ -101,25 +101,29 @@ Rebaser::~Rebaser() {
 }
 
 void Rebaser::Enqueue(const std::string& job, const format::ChunkId& id) {
-  absl::MutexLock l(&mu_);
-  if (stop_) return;
-  if (queue_.size() >= options_.max_queue) {
-    ++stats_.dropped;
-    return;
-  }
-  queue_.push_back(Item{job, id, std::nullopt, 1});
+  Push(Item{job, id, std::nullopt, 1});
 }
 
 void Rebaser::EnqueueWhole(const std::string& job, const format::ChunkId& id,
                            const format::ChunkId& previous,
                            uint8_t element_size) {
+  Push(Item{job, id, previous, element_size});
+}
+
+void Rebaser::Push(Item item) {
   absl::MutexLock l(&mu_);
   if (stop_) return;
   if (queue_.size() >= options_.max_queue) {
     ++stats_.dropped;
     return;
   }
-  queue_.push_back(Item{job, id, previous, element_size});
+  queue_.push_back(std::move(item));
+}
+
+bool Rebaser::Keyframe(uint32_t hops, uint64_t behind, size_t n) const {
+  return hops > options_.max_behind_hops ||
+         static_cast<double>(behind) >
+             options_.max_behind_ratio * static_cast<double>(n);
 }
 
 Status Rebaser::Rebase(const Item& item) {
@@ -336,11 +340,7 @@ Status Rebaser::RebaseOne(const std::string& job, const format::ChunkId& y) {
   }
   const uint32_t hops = bm.behind_hops + 1;
   const uint64_t behind = bm.behind_bytes + brev.size();
-  const bool keyframe =
-      reverse && (hops > options_.max_behind_hops ||
-                  static_cast<double>(behind) >
-                      options_.max_behind_ratio * static_cast<double>(n));
-  if (keyframe) reverse = false;
+  if (reverse && Keyframe(hops, behind, n)) reverse = false;
 
   std::vector<Restored> changes;
   STAGGER_ASSIGN_OR_RETURN(ChunkMeta ynew, Write(job, yc, y, n, ywhole));
@@ -397,11 +397,7 @@ Status Rebaser::RebaseWhole(const std::string& job, const format::ChunkId& y,
                                  keep * static_cast<double>(bm.stored_length);
   const uint32_t hops = bm.behind_hops + 1;
   const uint64_t behind = bm.behind_bytes + brev.size();
-  if (reverse && (hops > options_.max_behind_hops ||
-                  static_cast<double>(behind) >
-                      options_.max_behind_ratio * static_cast<double>(n))) {
-    reverse = false;
-  }
+  if (reverse && Keyframe(hops, behind, n)) reverse = false;
   if (!reverse) {
     absl::MutexLock l(&mu_);
     ++stats_.keyframes;

@@ -23,6 +23,10 @@
 // a save adds about its changed bytes, the newest step reads whole, and a
 // gc of the oldest steps frees their deltas at once.
 //
+// A whole put that names its previous version (a client whose encoder
+// could not keep up sends raw) gets step 2 alone (RebaseWhole), so its
+// save too adds about a delta, not a whole version.
+//
 // Keyframes: B stays whole when the deltas leading to it would exceed
 // max_behind_hops links or max_behind_ratio x its raw length in bytes, so
 // loading an old step reads at most that many deltas past a whole chunk.
@@ -160,6 +164,11 @@ class Rebaser {
   };
   // One rebase of `item`; RebaseOne or RebaseWhole.
   Status Rebase(const Item& item);
+  // Queues `item` unless stopping or the queue is full (then dropped).
+  void Push(Item item);
+  // Whether a version with `hops` deltas and `behind` bytes of them behind
+  // it, of `n` raw bytes, stays whole (see above).
+  bool Keyframe(uint32_t hops, uint64_t behind, size_t n) const;
   std::deque<Item> queue_ ABSL_GUARDED_BY(mu_);
   bool busy_ ABSL_GUARDED_BY(mu_) = false;
   bool stop_ ABSL_GUARDED_BY(mu_) = false;

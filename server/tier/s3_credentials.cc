@@ -67,7 +67,8 @@ Result<S3Credentials> FindS3Credentials(
           "be set together (one of them is empty)");
     }
     return S3Credentials{key, secret, Get(env, "AWS_SESSION_TOKEN"),
-                         "the environment (AWS_ACCESS_KEY_ID)"};
+                         "the environment (AWS_ACCESS_KEY_ID)",
+                         /*from_file=*/false};
   }
   std::string file = Get(env, "AWS_SHARED_CREDENTIALS_FILE");
   if (file.empty() && !Get(env, "HOME").empty()) {
@@ -89,7 +90,8 @@ Result<S3Credentials> FindS3Credentials(
   std::map<std::string, std::string> keys = Section(in, profile);
   S3Credentials c{keys["aws_access_key_id"], keys["aws_secret_access_key"],
                   keys["aws_session_token"],
-                  absl::StrCat("'", file, "' profile '", profile, "'")};
+                  absl::StrCat("'", file, "' profile '", profile, "'"),
+                  /*from_file=*/true};
   if (c.access_key.empty() && c.secret_key.empty()) {
     return absl::NotFoundError(absl::StrCat("S3 credentials: ", looked));
   }

@@ -21,6 +21,7 @@ struct S3Credentials {
   std::string secret_key;
   std::string session_token;  // empty for long-term keys
   std::string source;         // where they came from, for messages
+  bool from_file = false;     // the shared credentials file (re-readable)
 };
 
 // The credentials from `env` (a copy of the variables above; tests pass

@@ -450,7 +450,6 @@ Status S3ObjectStore::Failed(const Response& resp,
       absl::StrCat("HTTP ", resp.status, code.empty() ? "" : " ", code);
   if (AuthRefused(resp)) {
     const S3Credentials c = Credentials();
-    const bool file = !absl::StartsWith(c.source, "the environment");
     return absl::PermissionDeniedError(absl::StrCat(
         what, ": ", Describe(), " refused the request (", said,
         "): check the credentials from ", c.source,
@@ -458,8 +457,9 @@ Status S3ObjectStore::Failed(const Response& resp,
                                 : " (temporary: their session token may "
                                   "have expired)",
         " and their access to the bucket",
-        file ? "; the file is read again on the next refusal"
-             : "; credentials from the environment are read at start only"));
+        c.from_file
+            ? "; the file is read again on the next refusal"
+            : "; credentials from the environment are read at start only"));
   }
   if (code == "NoSuchBucket") {
     return absl::FailedPreconditionError(
