@@ -146,15 +146,7 @@ class ResettingProxy {
       : reset_after_(reset_after) {
     target_port_ =
         static_cast<uint16_t>(std::stoi(target.substr(target.rfind(':') + 1)));
-    fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    socklen_t len = sizeof a;
-    ::bind(fd_, reinterpret_cast<sockaddr*>(&a), len);
-    ::listen(fd_, 16);
-    ::getsockname(fd_, reinterpret_cast<sockaddr*>(&a), &len);
-    port_ = ntohs(a.sin_port);
+    fd_ = testutil::ListenLoopback(&port_);
     thread_ = std::thread([this] { Accept(); });
   }
   ~ResettingProxy() {

@@ -17,6 +17,8 @@
 #include <thread>
 #include <vector>
 
+#include "tests/testutil/process.h"
+
 namespace stagger::server::tier {
 namespace {
 
@@ -26,15 +28,7 @@ class ScriptedEndpoint {
  public:
   explicit ScriptedEndpoint(std::vector<std::string> replies)
       : replies_(std::move(replies)) {
-    fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    socklen_t len = sizeof a;
-    ::bind(fd_, reinterpret_cast<sockaddr*>(&a), len);
-    ::listen(fd_, 16);
-    ::getsockname(fd_, reinterpret_cast<sockaddr*>(&a), &len);
-    port_ = ntohs(a.sin_port);
+    fd_ = testutil::ListenLoopback(&port_);
     thread_ = std::thread([this] { Serve(); });
   }
   ~ScriptedEndpoint() {

@@ -146,6 +146,23 @@ Result<std::unique_ptr<ServerProcess>> ServerProcess::Start(
   return last;
 }
 
+int ListenLoopback(uint16_t* port) {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return -1;
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof a;
+  if (bind(fd, reinterpret_cast<sockaddr*>(&a), len) != 0 ||
+      listen(fd, 16) != 0 ||
+      getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) != 0) {
+    close(fd);
+    return -1;
+  }
+  *port = ntohs(a.sin_port);
+  return fd;
+}
+
 std::string ListenAddress() {
   // Outgoing connections take their source ports from the kernel's
   // ephemeral range; ports below it are taken only by an explicit bind.

@@ -61,6 +61,10 @@ class ServerProcess {
 // there is restarted ("127.0.0.1:0" where that range leaves no room).
 std::string ListenAddress();
 
+// A TCP socket listening on 127.0.0.1 on a port the kernel picks (a
+// scripted endpoint, a proxy); `*port` gets the port. -1 on failure.
+int ListenLoopback(uint16_t* port);
+
 // A TCP socket in LISTEN state.
 struct ListeningPort {
   std::string host;  // numeric; "0.0.0.0" or "::" for any address
