@@ -69,9 +69,15 @@ class Compactor::Pass {
   Pass(Compactor* owner, const std::string& job)
       : c_(owner), job_(job), pacer_(owner->options_.bytes_per_s) {}
 
+  // A whole pass (steps 1-4).
   Result<CompactionStats> Run();
+  // Step 4 alone, for every sealed segment.
+  Result<CompactionStats> Reclaim();
 
  private:
+  // Removes those of `victims` (id -> file size) the index names nothing
+  // in, with removals held off from the scan on.
+  Status RemoveUnnamed(const std::map<uint64_t, uint64_t>& victims);
   // Whether `s` holds fewer live bytes (per `live`) than the threshold.
   bool MostlyDead(const SegmentInfo& s,
                   const absl::flat_hash_map<uint64_t, uint64_t>& live) const;
@@ -123,9 +129,12 @@ std::set<uint64_t> Compactor::Pass::Pick(
         s.records_at_least > bytes ? s.records_at_least - bytes : 0;
     live_total += bytes;
     dead_total += dead;
-    // The open segment only from min_roll_bytes on, so that a small job
-    // keeps one segment instead of making a new one at every pass.
-    if (!s.sealed && s.size < c_->options_.min_roll_bytes) continue;
+    // An open segment only from min_roll_bytes on, so that a small job
+    // keeps one segment instead of making a new one at every pass; but one
+    // with nothing live costs no copy to reclaim.
+    if (!s.sealed && s.size < c_->options_.min_roll_bytes && bytes > 0) {
+      continue;
+    }
     if (MostlyDead(s, live)) {
       picked.insert(s.id);
       dead_total -= dead;
@@ -160,6 +169,24 @@ Result<CompactionStats> Compactor::Pass::Run() {
   STAGGER_ASSIGN_OR_RETURN(std::vector<SegmentInfo> segments,
                            c_->segments_->ListSegments(job_));
   if (segments.empty()) return stats_;
+  // The short-lived segments hold what was saved and rebased since the
+  // last pass (passes follow a step's commit and its rebases): retired,
+  // they hold no later save's records, so they die whole when the next
+  // save replaces theirs.
+  bool rolled = false;
+  for (const SegmentInfo& s : segments) {
+    if (s.sealed || s.lifetime == RecordLifetime::kLong ||
+        s.size < c_->options_.min_roll_bytes) {
+      continue;
+    }
+    STAGGER_RETURN_IF_ERROR_CTX(c_->segments_->Roll(job_, s.lifetime),
+                                Where(job_, s.id));
+    ++stats_.segments_rolled;
+    rolled = true;
+  }
+  if (rolled) {
+    STAGGER_ASSIGN_OR_RETURN(segments, c_->segments_->ListSegments(job_));
+  }
   absl::flat_hash_map<uint64_t, uint64_t> live;
   STAGGER_RETURN_IF_ERROR(c_->meta_->ForEachChunk(
       job_, [&](const format::ChunkId&, const ChunkMeta& m) {
@@ -171,7 +198,8 @@ Result<CompactionStats> Compactor::Pass::Run() {
   // fills up. (Records appended after the scan go to the new one.)
   for (const SegmentInfo& s : segments) {
     if (!s.sealed && picked.count(s.id) != 0) {
-      STAGGER_RETURN_IF_ERROR_CTX(c_->segments_->Roll(job_), Where(job_, s.id));
+      STAGGER_RETURN_IF_ERROR_CTX(c_->segments_->Roll(job_, s.lifetime),
+                                  Where(job_, s.id));
       ++stats_.segments_rolled;
     }
   }
@@ -199,8 +227,26 @@ Result<CompactionStats> Compactor::Pass::Run() {
     STAGGER_RETURN_IF_ERROR(MoveRecords(segment, list));
   }
 
+  STAGGER_RETURN_IF_ERROR(RemoveUnnamed(victims));
+  return stats_;
+}
+
+Result<CompactionStats> Compactor::Pass::Reclaim() {
+  STAGGER_ASSIGN_OR_RETURN(std::vector<SegmentInfo> sealed,
+                           c_->segments_->ListSealedSegments(job_));
+  std::map<uint64_t, uint64_t> victims;
+  for (const SegmentInfo& s : sealed) victims.emplace(s.id, s.size);
+  if (victims.empty()) return stats_;
+  STAGGER_RETURN_IF_ERROR(RemoveUnnamed(victims));
+  return stats_;
+}
+
+Status Compactor::Pass::RemoveUnnamed(
+    const std::map<uint64_t, uint64_t>& victims) {
   // Remove only what the index no longer names: the scan sees every
-  // relocation (each was a synced write before it).
+  // relocation (each was a synced write before it), and no held writer is
+  // between appending a record and indexing it.
+  absl::WriterMutexLock hold(&c_->removal_mu_);
   std::set<uint64_t> named;
   STAGGER_RETURN_IF_ERROR(c_->meta_->ForEachChunk(
       job_, [&](const format::ChunkId&, const ChunkMeta& m) {
@@ -219,7 +265,7 @@ Result<CompactionStats> Compactor::Pass::Run() {
     ++stats_.segments_removed;
     stats_.bytes_reclaimed += size;
   }
-  return stats_;
+  return absl::OkStatus();
 }
 
 Status Compactor::Pass::MoveRecords(uint64_t segment,
@@ -332,22 +378,36 @@ void Compactor::Stop() {
 
 std::shared_ptr<const CompactionTicket> Compactor::Schedule(
     const std::string& job) {
+  return Queue(job, /*reclaim_only=*/false);
+}
+
+std::shared_ptr<const CompactionTicket> Compactor::ScheduleReclaim(
+    const std::string& job) {
+  return Queue(job, /*reclaim_only=*/true);
+}
+
+std::shared_ptr<const CompactionTicket> Compactor::Queue(const std::string& job,
+                                                         bool reclaim_only) {
   absl::MutexLock l(&mu_);
   if (stopping_) {
     auto t = std::make_shared<CompactionTicket>();
     t->Finish(absl::UnavailableError("compactor stopped"));
     return t;
   }
-  for (const auto& [queued, ticket] : queue_) {
-    if (queued == job) return ticket;
+  for (Queued& q : queue_) {
+    if (q.job != job) continue;
+    q.reclaim_only = q.reclaim_only && reclaim_only;
+    return q.ticket;
   }
-  queue_.emplace_back(job, std::make_shared<CompactionTicket>());
-  return queue_.back().second;
+  queue_.push_back({job, std::make_shared<CompactionTicket>(), reclaim_only});
+  return queue_.back().ticket;
 }
 
-Result<CompactionStats> Compactor::CompactJob(const std::string& job) {
+Result<CompactionStats> Compactor::CompactJob(const std::string& job,
+                                              bool reclaim_only) {
   absl::MutexLock pass(&pass_mu_);
-  return Pass(this, job).Run();
+  Pass p(this, job);
+  return reclaim_only ? p.Reclaim() : p.Run();
 }
 
 bool Compactor::WaitUnlessStopping(double seconds) {
@@ -360,17 +420,17 @@ bool Compactor::WaitUnlessStopping(double seconds) {
 
 void Compactor::Run() {
   while (true) {
-    std::string job;
-    std::shared_ptr<CompactionTicket> ticket;
+    Queued q;
     {
       absl::MutexLock l(&mu_);
       mu_.Await(absl::Condition(this, &Compactor::HasWorkOrStopping));
       if (stopping_) break;
-      job = std::move(queue_.front().first);
-      ticket = std::move(queue_.front().second);
+      q = std::move(queue_.front());
       queue_.pop_front();
     }
-    Result<CompactionStats> r = CompactJob(job);
+    const std::string& job = q.job;
+    auto& ticket = q.ticket;
+    Result<CompactionStats> r = CompactJob(job, q.reclaim_only);
     if (absl::IsCancelled(r.status())) {
       // A shutdown stopped it between records: not a fault, so not an
       // error line (the demo ended with one on every run).
@@ -380,7 +440,7 @@ void Compactor::Run() {
     } else if (!r.ok()) {
       log::Error("stagger-server", absl::StrCat("compaction of job '", job,
                                                 "': ", r.status().ToString()));
-    } else if (r->segments_removed > 0) {
+    } else if (r->segments_removed > 0 && !q.reclaim_only) {
       log::Info(
           "stagger-server",
           absl::StrCat("compacted job '", job, "': removed ",
@@ -391,8 +451,8 @@ void Compactor::Run() {
     ticket->Finish(std::move(r));
   }
   absl::MutexLock l(&mu_);
-  for (auto& [job, ticket] : queue_) {
-    ticket->Finish(absl::UnavailableError("compactor stopped"));
+  for (Queued& q : queue_) {
+    q.ticket->Finish(absl::UnavailableError("compactor stopped"));
   }
   queue_.clear();
 }

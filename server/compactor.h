@@ -3,9 +3,12 @@
 // deleting the segments.
 //
 // One pass over a job:
-//   1. list the job's segments and scan the job's index for the live bytes
-//      of each; when the segment being appended to (min_roll_bytes or more) is
-//      below `threshold`, roll it over (SegmentStore::Roll) so it is sealed;
+//   1. retire the job's open short-lived segments (min_roll_bytes or more:
+//      they die whole once what they hold is replaced); list the job's
+//      segments and scan the job's index for the live bytes of each; when
+//      a segment being appended to (min_roll_bytes or more, or nothing
+//      live) is below `threshold`, roll it over (SegmentStore::Roll) so it
+//      is sealed;
 //   2. list the sealed segments (SegmentStore::ListSealedSegments: never
 //      the segment being appended to);
 //   3. for each segment whose live bytes are below `threshold` of its size
@@ -18,6 +21,15 @@
 //      one synced write);
 //   4. scan the index again and remove each such segment it no longer
 //      names.
+// A reclaim pass (ScheduleReclaim) does step 4 alone, for the sealed
+// segments the index names nothing in: cheap enough to run while a save's
+// rebases are killing a short-lived segment after another.
+//
+// A writer that appends records and indexes them after their callbacks
+// (the rebaser) holds removals off meanwhile (HoldRemovals): otherwise a
+// pass could find the record's segment unnamed and remove it just before
+// the index names it.
+//
 // A crash at any step leaves every index entry pointing at durable bytes:
 // a copy is durable before the index names it, and the index stops naming
 // a segment (synced) before the segment is removed. What a crash leaves
@@ -124,10 +136,43 @@ class Compactor {
   // that removed segments or failed.
   std::shared_ptr<const CompactionTicket> Schedule(const std::string& job);
 
+  // A step of `job` is complete: what its saves stored is retired from
+  // the short-lived segment (from min_roll_bytes on), so that the next
+  // save's records go to segments of their own. Returns at once.
+  void StepComplete(const std::string& job) {
+    segments_->RequestRoll(job, RecordLifetime::kSaved,
+                           options_.min_roll_bytes);
+  }
+
+  // Queues a reclaim pass over `job`: the sealed segments the index names
+  // nothing in are removed, nothing is copied. Shares a pass already queued
+  // for the job (of either kind).
+  std::shared_ptr<const CompactionTicket> ScheduleReclaim(
+      const std::string& job);
+
+  // While one lives, no pass removes a segment (see above). Cheap: a
+  // shared lock that passes take exclusively only to pick and remove.
+  class RemovalHold {
+   public:
+    explicit RemovalHold(absl::Mutex* mu) : mu_(mu) {
+      if (mu_ != nullptr) mu_->ReaderLock();
+    }
+    RemovalHold(RemovalHold&& o) : mu_(std::exchange(o.mu_, nullptr)) {}
+    RemovalHold& operator=(RemovalHold&&) = delete;
+    ~RemovalHold() {
+      if (mu_ != nullptr) mu_->ReaderUnlock();
+    }
+
+   private:
+    absl::Mutex* mu_;
+  };
+  RemovalHold HoldRemovals() { return RemovalHold(&removal_mu_); }
+
   // Runs one pass over `job` now, on this thread. The error of the first
   // step that failed (with the job and segment), CANCELLED when Stop()
   // interrupted it. Work done before an error stays valid.
-  Result<CompactionStats> CompactJob(const std::string& job);
+  Result<CompactionStats> CompactJob(const std::string& job,
+                                     bool reclaim_only = false);
 
   // Interrupts the running pass at its next record, fails queued passes
   // with UNAVAILABLE and joins the thread. Idempotent.
@@ -147,11 +192,23 @@ class Compactor {
   MetaStore* const meta_;
   const CompactorOptions options_;
 
+  // Queues a pass over `job` or shares the one queued (made a full pass
+  // unless `reclaim_only`).
+  std::shared_ptr<const CompactionTicket> Queue(const std::string& job,
+                                                bool reclaim_only);
+
   absl::Mutex pass_mu_;  // held for a whole pass
+  // Shared by RemovalHolds; a pass holds it exclusively from its last index
+  // scan to the removals.
+  absl::Mutex removal_mu_;
   absl::Mutex mu_;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
-  std::deque<std::pair<std::string, std::shared_ptr<CompactionTicket>>> queue_
-      ABSL_GUARDED_BY(mu_);
+  struct Queued {
+    std::string job;
+    std::shared_ptr<CompactionTicket> ticket;
+    bool reclaim_only = false;
+  };
+  std::deque<Queued> queue_ ABSL_GUARDED_BY(mu_);
   std::thread thread_;  // last: starts after everything above exists
 };
 

@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <map>
 #include <random>
+#include <thread>
 #include <vector>
 
 #include "server/chunk_read.h"
@@ -87,20 +88,24 @@ class CompactorTest : public ::testing::Test {
   }
 
   // Appends `n` random records of 1..12 KiB and indexes them.
-  void PutChunks(int n, const std::string& job = kJob) {
+  void PutChunks(int n, const std::string& job = kJob,
+                 RecordLifetime lifetime = RecordLifetime::kLong) {
     for (int i = 0; i < n; ++i) {
       TestRecord r = MakeRecord(rng_, 1 + rng_() % (12 << 10));
-      auto loc = AppendSync(segments_.get(), job, r);
+      auto loc = AppendSync(segments_.get(), job, r, lifetime);
       ASSERT_TRUE(loc.ok()) << loc.status();
-      ChunkMeta m;
-      m.location = *loc;
-      m.raw_length = r.header.raw_length;
-      m.stored_length = r.header.encoded_length;
-      m.codec = r.header.codec;
-      ASSERT_TRUE(meta_->PutChunk(job, r.header.chunk_id, m).ok());
-      order_.push_back(r.header.chunk_id);
-      records_[r.header.chunk_id] = std::move(r);
+      Index(job, r, *loc);
     }
+  }
+  void Index(const std::string& job, TestRecord& r, const ChunkLocation& loc) {
+    ChunkMeta m;
+    m.location = loc;
+    m.raw_length = r.header.raw_length;
+    m.stored_length = r.header.encoded_length;
+    m.codec = r.header.codec;
+    ASSERT_TRUE(meta_->PutChunk(job, r.header.chunk_id, m).ok());
+    order_.push_back(r.header.chunk_id);
+    records_[r.header.chunk_id] = std::move(r);
   }
 
   // Commits step s (one rank) referencing every chunk i with i % 4 == s - 1,
@@ -217,7 +222,7 @@ TEST_F(CompactorTest, GcThenCompactShrinksAndKeepsEveryLiveChunk) {
   ExpectReadsBack(Kept());
 }
 
-TEST_F(CompactorTest, NeverTouchesTheSegmentBeingAppendedTo) {
+TEST_F(CompactorTest, TheSegmentBeingAppendedToIsRetiredBeforeItIsRemoved) {
   PutChunks(2);  // both in segment 1, still open
   ASSERT_EQ(Usage().files, 1u);
   ChunkIdSet none;
@@ -227,15 +232,24 @@ TEST_F(CompactorTest, NeverTouchesTheSegmentBeingAppendedTo) {
   auto sealed = segments_->ListSealedSegments(kJob);
   ASSERT_TRUE(sealed.ok());
   EXPECT_TRUE(sealed->empty());
+  EXPECT_EQ(segments_->RemoveSegment(kJob, 1).code(),
+            absl::StatusCode::kFailedPrecondition);
+  // Nothing live, so small as it is, it is rolled over and removed without
+  // copying; the next append opens a new segment.
   auto r = compactor_->CompactJob(kJob);
   ASSERT_TRUE(r.ok()) << r.status();
-  EXPECT_EQ(r->segments_removed, 0u);
-  EXPECT_EQ(Usage().files, 1u);
-  // Once a later run opened a new segment, the old one is sealed and empty
-  // of live records: removed without copying.
+  EXPECT_EQ(r->segments_rolled, 1u);
+  EXPECT_EQ(r->segments_removed, 1u);
+  EXPECT_EQ(r->records_copied, 0u);
+  EXPECT_EQ(Usage().files, 0u);
+  PutChunks(1);
+  EXPECT_EQ(Usage().max_id, 2u);
+  // A later run's segments are new: the old ones are sealed, and once
+  // empty of live records removed without copying.
   Close();
   Open();
   PutChunks(1);
+  ASSERT_TRUE(meta_->Sweep(kJob, ChunkIdSet{order_.back()}, 0).ok());
   r = compactor_->CompactJob(kJob);
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(r->segments_removed, 1u);
@@ -271,6 +285,82 @@ TEST_F(CompactorTest, AMostlyDeadOpenSegmentIsRolledOverAndReclaimed) {
   EXPECT_EQ(r->segments_removed, 0u);
   ExpectReadsBack(
       std::vector<format::ChunkId>(order_.begin() + 2, order_.end()));
+}
+
+// What saves stored dies a segment at a time once replaced: a reclaim pass
+// removes the sealed segments the index names nothing in, copying nothing,
+// and leaves one with a live record and the open one alone.
+TEST_F(CompactorTest, AReclaimPassRemovesEmptiedSegmentsWithoutCopying) {
+  PutChunks(40, kJob, RecordLifetime::kSaved);  // 64 KiB segments
+  const DirUsage before = Usage();
+  ASSERT_GE(before.files, 3u);
+  // Keep the first chunk (in segment 1) and the last (in the open one).
+  ChunkIdSet keep = {order_.front(), order_.back()};
+  ASSERT_TRUE(meta_->Sweep(kJob, keep, 0).ok());
+  auto r = compactor_->CompactJob(kJob, /*reclaim_only=*/true);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->records_copied, 0u);
+  EXPECT_EQ(r->segments_rolled, 0u);
+  EXPECT_EQ(r->segments_removed, before.files - 2);
+  EXPECT_EQ(Usage().files, 2u);
+  EXPECT_TRUE(std::filesystem::exists(SegPath(1)));
+  ExpectReadsBack({order_.front(), order_.back()});
+}
+
+// A full pass retires the open short-lived segments (from min_roll_bytes
+// on), so the next save's records go to segments of their own; the
+// long-lived one stays open. A step's completion asks for the same.
+TEST_F(CompactorTest, APassRetiresTheShortLivedSegmentsAndKeepsTheLongOne) {
+  CompactorOptions co = Defaults();
+  co.min_roll_bytes = 8 << 10;
+  Close();
+  Open(co);
+  PutChunks(1, kJob, RecordLifetime::kLong);
+  TestRecord r = MakeRecord(rng_, 10 << 10);
+  auto saved = AppendSync(segments_.get(), kJob, r, RecordLifetime::kSaved);
+  ASSERT_TRUE(saved.ok());
+  Index(kJob, r, *saved);
+  auto pass = compactor_->CompactJob(kJob);
+  ASSERT_TRUE(pass.ok()) << pass.status();
+  EXPECT_EQ(pass->segments_rolled, 1u);
+  EXPECT_EQ(pass->segments_removed, 0u);
+  auto sealed = segments_->ListSealedSegments(kJob);
+  ASSERT_TRUE(sealed.ok());
+  ASSERT_EQ(sealed->size(), 1u);
+  EXPECT_EQ((*sealed)[0].id, saved->segment);
+  TestRecord r2 = MakeRecord(rng_, 10 << 10);
+  auto next = AppendSync(segments_.get(), kJob, r2, RecordLifetime::kSaved);
+  ASSERT_TRUE(next.ok());
+  EXPECT_GT(next->segment, saved->segment);
+
+  compactor_->StepComplete(kJob);
+  TestRecord r3 = MakeRecord(rng_, 10 << 10);
+  auto after = AppendSync(segments_.get(), kJob, r3, RecordLifetime::kSaved);
+  ASSERT_TRUE(after.ok());
+  EXPECT_GT(after->segment, next->segment);
+  ExpectReadsBack({order_.front(), order_.back()});
+}
+
+// A writer that indexes its records after appending them (the rebaser)
+// holds removals off: its record's segment, sealed and unnamed until the
+// index names it, is not removed by a pass that runs meanwhile.
+TEST_F(CompactorTest, ARecordBeingIndexedKeepsItsSegment) {
+  TestRecord r = MakeRecord(rng_, 10 << 10);
+  std::thread pass;
+  Result<CompactionStats> result = absl::UnknownError("not run");
+  {
+    Compactor::RemovalHold hold = compactor_->HoldRemovals();
+    auto loc = AppendSync(segments_.get(), kJob, r, RecordLifetime::kRebased);
+    ASSERT_TRUE(loc.ok()) << loc.status();
+    ASSERT_TRUE(segments_->Roll(kJob).ok());  // sealed, nothing indexed
+    pass = std::thread(
+        [&] { result = compactor_->CompactJob(kJob, /*reclaim_only=*/true); });
+    Index(kJob, r, *loc);
+  }
+  pass.join();
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_EQ(result->segments_removed, 0u);
+  ExpectReadsBack({order_.back()});
 }
 
 TEST_F(CompactorTest, DenseSegmentsAreLeftAlone) {

@@ -176,6 +176,9 @@ void ControlService::AfterCommit(const pb::CommitShardRequest& req,
                      step.world_size() == 1 ? " rank, " : " ranks, ",
                      step.raw_bytes(), " bytes"));
   }
+  if (step.complete() && compactor_ != nullptr) {
+    compactor_->StepComplete(m.job());
+  }
   if (step.complete() && retention_.keep_last > 0) {
     auto gc = meta_->Gc(m.job(), retention_.keep_last, retention_.grace_ms,
                         drainer_ != nullptr);

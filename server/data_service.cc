@@ -266,10 +266,12 @@ void DataService::Ingest(std::shared_ptr<transport::ReplyChannel> reply,
   }
   // The store checks the payload against the header (length, crc32c)
   // before queueing it; a mismatch comes back through the callback.
-  segments_->Append(r.job, r.record, std::move(payload),
-                    [this, reply, r, base = *base](Result<ChunkLocation> loc) {
-                      Stored(reply.get(), r, base, loc);
-                    });
+  segments_->Append(
+      r.job, r.record, std::move(payload),
+      [this, reply, r, base = *base](Result<ChunkLocation> loc) {
+        Stored(reply.get(), r, base, loc);
+      },
+      AppendOptions{.lifetime = SavedLifetime()});
 }
 
 namespace {

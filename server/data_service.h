@@ -89,7 +89,9 @@ class DataService : public transport::RequestHandler {
   // and gets, and each is checked against the key's grant.
   void SetAuthorizer(Authorizer* auth) { auth_ = auth; }
   // With a rebaser (not owned; call before serving), every delta chunk
-  // stored is queued for a rebase once acknowledged.
+  // stored is queued for a rebase once acknowledged, and what a save
+  // stores goes to short-lived segments (the next save's rebase replaces
+  // it).
   void SetRebaser(Rebaser* rebaser) { rebaser_ = rebaser; }
   // With a cold store (not owned; before serving): a chunk this server's
   // index lacks, or whose stored copy fails its checks, is read from it
@@ -201,6 +203,10 @@ class DataService : public transport::RequestHandler {
                    const Status& bad, bool reading_cold);
   // OK when the server is open or connection `peer`'s grant allows `job`.
   Status Allowed(uint64_t peer, const std::string& job);
+  // How long what a save stores is expected to live (SetRebaser).
+  RecordLifetime SavedLifetime() const {
+    return rebaser_ != nullptr ? RecordLifetime::kSaved : RecordLifetime::kLong;
+  }
   // Reads the record the index entry `meta` places and sends it.
   // Replies with chunk `r.id` read from the cold store, or its error.
   // Replies with a chunk's record and counts it as read.

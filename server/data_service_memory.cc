@@ -107,7 +107,7 @@ void DataService::WriteBehindLoop() {
     segments_->Append(
         rec->job, rec->header, std::move(bytes),
         [this, r = *rec](Result<ChunkLocation> loc) { WrittenBehind(r, loc); },
-        /*payload_checked=*/true);
+        AppendOptions{.payload_checked = true, .lifetime = SavedLifetime()});
   }
 }
 

@@ -128,6 +128,13 @@ int main(int argc, char** argv) {
                  "roll to a new segment file past this many MiB")
       ->check(CLI::Range(uint64_t{1}, uint64_t{1} << 20))
       ->capture_default_str();
+  uint64_t short_segment_mib = options.short_segment_bytes >> 20;
+  app.add_option("--short-segment-mib", short_segment_mib,
+                 "segment files of what a save stores, which the next "
+                 "save's rebase replaces, roll past this many MiB (small: "
+                 "they are removed whole once replaced)")
+      ->check(CLI::Range(uint64_t{1}, uint64_t{1} << 20))
+      ->capture_default_str();
   app.add_option("--compact-threshold", options.compact_threshold,
                  "after a gc, rewrite sealed segments whose live bytes are "
                  "below this fraction of their size (0: never)")
@@ -281,6 +288,7 @@ int main(int argc, char** argv) {
   options.cross_memory = !no_cross_memory;
   options.gc_grace_ms = static_cast<int64_t>(gc_grace_s * 1000);
   options.segment_bytes = segment_mib << 20;
+  options.short_segment_bytes = short_segment_mib << 20;
   options.rebase_deltas = !no_rebase;
   options.compact_bytes_per_s =
       static_cast<uint64_t>(compact_mib_per_s * (1 << 20));

@@ -117,6 +117,7 @@ void Rebaser::Push(Item item) {
     ++stats_.dropped;
     return;
   }
+  ++pending_[item.job];
   queue_.push_back(std::move(item));
 }
 
@@ -124,6 +125,33 @@ bool Rebaser::Keyframe(uint32_t hops, uint64_t behind, size_t n) const {
   return hops > options_.max_behind_hops ||
          static_cast<double>(behind) >
              options_.max_behind_ratio * static_cast<double>(n);
+}
+
+void Rebaser::Died(const std::string& job, uint64_t bytes) {
+  if (compactor_ == nullptr || options_.reclaim_every_bytes == 0) return;
+  {
+    absl::MutexLock l(&mu_);
+    uint64_t& died = died_[job];
+    died += bytes;
+    if (died < options_.reclaim_every_bytes) return;
+    died = 0;
+  }
+  compactor_->ScheduleReclaim(job);
+}
+
+void Rebaser::Done(const std::string& job) {
+  {
+    absl::MutexLock l(&mu_);
+    auto p = pending_.find(job);
+    if (p != pending_.end() && --p->second > 0) return;
+    if (p != pending_.end()) pending_.erase(p);
+    auto d = died_.find(job);
+    if (d == died_.end()) return;
+    const bool any = d->second > 0;
+    died_.erase(d);
+    if (!any || compactor_ == nullptr) return;
+  }
+  compactor_->ScheduleReclaim(job);
 }
 
 Status Rebaser::Rebase(const Item& item) {
@@ -181,6 +209,7 @@ void Rebaser::Loop() {
     Status s = Rebase(item);
     // A relocation or a gc raced it: once more from the new entries.
     if (absl::IsAborted(s)) s = Rebase(item);
+    Done(item.job);
     if (!s.ok() && !absl::IsAborted(s) && !absl::IsNotFound(s)) {
       log::Warning("stagger-server",
                    absl::StrCat("job '", item.job, "': rebase of chunk ",
@@ -211,7 +240,8 @@ void Rebaser::Loop() {
 
 Result<ChunkMeta> Rebaser::Write(const std::string& job, format::Codec codec,
                                  const format::ChunkId& id, uint64_t raw_length,
-                                 std::string_view payload) {
+                                 std::string_view payload,
+                                 RecordLifetime lifetime) {
   format::RecordHeader h;
   h.codec = codec;
   h.chunk_id = id;
@@ -223,10 +253,13 @@ Result<ChunkMeta> Rebaser::Write(const std::string& job, format::Codec codec,
   if (!payload.empty()) std::memcpy(b.data(), payload.data(), payload.size());
   absl::Notification done;
   Result<ChunkLocation> where = absl::UnknownError("not written");
-  segments_->Append(job, h, std::move(b), [&](Result<ChunkLocation> loc) {
-    where = std::move(loc);
-    done.Notify();
-  });
+  segments_->Append(
+      job, h, std::move(b),
+      [&](Result<ChunkLocation> loc) {
+        where = std::move(loc);
+        done.Notify();
+      },
+      AppendOptions{.lifetime = lifetime});
   done.WaitForNotification();
   STAGGER_RETURN_IF_ERROR(where.status());
   {
@@ -343,18 +376,22 @@ Status Rebaser::RebaseOne(const std::string& job, const format::ChunkId& y) {
   if (reverse && Keyframe(hops, behind, n)) reverse = false;
 
   std::vector<Restored> changes;
-  STAGGER_ASSIGN_OR_RETURN(ChunkMeta ynew, Write(job, yc, y, n, ywhole));
+  Compactor::RemovalHold hold = HoldRemovals();
+  STAGGER_ASSIGN_OR_RETURN(
+      ChunkMeta ynew, Write(job, yc, y, n, ywhole, RecordLifetime::kRebased));
   if (reverse) {
     ynew.behind_hops = hops;
     ynew.behind_bytes = behind;
   }
   changes.push_back({y, ym.location, ynew});
   if (reverse) {
-    STAGGER_ASSIGN_OR_RETURN(ChunkMeta bnew, Write(job, bc, b, n, brev));
+    STAGGER_ASSIGN_OR_RETURN(ChunkMeta bnew,
+                             Write(job, bc, b, n, brev, RecordLifetime::kLong));
     bnew.base = y;
     changes.push_back({b, bm.location, bnew});
   }
   STAGGER_RETURN_IF_ERROR(meta_->Restore(job, changes));
+  Died(job, ym.location.record_size + (reverse ? bm.location.record_size : 0));
   absl::MutexLock l(&mu_);
   if (reverse) {
     ++stats_.rebased;
@@ -406,10 +443,13 @@ Status Rebaser::RebaseWhole(const std::string& job, const format::ChunkId& y,
   ChunkMeta ynew = ym;
   ynew.behind_hops = hops;
   ynew.behind_bytes = behind;
-  STAGGER_ASSIGN_OR_RETURN(ChunkMeta bnew, Write(job, bc, b, n, brev));
+  Compactor::RemovalHold hold = HoldRemovals();
+  STAGGER_ASSIGN_OR_RETURN(ChunkMeta bnew,
+                           Write(job, bc, b, n, brev, RecordLifetime::kLong));
   bnew.base = y;
   STAGGER_RETURN_IF_ERROR(
       meta_->Restore(job, {{y, ym.location, ynew}, {b, bm.location, bnew}}));
+  Died(job, bm.location.record_size);
   absl::MutexLock l(&mu_);
   ++stats_.rebased;
   return absl::OkStatus();

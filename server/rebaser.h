@@ -45,6 +45,7 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <map>
 #include <optional>
 #include <set>
 #include <string>
@@ -69,6 +70,12 @@ struct RebaserOptions {
   // Each rebase first waits, up to this long, while the client traffic
   // predicate (SetClientTraffic) says a save or restore is being served.
   absl::Duration max_yield = absl::Seconds(2);
+  // With a compactor: each time the whole versions a job's rebases left
+  // dead add up to this many bytes, and when the job has no more rebases
+  // queued, a reclaim pass removes the short-lived segments they emptied
+  // (SegmentStoreOptions::short_lived_segment_bytes), so the disk does not
+  // first hold a whole save's old versions beside their deltas.
+  uint64_t reclaim_every_bytes = 16ull << 20;
 };
 
 struct RebaserStats {
@@ -102,7 +109,8 @@ class Rebaser {
   // With a compactor (not owned; before the first Enqueue): each time the
   // queue runs empty, a compaction pass is scheduled for every job that
   // was rebased since, to reclaim the records the rebases left dead (the
-  // previous whole version, the forward delta).
+  // previous whole version, the forward delta); reclaim passes run
+  // meanwhile (RebaserOptions::reclaim_every_bytes).
   void SetCompactor(Compactor* compactor) { compactor_ = compactor; }
   // With a predicate (before the first Enqueue): rebases wait while it says
   // clients are being served (up to RebaserOptions::max_yield each), so a
@@ -146,9 +154,23 @@ class Rebaser {
   void YieldToClients();
   // Appends a record of chunk `id` and waits until it is durable; returns
   // its index entry (no base, no written time).
+  // The newest version whole is short-lived (the next save's rebase
+  // replaces it); an older version's delta lives until a gc.
   Result<ChunkMeta> Write(const std::string& job, format::Codec codec,
                           const format::ChunkId& id, uint64_t raw_length,
-                          std::string_view payload);
+                          std::string_view payload, RecordLifetime lifetime);
+  // While it lives, compaction removes no segment: what Write wrote is not
+  // indexed yet.
+  Compactor::RemovalHold HoldRemovals() {
+    return compactor_ != nullptr ? compactor_->HoldRemovals()
+                                 : Compactor::RemovalHold(nullptr);
+  }
+  // `bytes` of `job`'s records died in a rebase; schedules a reclaim pass
+  // every reclaim_every_bytes.
+  void Died(const std::string& job, uint64_t bytes);
+  // A rebase of `job` is done: when it was the job's last one queued and
+  // records died since the last reclaim pass, schedules one.
+  void Done(const std::string& job);
 
   SegmentStore* segments_;
   MetaStore* meta_;
@@ -173,6 +195,10 @@ class Rebaser {
   bool busy_ ABSL_GUARDED_BY(mu_) = false;
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
   std::set<std::string> rebased_jobs_ ABSL_GUARDED_BY(mu_);  // since a pass
+  // Per job, bytes died since its last reclaim pass.
+  std::map<std::string, uint64_t> died_ ABSL_GUARDED_BY(mu_);
+  // Per job, rebases queued or running.
+  std::map<std::string, size_t> pending_ ABSL_GUARDED_BY(mu_);
   RebaserStats stats_ ABSL_GUARDED_BY(mu_);
   std::thread thread_;
 };

@@ -249,6 +249,7 @@ Status Server::Impl::OpenStores(const ServerOptions& options) {
   SegmentStoreOptions seg;
   seg.dir = options.data_dir + "/segments";
   seg.segment_bytes = options.segment_bytes;
+  seg.short_lived_segment_bytes = options.short_segment_bytes;
   seg.fs = options.file_system;
   // A file system that refuses O_DIRECT is logged by the segment store
   // when it first refuses it (at the first segment opened).
@@ -282,7 +283,10 @@ void Server::Impl::StartServices(const ServerOptions& options,
     });
   }
   if (options.rebase_deltas) {
-    rebaser = std::make_unique<Rebaser>(segments.get(), meta.get());
+    RebaserOptions ro;
+    ro.reclaim_every_bytes =
+        std::min(options.segment_bytes, options.short_segment_bytes);
+    rebaser = std::make_unique<Rebaser>(segments.get(), meta.get(), ro);
     rebaser->SetCompactor(compactor.get());
     DataService* served = data.get();
     rebaser->SetClientTraffic([served] { return served->ClientTraffic(); });

@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <random>
 #include <vector>
@@ -325,10 +326,20 @@ TEST_F(IncrementalTest, CorruptBaseFailsEveryDependentLoadWithDataLoss) {
     ASSERT_EQ(h->stats().chunks_delta, 4u);
   }  // the embedded server stops with its last user, rebases done
   // The server keeps step 2 whole and step 1 as deltas of it: the last
-  // whole records written are step 2's. Corrupt the last one.
-  std::string seg = dir_.path() + "/segments/incr/00000001.seg";
-  std::vector<uint64_t> whole = WholeRecords(seg);
-  ASSERT_EQ(whole.size(), 8u) << "4 of step 1, 4 of step 2 rebased";
+  // whole records written are step 2's, rebased into a segment of their
+  // own (step 1's whole versions, dead now, may still stand in an older
+  // one). Corrupt the last one.
+  std::string seg;
+  std::vector<uint64_t> whole;
+  for (const auto& e :
+       std::filesystem::directory_iterator(dir_.path() + "/segments/incr")) {
+    std::vector<uint64_t> found = WholeRecords(e.path().string());
+    if (!found.empty() && e.path().string() > seg) {
+      seg = e.path().string();
+      whole = found;
+    }
+  }
+  ASSERT_EQ(whole.size(), 4u) << "step 2's, rebased, in " << seg;
   {
     std::fstream f(seg, std::ios::in | std::ios::out | std::ios::binary);
     ASSERT_TRUE(f.good()) << seg;

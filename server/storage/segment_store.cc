@@ -51,10 +51,11 @@ double SecondsSince(std::chrono::steady_clock::time_point start) {
 void SegmentStore::Impl::Append(const std::string& job,
                                 const format::RecordHeader& h,
                                 transport::Buffer payload, AppendCallback done,
-                                bool payload_checked) {
+                                const AppendOptions& options) {
   Pending p;
   p.job = job;
   p.header = h;
+  p.lifetime = options.lifetime;
   p.done = std::move(done);
   p.rejected = ValidateJobName(job);
   if (p.rejected.ok()) {
@@ -65,7 +66,7 @@ void SegmentStore::Impl::Append(const std::string& job,
     p.rejected =
         format::DecodeRecordHeader(std::string_view(encoded, sizeof(encoded)))
             .status();
-    if (p.rejected.ok() && !payload_checked) {
+    if (p.rejected.ok() && !options.payload_checked) {
       p.rejected = format::VerifyPayload(h, payload.view());
     }
     // The name is valid here, so it is safe to quote.
@@ -87,7 +88,7 @@ void SegmentStore::Impl::WriterLoop() {
   fs_->RegisterBuffers(iovs).IgnoreError();
   while (true) {
     std::vector<Pending> batch;
-    std::set<std::string> rolls;
+    std::map<std::string, RollRequest> rolls;
     uint64_t rolls_asked = 0;
     {
       absl::MutexLock l(&mu_);
@@ -118,8 +119,10 @@ void SegmentStore::Impl::WriterLoop() {
   }
   fs_->UnregisterBuffers();
   for (auto& [job, state] : jobs_) {
-    if (state.current != nullptr) Trim(state.current.get());
-    state.current.reset();
+    for (auto& current : state.current) {
+      if (current != nullptr) Trim(current.get());
+      current.reset();
+    }
   }
 }
 
@@ -140,17 +143,23 @@ Result<SegmentStore::Impl::JobState*> SegmentStore::Impl::GetJob(
 }
 
 Result<SegmentStore::Impl::Segment*> SegmentStore::Impl::SegmentFor(
-    const std::string& job, uint64_t record_size,
+    const std::string& job, RecordLifetime lifetime, uint64_t record_size,
     std::vector<std::unique_ptr<Segment>>* retired,
     std::set<std::string>* dirs_to_sync) {
   STAGGER_ASSIGN_OR_RETURN(JobState * js, GetJob(job));
   if (!js->dir_durable) dirs_to_sync->insert(options_.dir);
-  if (js->current != nullptr && js->current->size > 0 &&
-      js->current->size + record_size > options_.segment_bytes) {
+  std::unique_ptr<Segment>& current =
+      js->current[static_cast<size_t>(lifetime)];
+  const uint64_t limit =
+      lifetime != RecordLifetime::kLong
+          ? std::min(options_.segment_bytes, options_.short_lived_segment_bytes)
+          : options_.segment_bytes;
+  if (current != nullptr && current->size > 0 &&
+      current->size + record_size > limit) {
     // Kept open until the batch has written and synced it.
-    retired->push_back(std::move(js->current));
+    retired->push_back(std::move(current));
   }
-  if (js->current == nullptr) {
+  if (current == nullptr) {
     const std::string job_dir = JobDir(job);
     if (!js->dir_exists) {
       STAGGER_RETURN_IF_ERROR(fs_->CreateDirs(job_dir));
@@ -158,10 +167,11 @@ Result<SegmentStore::Impl::Segment*> SegmentStore::Impl::SegmentFor(
     }
     auto seg = std::make_unique<Segment>();
     seg->id = js->next_id++;
+    seg->limit = limit;
     seg->path = JoinPath(job_dir, SegmentFileName(seg->id));
     // Before the file exists, so that a listing which sees the file also
     // sees it unsealed.
-    Unseal(job, seg->id);
+    Unseal(job, seg->id, lifetime);
     FileOptions fo;
     fo.create = fo.writable = fo.exclusive = true;
     fo.direct = true;
@@ -173,17 +183,17 @@ Result<SegmentStore::Impl::Segment*> SegmentStore::Impl::SegmentFor(
                                 "cache"));
     }
     dirs_to_sync->insert(job_dir);
-    js->current = std::move(seg);
+    current = std::move(seg);
   }
-  return js->current.get();
+  return current.get();
 }
 
 Status SegmentStore::Impl::Place(std::vector<Pending>& batch, Batch* b) {
   for (Pending& p : batch) {
     if (!p.rejected.ok()) continue;
     STAGGER_ASSIGN_OR_RETURN(
-        Segment * s,
-        SegmentFor(p.job, p.record_size, &b->retired, &b->dirs_to_sync));
+        Segment * s, SegmentFor(p.job, p.lifetime, p.record_size, &b->retired,
+                                &b->dirs_to_sync));
     if (std::find(b->touched.begin(), b->touched.end(), s) ==
         b->touched.end()) {
       b->touched.push_back(s);
@@ -224,9 +234,10 @@ void SegmentStore::Impl::Settle(const Status& error, Batch& b) {
   // again, so no acknowledged record can follow a torn one.
   for (Segment* s : b.touched) Abandon(s);
   for (auto& [job, state] : jobs_) {
-    if (state.current != nullptr &&
-        state.current->size != state.current->durable) {
-      state.current.reset();
+    for (auto& current : state.current) {
+      if (current != nullptr && current->size != current->durable) {
+        current.reset();
+      }
     }
   }
 }
@@ -273,24 +284,36 @@ void SegmentStore::Impl::Commit(std::vector<Pending>& batch) {
   Reseal();
 }
 
-void SegmentStore::Impl::RollJobs(const std::set<std::string>& jobs) {
-  for (const std::string& job : jobs) {
+void SegmentStore::Impl::RollJobs(
+    const std::map<std::string, RollRequest>& jobs) {
+  for (const auto& [job, request] : jobs) {
     auto it = jobs_.find(job);
-    if (it == jobs_.end() || it->second.current == nullptr) continue;
-    // Every record placed in it was committed (and its callback run) by
+    if (it == jobs_.end()) continue;
+    // Every record placed in them was committed (and its callback run) by
     // the batches before this one.
-    Trim(it->second.current.get());
-    it->second.current.reset();
+    for (size_t i = 0; i < it->second.current.size(); ++i) {
+      std::unique_ptr<Segment>& current = it->second.current[i];
+      if ((request.mask & (1u << i)) == 0 || current == nullptr ||
+          current->size < request.min_bytes) {
+        continue;
+      }
+      Trim(current.get());
+      current.reset();
+    }
   }
   Reseal();
 }
 
-Status SegmentStore::Impl::Roll(const std::string& job) {
+Status SegmentStore::Impl::Roll(const std::string& job, uint8_t mask,
+                                uint64_t min_bytes, bool wait) {
   STAGGER_RETURN_IF_ERROR(ValidateJobName(job));
   absl::MutexLock l(&mu_);
   if (stopping_) return absl::UnavailableError("segment store is closing");
-  roll_.insert(job);
+  RollRequest& r = roll_[job];
+  r.mask |= mask;
+  r.min_bytes = std::min(r.min_bytes, min_bytes);
   const uint64_t ticket = ++rolls_asked_;
+  if (!wait) return absl::OkStatus();
   auto done = [this, ticket]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     return rolls_done_ >= ticket;
   };
@@ -298,29 +321,39 @@ Status SegmentStore::Impl::Roll(const std::string& job) {
   return absl::OkStatus();
 }
 
-void SegmentStore::Impl::Unseal(const std::string& job, uint64_t id) {
+void SegmentStore::Impl::Unseal(const std::string& job, uint64_t id,
+                                RecordLifetime lifetime) {
   absl::MutexLock l(&seal_mu_);
-  auto [it, inserted] = unsealed_from_.try_emplace(job, id);
-  if (!inserted) it->second = std::min(it->second, id);
+  unsealed_[job][id] = lifetime;
 }
 
 void SegmentStore::Impl::Reseal() {
   absl::MutexLock l(&seal_mu_);
-  for (auto it = unsealed_from_.begin(); it != unsealed_from_.end();) {
+  for (auto it = unsealed_.begin(); it != unsealed_.end();) {
+    it->second.clear();
     auto js = jobs_.find(it->first);
-    if (js != jobs_.end() && js->second.current != nullptr) {
-      it->second = js->second.current->id;
-      ++it;
+    if (js != jobs_.end()) {
+      for (size_t i = 0; i < js->second.current.size(); ++i) {
+        const auto& current = js->second.current[i];
+        if (current != nullptr) {
+          it->second[current->id] = static_cast<RecordLifetime>(i);
+        }
+      }
+    }
+    if (it->second.empty()) {
+      it = unsealed_.erase(it);
     } else {
-      it = unsealed_from_.erase(it);
+      ++it;
     }
   }
 }
 
-uint64_t SegmentStore::Impl::UnsealedFrom(const std::string& job) {
+std::map<uint64_t, RecordLifetime> SegmentStore::Impl::Unsealed(
+    const std::string& job) {
   absl::MutexLock l(&seal_mu_);
-  auto it = unsealed_from_.find(job);
-  return it == unsealed_from_.end() ? UINT64_MAX : it->second;
+  auto it = unsealed_.find(job);
+  return it == unsealed_.end() ? std::map<uint64_t, RecordLifetime>()
+                               : it->second;
 }
 
 Result<std::vector<SegmentInfo>> SegmentStore::Impl::ListSealedSegments(
@@ -347,16 +380,18 @@ Result<std::vector<SegmentInfo>> SegmentStore::Impl::ListSegments(
   if (!ids.ok()) return WithContext(ids.status(), absl::StrCat("job ", job));
   // Read after listing: a segment created since is either missing from the
   // listing or already marked unsealed (Unseal runs before its creation).
-  const uint64_t unsealed = UnsealedFrom(job);
+  const std::map<uint64_t, RecordLifetime> unsealed = Unsealed(job);
   for (uint64_t id : *ids) {
-    if (sealed_only && id >= unsealed) break;
+    auto open = unsealed.find(id);
+    const bool sealed = open == unsealed.end();
+    if (sealed_only && !sealed) continue;
     auto file = OpenForRead(job, id);
     if (absl::IsNotFound(file.status())) continue;  // removed meanwhile
     if (!file.ok()) return WithContext(file.status(), Where(job, id, 0));
     auto size = (*file)->Size();
     if (!size.ok()) return WithContext(size.status(), Where(job, id, 0));
-    const bool sealed = id < unsealed;
     out.push_back(SegmentInfo{id, *size, sealed,
+                              sealed ? RecordLifetime::kLong : open->second,
                               sealed ? *size : RecordBytesAtLeast(*size)});
   }
   return out;
@@ -364,7 +399,7 @@ Result<std::vector<SegmentInfo>> SegmentStore::Impl::ListSegments(
 
 Status SegmentStore::Impl::RemoveSegment(const std::string& job, uint64_t id) {
   STAGGER_RETURN_IF_ERROR(ValidateJobName(job));
-  if (id >= UnsealedFrom(job)) {
+  if (Unsealed(job).count(id) != 0) {
     return absl::FailedPreconditionError(absl::StrCat(
         "job ", job, " segment ", id, " is not sealed: appends may reach it"));
   }
@@ -387,9 +422,9 @@ void SegmentStore::Impl::Reserve(Segment* segment) {
       std::min(step, std::max(kMinReserve, segment->size / 8));
   uint64_t target = (segment->size + ahead + format::kRecordAlignment - 1) /
                     format::kRecordAlignment * format::kRecordAlignment;
-  target = std::max(
-      segment->size,
-      std::min(target, std::max(options_.segment_bytes, segment->allocated)));
+  target =
+      std::max(segment->size,
+               std::min(target, std::max(segment->limit, segment->allocated)));
   Result<bool> reserved =
       segment->file->Allocate(segment->allocated, target - segment->allocated);
   if (reserved.ok() && *reserved) {
@@ -528,11 +563,11 @@ Result<std::unique_ptr<SegmentStore>> SegmentStore::Open(
   if (options.dir.empty()) {
     return absl::InvalidArgumentError("segment store: empty dir");
   }
-  if (options.segment_bytes == 0 || options.max_batch_bytes == 0 ||
-      options.queue_depth == 0) {
+  if (options.segment_bytes == 0 || options.short_lived_segment_bytes == 0 ||
+      options.max_batch_bytes == 0 || options.queue_depth == 0) {
     return absl::InvalidArgumentError(
-        "segment store: segment_bytes, max_batch_bytes and queue_depth must "
-        "be > 0");
+        "segment store: segment_bytes, short_lived_segment_bytes, "
+        "max_batch_bytes and queue_depth must be > 0");
   }
   std::unique_ptr<FileSystem> owned;
   FileSystem* fs = options.fs;
@@ -550,8 +585,8 @@ Result<std::unique_ptr<SegmentStore>> SegmentStore::Open(
 
 void SegmentStore::Append(const std::string& job, const format::RecordHeader& h,
                           transport::Buffer payload, AppendCallback done,
-                          bool payload_checked) {
-  impl_->Append(job, h, std::move(payload), std::move(done), payload_checked);
+                          const AppendOptions& options) {
+  impl_->Append(job, h, std::move(payload), std::move(done), options);
 }
 
 Result<StoredRecord> SegmentStore::Read(const std::string& job,
@@ -578,7 +613,23 @@ Result<std::vector<SegmentInfo>> SegmentStore::ListSegments(
   return impl_->ListSegments(job, /*sealed_only=*/false);
 }
 
-Status SegmentStore::Roll(const std::string& job) { return impl_->Roll(job); }
+Status SegmentStore::Roll(const std::string& job) {
+  return impl_->Roll(job, 0xff, 0, /*wait=*/true);
+}
+
+Status SegmentStore::Roll(const std::string& job, RecordLifetime lifetime) {
+  return impl_->Roll(job, 1u << static_cast<unsigned>(lifetime), 0,
+                     /*wait=*/true);
+}
+
+void SegmentStore::RequestRoll(const std::string& job, RecordLifetime lifetime,
+                               uint64_t min_bytes) {
+  // An invalid name or a closing store: nothing to roll.
+  impl_
+      ->Roll(job, 1u << static_cast<unsigned>(lifetime), min_bytes,
+             /*wait=*/false)
+      .IgnoreError();
+}
 
 Status SegmentStore::RemoveSegment(const std::string& job, uint64_t id) {
   return impl_->RemoveSegment(job, id);

@@ -13,6 +13,10 @@
 // jobs and clients), issues the writes with several in flight, waits for all
 // of them, fdatasyncs each touched segment, and only then runs the callbacks.
 //
+// Lifetimes: each job appends to one segment per RecordLifetime, so that
+// short-lived records (what a save stored, the newest versions the rebaser
+// wrote whole) fill small segments of their own that die whole.
+//
 // Sealed segments: a segment is sealed once no append can reach it and the
 // callbacks of every record written to it have run (so whatever a callback
 // indexes is indexed). Only sealed segments are listed for compaction or
@@ -43,9 +47,13 @@ struct ChunkLocation {
 };
 
 struct SegmentStoreOptions {
-  std::string dir;                       // root of the segment tree
-  FileSystem* fs = nullptr;              // not owned; nullptr = default
-  uint64_t segment_bytes = 1ull << 30;   // roll to a new segment past this
+  std::string dir;                      // root of the segment tree
+  FileSystem* fs = nullptr;             // not owned; nullptr = default
+  uint64_t segment_bytes = 1ull << 30;  // roll to a new segment past this
+  // The same for short-lived records (every RecordLifetime but kLong), at
+  // most segment_bytes: small, so that the records of one save fill
+  // segments of their own, which die whole when they are replaced.
+  uint64_t short_lived_segment_bytes = 16ull << 20;
   size_t max_batch_bytes = 64ull << 20;  // bytes per group commit
   size_t queue_depth = 32;               // writes in flight
   // Reserve disk space ahead of the appends to a segment (File::Allocate):
@@ -57,10 +65,28 @@ struct SegmentStoreOptions {
   uint64_t preallocate_bytes = 64ull << 20;
 };
 
+// How long a record is expected to stay live. Each job appends to one
+// segment per lifetime, so records that die together share segments and
+// compaction removes those without copying a byte.
+enum class RecordLifetime : uint8_t {
+  // Live until a gc drops its step: deltas of older versions, compaction's
+  // copies (records that already outlived their neighbours).
+  kLong = 0,
+  // What a save stored, which a rebase replaces: a delta at once, a whole
+  // version at the next save (server/rebaser.h).
+  kSaved = 1,
+  // A newest version the rebaser wrote whole, which the next save's
+  // rebase replaces.
+  kRebased = 2,
+};
+inline constexpr size_t kRecordLifetimes = 3;
+
 struct SegmentInfo {
   uint64_t id = 0;
   uint64_t size = 0;   // bytes in the file (reserved space included)
-  bool sealed = true;  // false: the segment being appended to
+  bool sealed = true;  // false: a segment being appended to
+  // Of a segment being appended to: the records it takes.
+  RecordLifetime lifetime = RecordLifetime::kLong;
   // A lower bound on the bytes its records take: `size` for a sealed
   // segment; for the open one, `size` less the most its reservation ahead
   // of appends can be.
@@ -73,6 +99,13 @@ struct StoredRecord {
 };
 
 using AppendCallback = std::function<void(Result<ChunkLocation>)>;
+
+struct AppendOptions {
+  // h.encoded_length / payload_crc32c were checked against the payload by
+  // the caller (the memory tier did when it took the chunk in).
+  bool payload_checked = false;
+  RecordLifetime lifetime = RecordLifetime::kLong;
+};
 
 // What the writer has done since the store opened (for the metrics page).
 struct SegmentStoreStats {
@@ -98,11 +131,10 @@ class SegmentStore {
   // thread once the record is durable (location) or failed (status: e.g.
   // RESOURCE_EXHAUSTED on a full disk, naming the segment path).
   // h.encoded_length / payload_crc32c are checked against `payload`,
-  // unless the caller did (`payload_checked`: the memory tier checked it
-  // when it took the chunk in). The store owns `payload` from here on.
+  // unless options.payload_checked. The store owns `payload` from here on.
   void Append(const std::string& job, const format::RecordHeader& h,
               transport::Buffer payload, AppendCallback done,
-              bool payload_checked = false);
+              const AppendOptions& options = {});
 
   // Reads the record at `loc` and verifies it (header, payload checksum,
   // padding). DATA_LOSS naming the segment and offset on any corruption,
@@ -130,12 +162,18 @@ class SegmentStore {
   // (sealed = false), and any still being committed.
   Result<std::vector<SegmentInfo>> ListSegments(const std::string& job);
 
-  // Retires the segment `job` is appending to, once the batch being
-  // committed is done: its unused reservation is cut off, it is sealed, and
-  // the next append opens a new segment. So a mostly dead segment can be
-  // compacted before it fills up (server/compactor.h). Returns once done;
-  // OK when the job has no open segment.
+  // Retires the segments `job` is appending to (one per lifetime), once the
+  // batch being committed is done: their unused reservation is cut off,
+  // they are sealed, and the next append opens a new segment. So a mostly dead
+  // segment can be compacted before it fills up (server/compactor.h). Returns
+  // once done; OK when the job has no open segment.
   Status Roll(const std::string& job);
+  // The same for the segment of one lifetime only.
+  Status Roll(const std::string& job, RecordLifetime lifetime);
+  // Asks for that segment to be retired before the next batch is placed,
+  // if it holds `min_bytes` or more by then; returns at once.
+  void RequestRoll(const std::string& job, RecordLifetime lifetime,
+                   uint64_t min_bytes);
 
   // Deletes sealed segment `id` of `job` and syncs the job directory.
   // FAILED_PRECONDITION when the segment is not sealed, NOT_FOUND when it

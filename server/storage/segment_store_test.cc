@@ -588,3 +588,116 @@ TEST_F(SegmentStoreTest, OnlySealedSegmentsAreListedOrRemoved) {
 
 }  // namespace
 }  // namespace stagger::server
+
+namespace stagger::server {
+namespace {
+
+using storage_internal::AppendSync;
+using storage_internal::MakeRecord;
+using storage_internal::TempDir;
+using storage_internal::TestRecord;
+
+// Records of each lifetime go to segments of their own, short-lived ones
+// rolled at their own size, so a segment of them is sealed (listed,
+// removable) while the long-lived segment of the same job stays open.
+TEST(SegmentLifetimeTest, EachLifetimeFillsSegmentsOfItsOwn) {
+  TempDir dir;
+  ASSERT_TRUE(dir.ok());
+  SegmentStoreOptions o;
+  o.dir = dir.path();
+  o.segment_bytes = 1 << 20;
+  o.short_lived_segment_bytes = 256 << 10;
+  auto store = SegmentStore::Open(o);
+  ASSERT_TRUE(store.ok()) << store.status();
+  SegmentStore* s = store->get();
+  std::mt19937_64 rng(9);
+  TestRecord r = MakeRecord(rng, 100 << 10);  // 104 KiB on disk
+
+  auto long1 = AppendSync(s, "j", r, RecordLifetime::kLong);
+  std::vector<ChunkLocation> saved;
+  for (int i = 0; i < 3; ++i) {  // two per 256 KiB segment
+    auto loc = AppendSync(s, "j", r, RecordLifetime::kSaved);
+    ASSERT_TRUE(loc.ok()) << loc.status();
+    saved.push_back(*loc);
+  }
+  auto rebased = AppendSync(s, "j", r, RecordLifetime::kRebased);
+  auto long2 = AppendSync(s, "j", r, RecordLifetime::kLong);
+  ASSERT_TRUE(long1.ok() && rebased.ok() && long2.ok());
+
+  EXPECT_EQ(long1->segment, long2->segment);
+  EXPECT_EQ(saved[0].segment, saved[1].segment);
+  EXPECT_NE(saved[1].segment, saved[2].segment);
+  EXPECT_NE(saved[0].segment, long1->segment);
+  EXPECT_NE(rebased->segment, long1->segment);
+  EXPECT_NE(rebased->segment, saved[2].segment);
+
+  auto sealed = s->ListSealedSegments("j");
+  ASSERT_TRUE(sealed.ok()) << sealed.status();
+  ASSERT_EQ(sealed->size(), 1u);
+  EXPECT_EQ((*sealed)[0].id, saved[0].segment);
+  EXPECT_EQ(s->RemoveSegment("j", long1->segment).code(),
+            absl::StatusCode::kFailedPrecondition);
+  ASSERT_TRUE(s->RemoveSegment("j", saved[0].segment).ok());
+
+  auto all = s->ListSegments("j");
+  ASSERT_TRUE(all.ok()) << all.status();
+  std::map<uint64_t, RecordLifetime> open;
+  for (const SegmentInfo& i : *all) {
+    if (!i.sealed) open[i.id] = i.lifetime;
+  }
+  EXPECT_EQ(open, (std::map<uint64_t, RecordLifetime>{
+                      {long1->segment, RecordLifetime::kLong},
+                      {saved[2].segment, RecordLifetime::kSaved},
+                      {rebased->segment, RecordLifetime::kRebased}}));
+
+  // Rolling one lifetime seals that segment alone.
+  ASSERT_TRUE(s->Roll("j", RecordLifetime::kRebased).ok());
+  sealed = s->ListSealedSegments("j");
+  ASSERT_TRUE(sealed.ok());
+  ASSERT_EQ(sealed->size(), 1u);
+  EXPECT_EQ((*sealed)[0].id, rebased->segment);
+  auto next = AppendSync(s, "j", r, RecordLifetime::kRebased);
+  ASSERT_TRUE(next.ok());
+  EXPECT_GT(next->segment, rebased->segment);
+}
+
+// RequestRoll returns at once; the segment is retired before the next batch
+// if it holds min_bytes by then, and left open otherwise.
+TEST(SegmentLifetimeTest, RequestedRollsHonourTheirMinimum) {
+  TempDir dir;
+  ASSERT_TRUE(dir.ok());
+  SegmentStoreOptions o;
+  o.dir = dir.path();
+  auto store = SegmentStore::Open(o);
+  ASSERT_TRUE(store.ok()) << store.status();
+  SegmentStore* s = store->get();
+  std::mt19937_64 rng(10);
+  TestRecord r = MakeRecord(rng, 60 << 10);  // 64 KiB on disk
+
+  auto first = AppendSync(s, "j", r, RecordLifetime::kSaved);
+  ASSERT_TRUE(first.ok());
+  s->RequestRoll("j", RecordLifetime::kSaved, 128 << 10);  // too small
+  auto second = AppendSync(s, "j", r, RecordLifetime::kSaved);
+  ASSERT_TRUE(second.ok());
+  EXPECT_EQ(second->segment, first->segment);
+  s->RequestRoll("j", RecordLifetime::kSaved, 128 << 10);  // now 128 KiB
+  auto third = AppendSync(s, "j", r, RecordLifetime::kSaved);
+  ASSERT_TRUE(third.ok());
+  EXPECT_GT(third->segment, first->segment);
+  s->RequestRoll("no/such", RecordLifetime::kSaved, 0);  // ignored
+}
+
+TEST(SegmentLifetimeTest, ZeroShortSegmentSizeIsRefused) {
+  TempDir dir;
+  ASSERT_TRUE(dir.ok());
+  SegmentStoreOptions o;
+  o.dir = dir.path();
+  o.short_lived_segment_bytes = 0;
+  auto store = SegmentStore::Open(o);
+  EXPECT_EQ(store.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(store.status().message().find("short_lived_segment_bytes"),
+            std::string::npos);
+}
+
+}  // namespace
+}  // namespace stagger::server

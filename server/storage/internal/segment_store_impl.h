@@ -4,6 +4,7 @@
 #ifndef STAGGER_SERVER_STORAGE_INTERNAL_SEGMENT_STORE_IMPL_H_
 #define STAGGER_SERVER_STORAGE_INTERNAL_SEGMENT_STORE_IMPL_H_
 
+#include <array>
 #include <atomic>
 #include <deque>
 #include <map>
@@ -60,7 +61,7 @@ class SegmentStore::Impl {
 
   void Append(const std::string& job, const format::RecordHeader& h,
               transport::Buffer payload, AppendCallback done,
-              bool payload_checked);
+              const AppendOptions& options);
   Result<StoredRecord> Read(const std::string& job, const ChunkLocation& loc,
                             const IOOptions& io);
   Status Scan(const std::string& job,
@@ -70,7 +71,10 @@ class SegmentStore::Impl {
   Result<std::vector<SegmentInfo>> ListSealedSegments(const std::string& job);
   Result<std::vector<SegmentInfo>> ListSegments(const std::string& job,
                                                 bool sealed_only);
-  Status Roll(const std::string& job);
+  // Retires the job's segments of the lifetimes in `mask` (bit 1 << each)
+  // that hold `min_bytes` or more; waits for it unless `!wait`.
+  Status Roll(const std::string& job, uint8_t mask, uint64_t min_bytes,
+              bool wait);
   Status RemoveSegment(const std::string& job, uint64_t id);
   bool direct_io() const { return direct_.load(std::memory_order_relaxed); }
   SegmentStoreStats Stats() const;
@@ -83,6 +87,7 @@ class SegmentStore::Impl {
     AppendCallback done;
     Status rejected;  // set when Append refused the record
     uint64_t record_size = 0;
+    RecordLifetime lifetime = RecordLifetime::kLong;
   };
   struct Segment {
     uint64_t id = 0;
@@ -91,6 +96,7 @@ class SegmentStore::Impl {
     uint64_t size = 0;       // bytes placed, written or not
     uint64_t durable = 0;    // bytes synced and acknowledged
     uint64_t allocated = 0;  // file size reserved by Allocate
+    uint64_t limit = 0;      // rolled past this many bytes
   };
   struct JobState {
     uint64_t next_id = storage_internal::kFirstSegmentId;
@@ -98,7 +104,8 @@ class SegmentStore::Impl {
     // The job directory's entry in the root has been fsynced by this
     // process. Until then every commit for the job syncs the root too.
     bool dir_durable = false;
-    std::unique_ptr<Segment> current;
+    // The segment being appended to, per RecordLifetime.
+    std::array<std::unique_ptr<Segment>, kRecordLifetimes> current;
   };
   // A record's place in the batch being committed.
   struct Placement {
@@ -122,7 +129,11 @@ class SegmentStore::Impl {
     return !queue_.empty() || !roll_.empty() || stopping_;
   }
   // Retires the current segment of each job in `jobs` (writer thread).
-  void RollJobs(const std::set<std::string>& jobs);
+  struct RollRequest {
+    uint8_t mask = 0;  // bit 1 << lifetime
+    uint64_t min_bytes = UINT64_MAX;
+  };
+  void RollJobs(const std::map<std::string, RollRequest>& jobs);
   void WriterLoop();
   void Commit(std::vector<Pending>& batch);
   // What one batch touches on its way to disk (Commit's steps).
@@ -143,7 +154,8 @@ class SegmentStore::Impl {
   static void Answer(std::vector<Pending>& batch, const Batch& b,
                      const Status& error);
   Result<JobState*> GetJob(const std::string& job);
-  Result<Segment*> SegmentFor(const std::string& job, uint64_t record_size,
+  Result<Segment*> SegmentFor(const std::string& job, RecordLifetime lifetime,
+                              uint64_t record_size,
                               std::vector<std::unique_ptr<Segment>>* retired,
                               std::set<std::string>* dirs_to_sync);
   Status WriteSegments(const std::vector<Segment*>& touched,
@@ -164,12 +176,12 @@ class SegmentStore::Impl {
   // Cuts a segment's unused reservation off (best effort).
   void Trim(Segment* segment);
   // Marks segment `id` of `job` unsealed; called before its file exists.
-  void Unseal(const std::string& job, uint64_t id);
-  // After a batch's callbacks ran: only each job's current segment stays
+  void Unseal(const std::string& job, uint64_t id, RecordLifetime lifetime);
+  // After a batch's callbacks ran: only each job's current segments stay
   // unsealed.
   void Reseal();
-  // Segments of `job` with an id at or above this may still change.
-  uint64_t UnsealedFrom(const std::string& job);
+  // The segments of `job` that may still change, with what they take.
+  std::map<uint64_t, RecordLifetime> Unsealed(const std::string& job);
   Result<std::unique_ptr<File>> OpenForRead(const std::string& job,
                                             uint64_t segment);
   // Reads and verifies the record at `offset` of an open segment; `size` is
@@ -203,14 +215,15 @@ class SegmentStore::Impl {
   uint64_t batches_done_ ABSL_GUARDED_BY(mu_) = 0;
   // Jobs whose current segment Roll() asked to retire, and how many Roll()
   // calls were made / are done.
-  std::set<std::string> roll_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, RollRequest> roll_ ABSL_GUARDED_BY(mu_);
   uint64_t rolls_asked_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t rolls_done_ ABSL_GUARDED_BY(mu_) = 0;
 
-  // Per job that has an unsealed segment, the lowest unsealed id. Written
-  // by the writer thread, read by ListSealedSegments and RemoveSegment.
+  // Per job that has unsealed segments, their ids. Written by the writer
+  // thread, read by ListSegments and RemoveSegment.
   absl::Mutex seal_mu_;
-  std::map<std::string, uint64_t> unsealed_from_ ABSL_GUARDED_BY(seal_mu_);
+  std::map<std::string, std::map<uint64_t, RecordLifetime>> unsealed_
+      ABSL_GUARDED_BY(seal_mu_);
 
   // Writer thread only.
   std::map<std::string, JobState> jobs_;

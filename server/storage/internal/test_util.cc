@@ -61,9 +61,11 @@ void Collector::WaitFor(size_t n) {
 
 Result<server::ChunkLocation> AppendSync(server::SegmentStore* store,
                                          const std::string& job,
-                                         const TestRecord& r) {
+                                         const TestRecord& r,
+                                         server::RecordLifetime lifetime) {
   Collector c(1);
-  store->Append(job, r.header, r.Payload(), c.Callback(0));
+  store->Append(job, r.header, r.Payload(), c.Callback(0),
+                server::AppendOptions{.lifetime = lifetime});
   c.Wait();
   return c.result(0);
 }

@@ -62,9 +62,9 @@ class Collector {
 };
 
 // Appends one record and waits for its callback.
-Result<server::ChunkLocation> AppendSync(server::SegmentStore* store,
-                                         const std::string& job,
-                                         const TestRecord& r);
+Result<server::ChunkLocation> AppendSync(
+    server::SegmentStore* store, const std::string& job, const TestRecord& r,
+    server::RecordLifetime lifetime = server::RecordLifetime::kLong);
 
 // Reads a whole file / overwrites one byte of it, with plain stdio.
 std::string ReadFileBytes(const std::string& path);
