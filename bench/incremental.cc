@@ -4,11 +4,12 @@
 // SyntheticState of --size bytes, saved per tensor class: one Checkpointer
 // (its own job, registering only that class's tensors) per class, all on
 // one stagger-server process on a temporary data directory, with default
-// options unless told otherwise. Step 1 is a full save; then Step() and a
-// save for steps 2..--steps. The server's disk is measured as `du` would
-// (allocated blocks of segments/<job>) with the server stopped, after step
-// 1 and after the last step (DiskMeter: it is restarted on the same
-// address, and the Checkpointers go on against it). Reported per class:
+// options unless told otherwise. Step 1 is a full save; then --interval-s
+// of training (a sleep), Step() and a save for steps 2..--steps. The server's
+// disk is measured as `du` would (allocated blocks of segments/<job>) with the
+// server stopped, after step 1 and after the last step (DiskMeter: it is
+// restarted on the same address, and the Checkpointers go on against it).
+// Reported per class:
 //   raw 2..N / disk 2..N  bytes_raw of steps 2..N / the job's disk growth
 //   peak 2..N             the job's largest growth over step 1 at any time
 //                         (sampled every 50 ms, the server running: before
@@ -188,7 +189,9 @@ int Main(int argc, char** argv) {
        {"json", {"", "write the figures as JSON to this file"}},
        {"data", {"/tmp", "parent of the temporary data directory"}},
        {"steps", {"5", "saves per class: step 1 full, then Step() + save"}},
-       {"chunk-size", {"1MiB", "CheckpointerOptions.chunk_size"}},
+       {"chunk-size",
+        {std::to_string(CheckpointerOptions{}.chunk_size >> 10) + "KiB",
+         "CheckpointerOptions.chunk_size (default: the library's)"}},
        {"codec", {"auto", "CheckpointerOptions.codec for every class"}},
        {"compare",
         {"zstd",
@@ -208,6 +211,10 @@ int Main(int argc, char** argv) {
         {"",
          "also replay this trace of real training "
          "(bench/data/make_torch_trace.py --out DIR)"}},
+       {"interval-s",
+        {"2",
+         "seconds of training between a save and the next step (0: saves "
+         "back to back, the server's background work behind them)"}},
        {"seed", {"1", "SyntheticState seed"}}});
   Status s = flags.Parse(argc, argv);
   if (!s.ok()) return Fail("incremental", s);
@@ -233,6 +240,16 @@ int Main(int argc, char** argv) {
   if (*steps < 2) {
     return Fail("incremental",
                 absl::InvalidArgumentError("--steps must be at least 2"));
+  }
+  char* end = nullptr;
+  const std::string interval_flag = flags.Get("interval-s");
+  const double interval_s = strtod(interval_flag.c_str(), &end);
+  if (end == interval_flag.c_str() || *end != '\0' || !(interval_s >= 0) ||
+      interval_s > 3600) {
+    return Fail("incremental", absl::InvalidArgumentError(
+                                   "--interval-s must be seconds in [0, 3600], "
+                                   "got '" +
+                                   interval_flag + "'"));
   }
   const std::string codec = flags.Get("codec");
   std::string compare = flags.Get("compare");
@@ -318,6 +335,7 @@ int Main(int argc, char** argv) {
       before.clear();
       for (const auto& t : tensors) before.push_back(t.bytes);
     }
+    std::this_thread::sleep_for(std::chrono::duration<double>(interval_s));
     state.Step();
     s = SaveAll(runs, step);
   }
