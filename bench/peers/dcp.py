@@ -14,7 +14,8 @@ large tensors), one process does, on one disk:
              all threads): what any snapshot must at least cost
   DCP        step 1 ``dcp.save``; a training-like update; step 2
              ``dcp.async_save`` (blocking time = the call, durable = the
-             future's result); bytes of step 2's directory (du);
+             future's result); bytes of step 2's directory (du: its
+             peak too, since DCP writes it once);
              ``dcp.load`` of step 2 into preallocated tensors
   stagger    a stagger-server process on its own data directory, default
              options; step 1 eager ``save_state_dict``; the same update;
@@ -25,7 +26,10 @@ large tensors), one process does, on one disk:
              visible stall is the call plus the wait in
              ``before_update()``); bytes step 2 added to the server's
              data directory (du, the server stopped so reservations are
-             given back); ``load_state_dict`` of step 4 into preallocated
+             given back), at peak (du every 50 ms until it settled) and
+             written by the server's process for it (/proc/PID/io, its
+             rebases and compaction included); ``load_state_dict`` of step
+             4 into preallocated
              tensors, from a fresh Checkpointer. Before the server is
              stopped (to measure, or to drop its caches before the load)
              its data directory is left to settle: the server rebases
@@ -50,12 +54,15 @@ O_DIRECT; UCX loopback), beside the copy floor. Prints a table per
 layout, the loads' times in turn, the ceilings, and
 
   RESULT peers layout=L eager_x_async=... eager_x_floor=... lazy_x_async=...
-         dcp_durable_x_stagger=... dcp_bytes_x_stagger=... load_x_dcp=...
+         dcp_durable_x_stagger=... dcp_bytes_x_stagger=... peak_x_raw=...
+         write_amp=... load_x_dcp=...
          load_best_x_dcp=... memory_load_x_floor=... memory_fresh_x_floor=...
          load_x_disk_read=...
          ratio=eager_x_async
 
-(memory_load_x_floor: the memory-tier load's bandwidth into resident
+(peak_x_raw: stagger's peak growth for step 2 over the state's bytes;
+write_amp: the bytes its server wrote for step 2 over the state's bytes;
+memory_load_x_floor: the memory-tier load's bandwidth into resident
 tensors over the copy floor's, which copies into resident memory too;
 memory_fresh_x_floor: the same into fresh tensors;
 load_x_disk_read: the cold load's over the disk's read ceiling)
@@ -355,11 +362,23 @@ def stagger_memory_loads(sd, work, server_bin, reps):
         server.stop()
 
 
+def written_bytes(pid):
+    """Bytes process `pid` wrote to storage (/proc/PID/io write_bytes)."""
+    with open(f"/proc/{pid}/io") as f:
+        for line in f:
+            if line.startswith("write_bytes:"):
+                return int(line.split()[1])
+    return 0
+
+
 def stagger_step_bytes(sd, work, server_bin):
-    """Disk bytes a step after the first adds (du, with the server stopped
-    so that its reservations are given back; the same Checkpointer goes on
-    against the restarted server, so it keeps its delta bases)."""
+    """Disk bytes a step after the first adds: settled (du, with the server
+    stopped so that its reservations are given back; the same Checkpointer
+    goes on against the restarted server, so it keeps its delta bases), at
+    peak (du every 50 ms from the save to the settled directory, the server
+    running), and the bytes the server wrote for it (/proc/PID/io)."""
     sys.path.insert(0, os.path.join(ROOT, "build", "python"))
+    import threading
     import stagger.torch as st
     data = os.path.join(work, "stagger-bytes")
     server = Server(server_bin, data)
@@ -371,10 +390,23 @@ def stagger_step_bytes(sd, work, server_bin):
         first = du(data)
         server.start()
         train_step(sd)
-        st.save_state_dict(ck, sd, 2).wait()
-        settle(data)
+        peak, done = [first], threading.Event()
+
+        def sample():
+            while not done.wait(0.05):
+                peak[0] = max(peak[0], du(data))
+
+        sampler = threading.Thread(target=sample)
+        sampler.start()
+        try:
+            st.save_state_dict(ck, sd, 2).wait()
+            settle(data)
+        finally:
+            done.set()
+            sampler.join()
+        written = written_bytes(server.proc.pid)
         server.stop()
-        return du(data) - first
+        return du(data) - first, peak[0] - first, written
     finally:
         if server.proc.poll() is None:
             server.stop()
@@ -462,7 +494,8 @@ def main():
              s["memory_exact"]) = stagger_memory_loads(
                 sd, work, a.server_bin, a.load_reps)
             load_runs = " ".join(f"{x[0][0]:.3f}/{x[1][0]:.3f}" for x in loads)
-            step_bytes = stagger_step_bytes(sd, work, a.server_bin)
+            step_bytes, step_peak, step_written = stagger_step_bytes(
+                sd, work, a.server_bin)
         finally:
             shutil.rmtree(work, ignore_errors=True)
         print(f"\nlayout {layout}: {len(ts)} tensors, {nbytes / 2**20:.1f} "
@@ -478,6 +511,10 @@ def main():
                 ("dcp.save, step 1 (s)", d["save_s"], None),
                 ("bytes stored for a step after the first (MiB)",
                  d["bytes"] / 2**20, step_bytes / 2**20),
+                ("  at peak, before the server settled (MiB)",
+                 d["bytes"] / 2**20, step_peak / 2**20),
+                ("  written by the server for it (MiB)", None,
+                 step_written / 2**20),
                 (f"load of the last step, median of {a.load_reps} (s)",
                  d["load_s"], s["load_s"]),
                 ("load of the last step, fastest (s)", d["load_best_s"],
@@ -509,6 +546,8 @@ def main():
              "lazy_x_async": s["lazy_visible_s"] / d["async_block_s"],
              "dcp_durable_x_stagger": d["async_durable_s"] / s["durable_s"],
              "dcp_bytes_x_stagger": d["bytes"] / max(1, step_bytes),
+             "peak_x_raw": step_peak / nbytes,
+             "write_amp": step_written / nbytes,
              "load_x_dcp": s["load_s"] / d["load_s"],
              "load_best_x_dcp": s["load_best_s"] / d["load_best_s"],
              # Shares of a ceiling's bandwidth (1 = at the ceiling).
