@@ -127,6 +127,24 @@ bool Rebaser::Keyframe(uint32_t hops, uint64_t behind, size_t n) const {
              options_.max_behind_ratio * static_cast<double>(n);
 }
 
+Status Rebaser::Keep(const std::string& job, const format::ChunkId& b,
+                     const ChunkMeta& bm) {
+  if (!segments_->ShortLived(job, bm.location.segment)) return absl::OkStatus();
+  STAGGER_ASSIGN_OR_RETURN(StoredRecord rec,
+                           ReadChunk(meta_, segments_, job, b, bm));
+  STAGGER_ASSIGN_OR_RETURN(
+      ChunkMeta copy, Write(job, rec.header.codec, b, rec.header.raw_length,
+                            rec.payload.view(), RecordLifetime::kLong));
+  STAGGER_ASSIGN_OR_RETURN(
+      uint64_t moved,
+      meta_->RelocateChunks(job, {Relocation{b, bm.location, copy.location}}));
+  if (moved == 0) return absl::OkStatus();  // it changed meanwhile
+  Died(job, bm.location.record_size);
+  absl::MutexLock l(&mu_);
+  ++stats_.moved;
+  return absl::OkStatus();
+}
+
 void Rebaser::Died(const std::string& job, uint64_t bytes) {
   if (compactor_ == nullptr || options_.reclaim_every_bytes == 0) return;
   {
@@ -392,6 +410,7 @@ Status Rebaser::RebaseOne(const std::string& job, const format::ChunkId& y) {
   }
   STAGGER_RETURN_IF_ERROR(meta_->Restore(job, changes));
   Died(job, ym.location.record_size + (reverse ? bm.location.record_size : 0));
+  if (!reverse) STAGGER_RETURN_IF_ERROR(Keep(job, b, bm));
   absl::MutexLock l(&mu_);
   if (reverse) {
     ++stats_.rebased;
@@ -436,9 +455,12 @@ Status Rebaser::RebaseWhole(const std::string& job, const format::ChunkId& y,
   const uint64_t behind = bm.behind_bytes + brev.size();
   if (reverse && Keyframe(hops, behind, n)) reverse = false;
   if (!reverse) {
-    absl::MutexLock l(&mu_);
-    ++stats_.keyframes;
-    return absl::OkStatus();
+    {
+      absl::MutexLock l(&mu_);
+      ++stats_.keyframes;
+    }
+    Compactor::RemovalHold hold = HoldRemovals();
+    return Keep(job, b, bm);
   }
   ChunkMeta ynew = ym;
   ynew.behind_hops = hops;

@@ -83,9 +83,12 @@ struct RebaserStats {
   // ... written whole, their base left as it was: a keyframe, a base that
   // is not whole, or one no smaller as a delta.
   uint64_t keyframes = 0;
-  uint64_t aborted = 0;        // an entry changed meanwhile; left as it came
-  uint64_t failed = 0;         // a read or write failed; left as it came
-  uint64_t dropped = 0;        // the queue was full
+  uint64_t aborted = 0;  // an entry changed meanwhile; left as it came
+  uint64_t failed = 0;   // a read or write failed; left as it came
+  uint64_t dropped = 0;  // the queue was full
+  // Bases left as they were (keyframes, no smaller as a delta) copied out
+  // of a short-lived segment (Keep).
+  uint64_t moved = 0;
   uint64_t bytes_written = 0;  // record payload bytes
   size_t queued = 0;
 };
@@ -165,6 +168,13 @@ class Rebaser {
     return compactor_ != nullptr ? compactor_->HoldRemovals()
                                  : Compactor::RemovalHold(nullptr);
   }
+  // B (chunk `b`, `bm`) stays as it is while its successor was rebased:
+  // where a save stored it (a short-lived segment, which the rebases of
+  // its neighbours are emptying), it is copied to a long-lived one, so
+  // that segment dies whole instead of standing until a compaction pass
+  // copies B all the same. Needs the removal hold (HoldRemovals).
+  Status Keep(const std::string& job, const format::ChunkId& b,
+              const ChunkMeta& bm);
   // `bytes` of `job`'s records died in a rebase; schedules a reclaim pass
   // every reclaim_every_bytes.
   void Died(const std::string& job, uint64_t bytes);

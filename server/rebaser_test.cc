@@ -216,6 +216,47 @@ TEST_F(RebaserTest, AWholePutIsEncodedAndItsPreviousVersionADeltaOfIt) {
   ExpectDecodes(z, v2);
 }
 
+// A base that stays as it is (here: no smaller as a delta of an unrelated
+// successor) is copied out of the short-lived segment a save stored it in,
+// so that segment can die whole; it still decodes, and nothing else moves.
+TEST_F(RebaserTest, ABaseKeptAsItIsLeavesItsShortLivedSegment) {
+  // Random bits: no delta of them is smaller.
+  auto random_bits = [](uint32_t seed) {
+    std::mt19937 rng(seed);
+    std::vector<float> v(kFloats);
+    for (float& x : v) {
+      const uint32_t bits = rng();
+      std::memcpy(&x, &bits, 4);
+    }
+    return v;
+  };
+  const std::vector<float> v0 = random_bits(21);
+  const std::vector<float> v1 = random_bits(22);
+  const format::ChunkId b = stores_.Put(kJob, BytesOf(v0), format::Codec::kRaw,
+                                        {}, RecordLifetime::kSaved);
+  const format::ChunkId y = stores_.Put(kJob, BytesOf(v1), format::Codec::kRaw,
+                                        {}, RecordLifetime::kSaved);
+  auto before = meta_->GetChunk(kJob, b);
+  ASSERT_TRUE(before.ok());
+  ASSERT_TRUE(segments_->ShortLived(kJob, before->location.segment));
+  Rebaser rebaser(segments_, meta_);
+  ASSERT_TRUE(rebaser.RebaseWhole(kJob, y, b, 4).ok());
+  auto after = meta_->GetChunk(kJob, b);
+  ASSERT_TRUE(after.ok());
+  EXPECT_EQ(after->codec, format::Codec::kRaw);
+  EXPECT_FALSE(after->base.has_value());
+  EXPECT_NE(after->location.segment, before->location.segment);
+  EXPECT_FALSE(segments_->ShortLived(kJob, after->location.segment));
+  EXPECT_EQ(rebaser.Stats().keyframes, 1u);
+  EXPECT_EQ(rebaser.Stats().moved, 1u);
+  ExpectDecodes(b, v0);
+  ExpectDecodes(y, v1);
+  // Once moved, it stays: a long-lived record is not copied again.
+  ASSERT_TRUE(rebaser.RebaseWhole(kJob, y, b, 4).ok());
+  EXPECT_EQ(meta_->GetChunk(kJob, b)->location, after->location);
+  EXPECT_EQ(rebaser.Stats().moved, 1u);
+}
+
 // While the client traffic predicate says a save is being served, a queued
 // rebase waits (here without a time bound); once it clears, it runs.
 TEST_F(RebaserTest, RebasesWaitWhileClientsAreServed) {

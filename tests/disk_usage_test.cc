@@ -210,5 +210,81 @@ TEST(DiskUsageTest, GcGivesTheDiskBackWithDefaultSegments) {
   EXPECT_EQ(ck->Load(6).status().code(), absl::StatusCode::kNotFound);
 }
 
+// Bytes process `pid` wrote to storage (/proc/PID/io write_bytes).
+uint64_t WrittenBytes(pid_t pid) {
+  FILE* f = fopen(("/proc/" + std::to_string(pid) + "/io").c_str(), "r");
+  if (f == nullptr) return 0;
+  char line[128];
+  unsigned long long n = 0;
+  while (fgets(line, sizeof(line), f) != nullptr) {
+    if (sscanf(line, "write_bytes: %llu", &n) == 1) break;
+  }
+  fclose(f);
+  return n;
+}
+
+// Dense weights saved whole (the client's policy sends raw where its
+// encoder is the bottleneck; here every chunk goes whole, zstd): each put
+// names its previous version, which the server turns into a delta of it.
+// What a save stored fills segments of its own, so the old whole versions
+// die a segment at a time and go without compaction copying the new ones:
+// the server writes about the whole chunks plus their deltas.
+TEST(DiskUsageTest, OldWholeVersionsLeaveWithoutTheNewOnesBeingCopied) {
+  TempDir dir;
+  const std::string data = dir.path() + "/data";
+  auto server = ServerProcess::Start(data);
+  ASSERT_TRUE(server.ok()) << server.status();
+  CheckpointerOptions o;
+  o.servers = (*server)->grpc();
+  o.job = "dense";
+  o.codec = CodecChoice::kZstd;
+  o.delta_chain_max = 0;  // every chunk whole
+  auto ck = Checkpointer::Open(o);
+  ASSERT_TRUE(ck.ok()) << ck.status();
+  constexpr int64_t kN = 6 << 20;  // 24 MiB of fp32: six 4 MiB chunks
+  std::vector<float> w(kN);
+  std::mt19937 rng(7);
+  std::normal_distribution<float> d(0.0f, 0.02f);
+  for (float& x : w) x = d(rng);
+  ASSERT_TRUE((*ck)->Register({"w", "F32", {kN}, w.data()}).ok());
+  ASSERT_TRUE((*ck)->Save(1).value().Wait().ok());
+  const uint64_t after_first = SettledDiskBytes(data);
+  const uint64_t written_first = WrittenBytes((*server)->pid());
+  ASSERT_GT(written_first, 0u) << "no /proc/PID/io";
+  uint64_t shipped = 0, raw = 0;
+  for (int64_t step = 2; step <= 4; ++step) {
+    for (float& x : w) x -= x * 1e-4f;  // a small update of every weight
+    auto h = (*ck)->Save(step);
+    ASSERT_TRUE(h.ok()) << h.status();
+    ASSERT_TRUE(h->Wait().ok());
+    EXPECT_EQ(h->stats().chunks_delta, 0u);
+    shipped += h->stats().bytes_shipped;
+    raw += h->stats().bytes_raw;
+  }
+  const uint64_t grown = SettledDiskBytes(data) - after_first;
+  const uint64_t written = WrittenBytes((*server)->pid()) - written_first;
+  printf(
+      "dense whole: %llu raw, %llu shipped, disk grew %llu, server wrote "
+      "%llu\n",
+      static_cast<unsigned long long>(raw),
+      static_cast<unsigned long long>(shipped),
+      static_cast<unsigned long long>(grown),
+      static_cast<unsigned long long>(written));
+  // Each save adds about a delta of the version before it, far less than
+  // the whole versions shipped.
+  EXPECT_LT(grown, shipped / 2);
+  // The whole versions and their deltas, not the new versions again: with
+  // one segment for all, compaction copied each save's whole versions out
+  // of the segment their predecessors left mostly dead (about 2x shipped).
+  EXPECT_LT(written, shipped * 3 / 2);
+  // Every step loads bit-exact: the newest whole, the older through deltas.
+  std::vector<float> out(w.size());
+  (*ck)->ClearRegistrations();
+  ASSERT_TRUE((*ck)->Register({"w", "F32", {kN}, out.data()}).ok());
+  ASSERT_EQ((*ck)->Load(4).value_or(-1), 4);
+  EXPECT_EQ(std::memcmp(out.data(), w.data(), w.size() * 4), 0);
+  ASSERT_EQ((*ck)->Load(1).value_or(-1), 1);
+}
+
 }  // namespace
 }  // namespace stagger

@@ -26,7 +26,8 @@ void IndexedStores::Close() {
 }
 
 format::ChunkId IndexedStores::Put(const std::string& job, std::string_view raw,
-                                   format::Codec codec, std::string_view base) {
+                                   format::Codec codec, std::string_view base,
+                                   server::RecordLifetime lifetime) {
   const format::ChunkId id = format::ChunkId::Of(raw.data(), raw.size());
   format::EncodeOptions eo;
   storage_internal::TestRecord r;
@@ -44,7 +45,7 @@ format::ChunkId IndexedStores::Put(const std::string& job, std::string_view raw,
   r.header.raw_length = raw.size();
   r.header.encoded_length = r.payload.size();
   r.header.payload_crc32c = format::Crc32c(r.payload.data(), r.payload.size());
-  auto loc = storage_internal::AppendSync(segments_.get(), job, r);
+  auto loc = storage_internal::AppendSync(segments_.get(), job, r, lifetime);
   EXPECT_TRUE(loc.ok()) << loc.status();
   m.location = *loc;
   m.raw_length = raw.size();

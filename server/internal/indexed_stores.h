@@ -24,9 +24,12 @@ class IndexedStores {
   void Close();
 
   // Stores `raw` encoded with `codec` (a delta of `base` when the codec is
-  // one) in `job` and indexes it; returns its id.
-  format::ChunkId Put(const std::string& job, std::string_view raw,
-                      format::Codec codec, std::string_view base = {});
+  // one) in `job`, in segments of `lifetime`, and indexes it; returns its
+  // id.
+  format::ChunkId Put(
+      const std::string& job, std::string_view raw, format::Codec codec,
+      std::string_view base = {},
+      server::RecordLifetime lifetime = server::RecordLifetime::kLong);
 
   server::MetaStore* meta() { return meta_.get(); }
   server::SegmentStore* segments() { return segments_.get(); }

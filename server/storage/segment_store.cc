@@ -325,6 +325,25 @@ void SegmentStore::Impl::Unseal(const std::string& job, uint64_t id,
                                 RecordLifetime lifetime) {
   absl::MutexLock l(&seal_mu_);
   unsealed_[job][id] = lifetime;
+  opened_[job][id] = lifetime;
+}
+
+bool SegmentStore::Impl::ShortLived(const std::string& job, uint64_t id) {
+  {
+    absl::MutexLock l(&seal_mu_);
+    auto it = opened_.find(job);
+    if (it != opened_.end()) {
+      auto s = it->second.find(id);
+      if (s != it->second.end()) return s->second != RecordLifetime::kLong;
+    }
+  }
+  // A segment of an earlier run: judged by its size.
+  if (!ValidateJobName(job).ok()) return false;
+  auto file = OpenForRead(job, id);
+  if (!file.ok()) return false;
+  auto size = (*file)->Size();
+  return size.ok() && *size <= std::min(options_.segment_bytes,
+                                        options_.short_lived_segment_bytes);
 }
 
 void SegmentStore::Impl::Reseal() {
@@ -405,6 +424,14 @@ Status SegmentStore::Impl::RemoveSegment(const std::string& job, uint64_t id) {
   }
   const std::string dir = JobDir(job);
   STAGGER_RETURN_IF_ERROR(fs_->Remove(JoinPath(dir, SegmentFileName(id))));
+  {
+    absl::MutexLock l(&seal_mu_);
+    auto it = opened_.find(job);
+    if (it != opened_.end()) {
+      it->second.erase(id);
+      if (it->second.empty()) opened_.erase(it);
+    }
+  }
   // Makes the reclaim durable; if this is lost, the segment comes back
   // with no indexed record and the next compaction removes it again.
   return fs_->SyncDir(dir);
@@ -633,6 +660,10 @@ void SegmentStore::RequestRoll(const std::string& job, RecordLifetime lifetime,
 
 Status SegmentStore::RemoveSegment(const std::string& job, uint64_t id) {
   return impl_->RemoveSegment(job, id);
+}
+
+bool SegmentStore::ShortLived(const std::string& job, uint64_t id) {
+  return impl_->ShortLived(job, id);
 }
 
 bool SegmentStore::direct_io() const { return impl_->direct_io(); }

@@ -181,6 +181,13 @@ class SegmentStore {
   // Reads of it get NOT_FOUND.
   Status RemoveSegment(const std::string& job, uint64_t id);
 
+  // Whether segment `id` of `job` holds short-lived records (any
+  // RecordLifetime but kLong). Which lifetime a segment took is not
+  // written down: for one of an earlier run this says whether it is no
+  // larger than short_lived_segment_bytes (a long-lived segment that small
+  // is one a job left early; taking it for short-lived costs a copy).
+  bool ShortLived(const std::string& job, uint64_t id);
+
   // True when segments are written with O_DIRECT (false after a fallback).
   bool direct_io() const;
 

@@ -687,6 +687,51 @@ TEST(SegmentLifetimeTest, RequestedRollsHonourTheirMinimum) {
   s->RequestRoll("no/such", RecordLifetime::kSaved, 0);  // ignored
 }
 
+// A store knows the lifetime of the segments it opened; one of an earlier
+// run counts as short-lived when it is no larger than a short-lived
+// segment may grow.
+TEST(SegmentLifetimeTest, ShortLivedIsKnownAndAfterARestartJudgedBySize) {
+  TempDir dir;
+  ASSERT_TRUE(dir.ok());
+  SegmentStoreOptions o;
+  o.dir = dir.path();
+  o.segment_bytes = 1 << 20;
+  o.short_lived_segment_bytes = 256 << 10;
+  o.preallocate_bytes = 0;
+  std::mt19937_64 rng(11);
+  TestRecord r = MakeRecord(rng, 100 << 10);  // 104 KiB on disk
+  ChunkLocation big, small, saved;
+  {
+    auto store = SegmentStore::Open(o);
+    ASSERT_TRUE(store.ok()) << store.status();
+    SegmentStore* s = store->get();
+    for (int i = 0; i < 3; ++i) {  // 312 KiB: larger than a short segment
+      auto loc = AppendSync(s, "j", r, RecordLifetime::kLong);
+      ASSERT_TRUE(loc.ok());
+      big = *loc;
+    }
+    auto loc = AppendSync(s, "j", r, RecordLifetime::kSaved);
+    ASSERT_TRUE(loc.ok());
+    saved = *loc;
+    EXPECT_TRUE(s->ShortLived("j", saved.segment));
+    EXPECT_FALSE(s->ShortLived("j", big.segment));
+    ASSERT_TRUE(s->Roll("j").ok());
+    loc = AppendSync(s, "j", r, RecordLifetime::kLong);  // 104 KiB, long
+    ASSERT_TRUE(loc.ok());
+    small = *loc;
+    EXPECT_FALSE(s->ShortLived("j", small.segment));
+    EXPECT_FALSE(s->ShortLived("j", 999));
+  }
+  auto store = SegmentStore::Open(o);
+  ASSERT_TRUE(store.ok()) << store.status();
+  SegmentStore* s = store->get();
+  EXPECT_TRUE(s->ShortLived("j", saved.segment));
+  EXPECT_FALSE(s->ShortLived("j", big.segment));
+  EXPECT_TRUE(s->ShortLived("j", small.segment));  // taken for one: a copy
+  EXPECT_FALSE(s->ShortLived("j", 999));
+  EXPECT_FALSE(s->ShortLived("../x", 1));
+}
+
 TEST(SegmentLifetimeTest, ZeroShortSegmentSizeIsRefused) {
   TempDir dir;
   ASSERT_TRUE(dir.ok());

@@ -76,6 +76,7 @@ class SegmentStore::Impl {
   Status Roll(const std::string& job, uint8_t mask, uint64_t min_bytes,
               bool wait);
   Status RemoveSegment(const std::string& job, uint64_t id);
+  bool ShortLived(const std::string& job, uint64_t id);
   bool direct_io() const { return direct_.load(std::memory_order_relaxed); }
   SegmentStoreStats Stats() const;
 
@@ -223,6 +224,10 @@ class SegmentStore::Impl {
   // thread, read by ListSegments and RemoveSegment.
   absl::Mutex seal_mu_;
   std::map<std::string, std::map<uint64_t, RecordLifetime>> unsealed_
+      ABSL_GUARDED_BY(seal_mu_);
+  // Per job, the segments this store opened and has not removed, with the
+  // lifetime each took.
+  std::map<std::string, std::map<uint64_t, RecordLifetime>> opened_
       ABSL_GUARDED_BY(seal_mu_);
 
   // Writer thread only.
