@@ -283,10 +283,7 @@ void Server::Impl::StartServices(const ServerOptions& options,
     });
   }
   if (options.rebase_deltas) {
-    RebaserOptions ro;
-    ro.reclaim_every_bytes =
-        std::min(options.segment_bytes, options.short_segment_bytes);
-    rebaser = std::make_unique<Rebaser>(segments.get(), meta.get(), ro);
+    rebaser = std::make_unique<Rebaser>(segments.get(), meta.get());
     rebaser->SetCompactor(compactor.get());
     DataService* served = data.get();
     rebaser->SetClientTraffic([served] { return served->ClientTraffic(); });

@@ -78,7 +78,7 @@ struct ServerOptions {
   uint64_t segment_bytes = 1ull << 30;
   // Segments of what a save stores (which the next save's rebase replaces)
   // roll past this, so that they die whole: SegmentStoreOptions.
-  uint64_t short_segment_bytes = 16ull << 20;
+  uint64_t short_segment_bytes = 64ull << 20;
   // Retention: when a step completes, keep only the newest `keep_last`
   // complete steps of its job (0: keep everything), as `stagger gc` does,
   // sparing chunks written in the last `gc_grace_ms`.

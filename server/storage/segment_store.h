@@ -53,7 +53,7 @@ struct SegmentStoreOptions {
   // The same for short-lived records (every RecordLifetime but kLong), at
   // most segment_bytes: small, so that the records of one save fill
   // segments of their own, which die whole when they are replaced.
-  uint64_t short_lived_segment_bytes = 16ull << 20;
+  uint64_t short_lived_segment_bytes = 64ull << 20;
   size_t max_batch_bytes = 64ull << 20;  // bytes per group commit
   size_t queue_depth = 32;               // writes in flight
   // Reserve disk space ahead of the appends to a segment (File::Allocate):
