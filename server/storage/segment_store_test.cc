@@ -586,28 +586,25 @@ TEST_F(SegmentStoreTest, OnlySealedSegmentsAreListedOrRemoved) {
             absl::StatusCode::kFailedPrecondition);
 }
 
-}  // namespace
-}  // namespace stagger::server
-
-namespace stagger::server {
-namespace {
-
-using storage_internal::AppendSync;
-using storage_internal::MakeRecord;
-using storage_internal::TempDir;
-using storage_internal::TestRecord;
+class SegmentLifetimeTest : public ::testing::Test {
+ protected:
+  void SetUp() override { ASSERT_TRUE(dir_.ok()); }
+  // 1 MiB long-lived segments, 256 KiB short-lived ones.
+  SegmentStoreOptions Options() const {
+    SegmentStoreOptions o;
+    o.dir = dir_.path();
+    o.segment_bytes = 1 << 20;
+    o.short_lived_segment_bytes = 256 << 10;
+    return o;
+  }
+  TempDir dir_;
+};
 
 // Records of each lifetime go to segments of their own, short-lived ones
 // rolled at their own size, so a segment of them is sealed (listed,
 // removable) while the long-lived segment of the same job stays open.
-TEST(SegmentLifetimeTest, EachLifetimeFillsSegmentsOfItsOwn) {
-  TempDir dir;
-  ASSERT_TRUE(dir.ok());
-  SegmentStoreOptions o;
-  o.dir = dir.path();
-  o.segment_bytes = 1 << 20;
-  o.short_lived_segment_bytes = 256 << 10;
-  auto store = SegmentStore::Open(o);
+TEST_F(SegmentLifetimeTest, EachLifetimeFillsSegmentsOfItsOwn) {
+  auto store = SegmentStore::Open(Options());
   ASSERT_TRUE(store.ok()) << store.status();
   SegmentStore* s = store->get();
   std::mt19937_64 rng(9);
@@ -663,12 +660,8 @@ TEST(SegmentLifetimeTest, EachLifetimeFillsSegmentsOfItsOwn) {
 
 // RequestRoll returns at once; the segment is retired before the next batch
 // if it holds min_bytes by then, and left open otherwise.
-TEST(SegmentLifetimeTest, RequestedRollsHonourTheirMinimum) {
-  TempDir dir;
-  ASSERT_TRUE(dir.ok());
-  SegmentStoreOptions o;
-  o.dir = dir.path();
-  auto store = SegmentStore::Open(o);
+TEST_F(SegmentLifetimeTest, RequestedRollsHonourTheirMinimum) {
+  auto store = SegmentStore::Open(Options());
   ASSERT_TRUE(store.ok()) << store.status();
   SegmentStore* s = store->get();
   std::mt19937_64 rng(10);
@@ -690,13 +683,8 @@ TEST(SegmentLifetimeTest, RequestedRollsHonourTheirMinimum) {
 // A store knows the lifetime of the segments it opened; one of an earlier
 // run counts as short-lived when it is no larger than a short-lived
 // segment may grow.
-TEST(SegmentLifetimeTest, ShortLivedIsKnownAndAfterARestartJudgedBySize) {
-  TempDir dir;
-  ASSERT_TRUE(dir.ok());
-  SegmentStoreOptions o;
-  o.dir = dir.path();
-  o.segment_bytes = 1 << 20;
-  o.short_lived_segment_bytes = 256 << 10;
+TEST_F(SegmentLifetimeTest, ShortLivedIsKnownAndAfterARestartJudgedBySize) {
+  SegmentStoreOptions o = Options();
   o.preallocate_bytes = 0;
   std::mt19937_64 rng(11);
   TestRecord r = MakeRecord(rng, 100 << 10);  // 104 KiB on disk
@@ -732,11 +720,8 @@ TEST(SegmentLifetimeTest, ShortLivedIsKnownAndAfterARestartJudgedBySize) {
   EXPECT_FALSE(s->ShortLived("../x", 1));
 }
 
-TEST(SegmentLifetimeTest, ZeroShortSegmentSizeIsRefused) {
-  TempDir dir;
-  ASSERT_TRUE(dir.ok());
-  SegmentStoreOptions o;
-  o.dir = dir.path();
+TEST_F(SegmentLifetimeTest, ZeroShortSegmentSizeIsRefused) {
+  SegmentStoreOptions o = Options();
   o.short_lived_segment_bytes = 0;
   auto store = SegmentStore::Open(o);
   EXPECT_EQ(store.status().code(), absl::StatusCode::kInvalidArgument);
