@@ -238,6 +238,11 @@ std::string RenderServerMetrics(const MetricsSources& s) {
               "Delta chunks written whole with their base left as it was "
               "(a keyframe, or a base that was no smaller as a delta).",
               r.keyframes);
+    w.Counter("stagger_server_rebase_bases_moved_total",
+              "Previous versions left as they were and copied out of the "
+              "short-lived segment a save stored them in, so that it dies "
+              "whole (server/README.md, record lifetimes).",
+              r.moved);
     w.Counter("stagger_server_rebase_failures_total",
               "Rebases that failed or lost a race (the chunk stays a delta "
               "of its previous version) or found the queue full.",

@@ -95,6 +95,8 @@ TEST(ServerMetricsTest, ScrapedCountersMatchTheSave) {
   EXPECT_EQ(Sample(*after, "stagger_server_puts_in_flight"), 0);
   EXPECT_EQ(Sample(*after, "stagger_server_io_requests_in_flight"), 0);
   EXPECT_EQ(Sample(*after, "stagger_server_verify_failures_total"), 0);
+  // A first save: no previous version to rebase, keep or move.
+  EXPECT_EQ(Sample(*after, "stagger_server_rebase_bases_moved_total"), 0);
   const double batches = Sample(*after, "stagger_server_commit_batches_total");
   EXPECT_GE(batches, 1);
   EXPECT_EQ(Sample(*after, "stagger_server_fsync_seconds_count"), batches);
