@@ -241,16 +241,8 @@ int Main(int argc, char** argv) {
     return Fail("incremental",
                 absl::InvalidArgumentError("--steps must be at least 2"));
   }
-  char* end = nullptr;
-  const std::string interval_flag = flags.Get("interval-s");
-  const double interval_s = strtod(interval_flag.c_str(), &end);
-  if (end == interval_flag.c_str() || *end != '\0' || !(interval_s >= 0) ||
-      interval_s > 3600) {
-    return Fail("incremental", absl::InvalidArgumentError(
-                                   "--interval-s must be seconds in [0, 3600], "
-                                   "got '" +
-                                   interval_flag + "'"));
-  }
+  auto interval_s = flags.GetSeconds("interval-s");
+  if (!interval_s.ok()) return Fail("incremental", interval_s.status());
   const std::string codec = flags.Get("codec");
   std::string compare = flags.Get("compare");
   if (compare == codec) compare.clear();
@@ -335,7 +327,7 @@ int Main(int argc, char** argv) {
       before.clear();
       for (const auto& t : tensors) before.push_back(t.bytes);
     }
-    std::this_thread::sleep_for(std::chrono::duration<double>(interval_s));
+    std::this_thread::sleep_for(std::chrono::duration<double>(*interval_s));
     state.Step();
     s = SaveAll(runs, step);
   }
