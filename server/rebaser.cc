@@ -127,22 +127,32 @@ bool Rebaser::Keyframe(uint32_t hops, uint64_t behind, size_t n) const {
              options_.max_behind_ratio * static_cast<double>(n);
 }
 
-Status Rebaser::Keep(const std::string& job, const format::ChunkId& b,
-                     const ChunkMeta& bm) {
-  if (!segments_->ShortLived(job, bm.location.segment)) return absl::OkStatus();
-  STAGGER_ASSIGN_OR_RETURN(StoredRecord rec,
-                           ReadChunk(meta_, segments_, job, b, bm));
-  STAGGER_ASSIGN_OR_RETURN(
-      ChunkMeta copy, Write(job, rec.header.codec, b, rec.header.raw_length,
-                            rec.payload.view(), RecordLifetime::kLong));
-  STAGGER_ASSIGN_OR_RETURN(
-      uint64_t moved,
-      meta_->RelocateChunks(job, {Relocation{b, bm.location, copy.location}}));
-  if (moved == 0) return absl::OkStatus();  // it changed meanwhile
+void Rebaser::Keep(const std::string& job, const format::ChunkId& b,
+                   const ChunkMeta& bm) {
+  if (!segments_->ShortLived(job, bm.location.segment)) return;
+  auto move = [&]() -> Result<uint64_t> {
+    STAGGER_ASSIGN_OR_RETURN(StoredRecord rec,
+                             ReadChunk(meta_, segments_, job, b, bm));
+    STAGGER_ASSIGN_OR_RETURN(
+        ChunkMeta copy, Write(job, rec.header.codec, b, rec.header.raw_length,
+                              rec.payload.view(), RecordLifetime::kLong));
+    return meta_->RelocateChunks(job,
+                                 {Relocation{b, bm.location, copy.location}});
+  };
+  Result<uint64_t> moved = move();
+  // Collected or moved meanwhile: nothing to do.
+  if (absl::IsNotFound(moved.status()) || (moved.ok() && *moved == 0)) return;
+  if (!moved.ok()) {
+    log::Warning("stagger-server",
+                 absl::StrCat("job '", job, "': copying chunk ", b.ToHex(),
+                              " out of its short-lived segment failed (its "
+                              "rebase stands; compaction copies it later): ",
+                              moved.status().message()));
+    return;
+  }
   Died(job, bm.location.record_size);
   absl::MutexLock l(&mu_);
   ++stats_.moved;
-  return absl::OkStatus();
 }
 
 void Rebaser::Died(const std::string& job, uint64_t bytes) {
@@ -410,7 +420,7 @@ Status Rebaser::RebaseOne(const std::string& job, const format::ChunkId& y) {
   }
   STAGGER_RETURN_IF_ERROR(meta_->Restore(job, changes));
   Died(job, ym.location.record_size + (reverse ? bm.location.record_size : 0));
-  if (!reverse) STAGGER_RETURN_IF_ERROR(Keep(job, b, bm));
+  if (!reverse) Keep(job, b, bm);
   absl::MutexLock l(&mu_);
   if (reverse) {
     ++stats_.rebased;
@@ -460,7 +470,8 @@ Status Rebaser::RebaseWhole(const std::string& job, const format::ChunkId& y,
       ++stats_.keyframes;
     }
     Compactor::RemovalHold hold = HoldRemovals();
-    return Keep(job, b, bm);
+    Keep(job, b, bm);
+    return absl::OkStatus();
   }
   ChunkMeta ynew = ym;
   ynew.behind_hops = hops;

@@ -172,9 +172,11 @@ class Rebaser {
   // where a save stored it (a short-lived segment, which the rebases of
   // its neighbours are emptying), it is copied to a long-lived one, so
   // that segment dies whole instead of standing until a compaction pass
-  // copies B all the same. Needs the removal hold (HoldRemovals).
-  Status Keep(const std::string& job, const format::ChunkId& b,
-              const ChunkMeta& bm);
+  // copies B all the same. Needs the removal hold (HoldRemovals). The
+  // rebase stands either way: a copy that fails is logged and left to
+  // compaction.
+  void Keep(const std::string& job, const format::ChunkId& b,
+            const ChunkMeta& bm);
   // `bytes` of `job`'s records died in a rebase; schedules a reclaim pass
   // every reclaim_every_bytes.
   void Died(const std::string& job, uint64_t bytes);
