@@ -130,9 +130,10 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   uint64_t short_segment_mib = options.short_segment_bytes >> 20;
   app.add_option("--short-segment-mib", short_segment_mib,
-                 "segment files of what a save stores, which the next "
-                 "save's rebase replaces, roll past this many MiB (small: "
-                 "they are removed whole once replaced)")
+                 "segment files of short-lived records (what a save stores, "
+                 "the newest versions rebases write whole) roll past this "
+                 "many MiB, so they are removed whole once replaced (at "
+                 "most --segment-mib)")
       ->check(CLI::Range(uint64_t{1}, uint64_t{1} << 20))
       ->capture_default_str();
   app.add_option("--compact-threshold", options.compact_threshold,

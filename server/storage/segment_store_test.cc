@@ -586,27 +586,24 @@ TEST_F(SegmentStoreTest, OnlySealedSegmentsAreListedOrRemoved) {
             absl::StatusCode::kFailedPrecondition);
 }
 
-class SegmentLifetimeTest : public ::testing::Test {
+class SegmentLifetimeTest : public SegmentStoreTest {
  protected:
-  void SetUp() override { ASSERT_TRUE(dir_.ok()); }
   // 1 MiB long-lived segments, 256 KiB short-lived ones.
-  SegmentStoreOptions Options() const {
-    SegmentStoreOptions o;
-    o.dir = dir_.path();
+  SegmentStoreOptions Options() {
+    SegmentStoreOptions o = SegmentStoreTest::Options();
     o.segment_bytes = 1 << 20;
     o.short_lived_segment_bytes = 256 << 10;
     return o;
   }
-  TempDir dir_;
 };
 
 // Records of each lifetime go to segments of their own, short-lived ones
 // rolled at their own size, so a segment of them is sealed (listed,
 // removable) while the long-lived segment of the same job stays open.
 TEST_F(SegmentLifetimeTest, EachLifetimeFillsSegmentsOfItsOwn) {
-  auto store = SegmentStore::Open(Options());
-  ASSERT_TRUE(store.ok()) << store.status();
-  SegmentStore* s = store->get();
+  auto store = OpenStore(Options());
+  ASSERT_NE(store, nullptr);
+  SegmentStore* s = store.get();
   std::mt19937_64 rng(9);
   TestRecord r = MakeRecord(rng, 100 << 10);  // 104 KiB on disk
 
@@ -661,9 +658,9 @@ TEST_F(SegmentLifetimeTest, EachLifetimeFillsSegmentsOfItsOwn) {
 // RequestRoll returns at once; the segment is retired before the next batch
 // if it holds min_bytes by then, and left open otherwise.
 TEST_F(SegmentLifetimeTest, RequestedRollsHonourTheirMinimum) {
-  auto store = SegmentStore::Open(Options());
-  ASSERT_TRUE(store.ok()) << store.status();
-  SegmentStore* s = store->get();
+  auto store = OpenStore(Options());
+  ASSERT_NE(store, nullptr);
+  SegmentStore* s = store.get();
   std::mt19937_64 rng(10);
   TestRecord r = MakeRecord(rng, 60 << 10);  // 64 KiB on disk
 
@@ -690,9 +687,9 @@ TEST_F(SegmentLifetimeTest, ShortLivedIsKnownAndAfterARestartJudgedBySize) {
   TestRecord r = MakeRecord(rng, 100 << 10);  // 104 KiB on disk
   ChunkLocation big, small, saved;
   {
-    auto store = SegmentStore::Open(o);
-    ASSERT_TRUE(store.ok()) << store.status();
-    SegmentStore* s = store->get();
+    auto store = OpenStore(o);
+    ASSERT_NE(store, nullptr);
+    SegmentStore* s = store.get();
     for (int i = 0; i < 3; ++i) {  // 312 KiB: larger than a short segment
       auto loc = AppendSync(s, "j", r, RecordLifetime::kLong);
       ASSERT_TRUE(loc.ok());
@@ -710,9 +707,9 @@ TEST_F(SegmentLifetimeTest, ShortLivedIsKnownAndAfterARestartJudgedBySize) {
     EXPECT_FALSE(s->ShortLived("j", small.segment));
     EXPECT_FALSE(s->ShortLived("j", 999));
   }
-  auto store = SegmentStore::Open(o);
-  ASSERT_TRUE(store.ok()) << store.status();
-  SegmentStore* s = store->get();
+  auto store = OpenStore(o);
+  ASSERT_NE(store, nullptr);
+  SegmentStore* s = store.get();
   EXPECT_TRUE(s->ShortLived("j", saved.segment));
   EXPECT_FALSE(s->ShortLived("j", big.segment));
   EXPECT_TRUE(s->ShortLived("j", small.segment));  // taken for one: a copy
