@@ -1,11 +1,6 @@
 #include "server/manifest_log.h"
 
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
-#include <cerrno>
-#include <cstring>
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -16,11 +11,6 @@
 
 namespace stagger::server {
 namespace {
-
-Status Errno(const std::string& what, const std::string& path) {
-  return absl::InternalError(
-      absl::StrCat(what, " ", path, ": ", std::strerror(errno)));
-}
 
 void PutU32(std::string* out, uint32_t v) {
   for (int i = 0; i < 4; ++i) out->push_back(static_cast<char>(v >> (8 * i)));
@@ -43,40 +33,44 @@ std::string Entry(const pb::ShardManifest& m) {
   return out;
 }
 
-// Writes all of `bytes` to `fd` and fdatasyncs it.
-Status WriteSynced(int fd, const std::string& bytes, const std::string& path) {
-  size_t off = 0;
-  while (off < bytes.size()) {
-    ssize_t n = write(fd, bytes.data() + off, bytes.size() - off);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return Errno("write", path);
-    off += static_cast<size_t>(n);
+}  // namespace
+
+Status ManifestLog::EnsureDir() {
+  STAGGER_ASSIGN_OR_RETURN(bool exists, fs_->Exists(dir_));
+  if (exists) return absl::OkStatus();
+  STAGGER_RETURN_IF_ERROR(fs_->CreateDirs(dir_));
+  const std::string parent = std::filesystem::path(dir_).parent_path();
+  return fs_->SyncDir(parent.empty() ? "." : parent);
+}
+
+Status ManifestLog::AppendSynced(const std::string& path,
+                                 const std::string& bytes, bool* created) {
+  auto end = ends_.find(path);
+  if (end == ends_.end()) {
+    STAGGER_ASSIGN_OR_RETURN(bool exists, fs_->Exists(path));
+    *created = *created || !exists;
   }
-  if (fdatasync(fd) != 0) return Errno("fdatasync", path);
+  FileOptions o;
+  o.create = o.writable = true;
+  STAGGER_ASSIGN_OR_RETURN(std::unique_ptr<File> f, fs_->Open(path, o));
+  STAGGER_ASSIGN_OR_RETURN(const uint64_t size, f->Size());
+  if (end == ends_.end()) {
+    // First append to this log in this process: after its last intact
+    // entry, cutting off the torn tail a crash may have left (an entry
+    // written behind it could never be read back).
+    STAGGER_ASSIGN_OR_RETURN(Contents c, Read(path));
+    end = ends_.emplace(path, size - std::min(size, c.ignored_bytes)).first;
+  }
+  // Also what an append that failed here part way left.
+  if (size != end->second) {
+    STAGGER_RETURN_IF_ERROR(fs_->Truncate(path, end->second));
+  }
+  WriteRequest w{end->second, bytes.data(), bytes.size()};
+  STAGGER_RETURN_IF_ERROR(f->WriteAt(absl::MakeConstSpan(&w, 1)));
+  STAGGER_RETURN_IF_ERROR(f->Sync());
+  end->second += bytes.size();
   return absl::OkStatus();
 }
-
-Status SyncDir(const std::string& dir) {
-  int fd = open(dir.c_str(), O_RDONLY | O_DIRECTORY);
-  if (fd < 0) return Errno("open", dir);
-  Status s = fsync(fd) == 0 ? absl::OkStatus() : Errno("fsync", dir);
-  close(fd);
-  return s;
-}
-
-Status EnsureDir(const std::string& dir) {
-  std::error_code ec;
-  if (std::filesystem::is_directory(dir, ec)) return absl::OkStatus();
-  std::filesystem::create_directories(dir, ec);
-  if (ec) {
-    return absl::InternalError(
-        absl::StrCat("create ", dir, ": ", ec.message()));
-  }
-  const std::string parent = std::filesystem::path(dir).parent_path();
-  return SyncDir(parent.empty() ? "." : parent);
-}
-
-}  // namespace
 
 Status ManifestLog::Append(const pb::ShardManifest& m) {
   return AppendAll({&m});
@@ -90,23 +84,13 @@ Status ManifestLog::AppendAll(
     by_path[PathOf(m->job())] += Entry(*m);
   }
   absl::MutexLock l(&mu_);
-  STAGGER_RETURN_IF_ERROR(EnsureDir(dir_));
+  STAGGER_RETURN_IF_ERROR(EnsureDir());
   Status first;
   bool created = false;
   for (const auto& [path, bytes] : by_path) {
-    // stat, not std::filesystem::exists: that one throws on an I/O error.
-    struct stat st;
-    created = created || ::stat(path.c_str(), &st) != 0;
-    int fd =
-        open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-    if (fd < 0) {
-      first.Update(Errno("open", path));
-      continue;
-    }
-    first.Update(WriteSynced(fd, bytes, path));
-    close(fd);
+    first.Update(AppendSynced(path, bytes, &created));
   }
-  if (first.ok() && created) first = SyncDir(dir_);
+  if (first.ok() && created) first = fs_->SyncDir(dir_);
   return first;
 }
 
@@ -117,16 +101,24 @@ Status ManifestLog::Rewrite(const std::string& job,
   std::string bytes;
   for (const pb::ShardManifest& m : manifests) bytes += Entry(m);
   absl::MutexLock l(&mu_);
-  STAGGER_RETURN_IF_ERROR(EnsureDir(dir_));
-  int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return Errno("open", tmp);
-  Status s = WriteSynced(fd, bytes, tmp);
-  close(fd);
-  if (s.ok() && rename(tmp.c_str(), path.c_str()) != 0) {
-    s = Errno("rename to", path);
+  STAGGER_RETURN_IF_ERROR(EnsureDir());
+  // What an earlier rewrite that failed may have left.
+  STAGGER_ASSIGN_OR_RETURN(bool stale, fs_->Exists(tmp));
+  if (stale) STAGGER_RETURN_IF_ERROR(fs_->Remove(tmp));
+  {
+    FileOptions o;
+    o.create = o.writable = true;
+    STAGGER_ASSIGN_OR_RETURN(std::unique_ptr<File> f, fs_->Open(tmp, o));
+    WriteRequest w{0, bytes.data(), bytes.size()};
+    STAGGER_RETURN_IF_ERROR(f->WriteAt(absl::MakeConstSpan(&w, 1)));
+    STAGGER_RETURN_IF_ERROR(f->Sync());
   }
-  if (s.ok()) s = SyncDir(dir_);
-  return s;
+  // Until the rename, appends go to the old log; after it, after `bytes`.
+  ends_.erase(path);
+  STAGGER_RETURN_IF_ERROR(fs_->Rename(tmp, path));
+  STAGGER_RETURN_IF_ERROR(fs_->SyncDir(dir_));
+  ends_[path] = bytes.size();
+  return absl::OkStatus();
 }
 
 Result<ManifestLog::Contents> ManifestLog::Read(const std::string& path) {

@@ -307,7 +307,8 @@ void Server::Impl::StartServices(const ServerOptions& options,
     data->SetColdStore(options.cold_store);
   }
   auth = std::move(authorizer);
-  manifest_log = std::make_unique<ManifestLog>(options.data_dir + "/manifests");
+  manifest_log = std::make_unique<ManifestLog>(options.data_dir + "/manifests",
+                                               segments->file_system());
   data->SetAuthorizer(auth.get());
 }
 

@@ -1,5 +1,6 @@
 #include "server/storage/fault_injection_file_system.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <random>
 
@@ -21,6 +22,28 @@ std::string StripTrailingSlash(std::string p) {
 Status Inactive(const std::string& op, const std::string& path) {
   return absl::UnavailableError(
       absl::StrCat(op, " ", path, ": file system inactive (simulated crash)"));
+}
+
+Result<std::string> ReadAll(FileSystem* fs, const std::string& path) {
+  STAGGER_ASSIGN_OR_RETURN(std::unique_ptr<File> f, fs->Open(path, {}));
+  STAGGER_ASSIGN_OR_RETURN(uint64_t size, f->Size());
+  std::string bytes(size, '\0');
+  ReadRequest r{0, bytes.data(), bytes.size()};
+  STAGGER_RETURN_IF_ERROR(f->ReadAt(absl::MakeSpan(&r, 1)));
+  bytes.resize(r.bytes_read);
+  return bytes;
+}
+
+Status WriteAll(FileSystem* fs, const std::string& path,
+                const std::string& bytes) {
+  STAGGER_ASSIGN_OR_RETURN(bool exists, fs->Exists(path));
+  if (exists) STAGGER_RETURN_IF_ERROR(fs->Truncate(path, 0));
+  FileOptions o;
+  o.create = o.writable = true;
+  STAGGER_ASSIGN_OR_RETURN(std::unique_ptr<File> f, fs->Open(path, o));
+  WriteRequest w{0, bytes.data(), bytes.size()};
+  STAGGER_RETURN_IF_ERROR(f->WriteAt(absl::MakeConstSpan(&w, 1)));
+  return f->Sync();
 }
 
 }  // namespace
@@ -213,7 +236,7 @@ Status FaultInjectionFileSystem::DropUnsyncedData(CrashMode mode,
                                                   uint32_t seed) {
   std::mt19937_64 rng(seed);
   absl::MutexLock l(&mu_);
-  Status first;
+  Status first = UndoRenames();
   for (auto it = files_.begin(); it != files_.end();) {
     const std::string& path = it->first;
     FileState& st = it->second;
@@ -311,6 +334,70 @@ Status FaultInjectionFileSystem::Remove(const std::string& path) {
   return absl::OkStatus();
 }
 
+Status FaultInjectionFileSystem::Rename(const std::string& from,
+                                        const std::string& to) {
+  PendingRename r;
+  r.from = from;
+  r.to = to;
+  {
+    absl::MutexLock l(&mu_);
+    if (!active_) return Inactive("rename", from);
+  }
+  // What `to` durably holds, to put back should the rename not survive.
+  STAGGER_ASSIGN_OR_RETURN(r.had_old, base_->Exists(to));
+  if (r.had_old) {
+    STAGGER_ASSIGN_OR_RETURN(r.old_bytes, ReadAll(base_, to));
+  }
+  STAGGER_RETURN_IF_ERROR(base_->Rename(from, to));
+  STAGGER_ASSIGN_OR_RETURN(std::unique_ptr<File> moved, base_->Open(to, {}));
+  STAGGER_ASSIGN_OR_RETURN(const uint64_t size, moved->Size());
+  moved.reset();
+  absl::MutexLock l(&mu_);
+  if (auto old = files_.find(to); old != files_.end() && r.had_old) {
+    r.old_bytes.resize(
+        std::min<uint64_t>(r.old_bytes.size(), old->second.synced_size));
+  }
+  // A file the wrapper has not seen is taken as durable as it stands.
+  FileState st{size, size, true};
+  if (auto it = files_.find(from); it != files_.end()) {
+    st = it->second;
+    files_.erase(it);
+  }
+  r.from_durable = st.entry_durable;
+  st.entry_durable = false;  // the new name, until its directory is synced
+  files_[to] = st;
+  renames_.push_back(std::move(r));
+  return absl::OkStatus();
+}
+
+Status FaultInjectionFileSystem::UndoRenames() {
+  Status first;
+  for (auto r = renames_.rbegin(); r != renames_.rend(); ++r) {
+    FileState st;
+    if (auto it = files_.find(r->to); it != files_.end()) {
+      st = it->second;
+      files_.erase(it);
+    }
+    Status s;
+    if (r->from_durable) {
+      s = base_->Rename(r->to, r->from);
+      st.entry_durable = true;
+      files_[r->from] = st;
+    } else {
+      s = base_->Remove(r->to);
+      if (absl::IsNotFound(s)) s = absl::OkStatus();
+    }
+    if (s.ok() && r->had_old) {
+      s = WriteAll(base_, r->to, r->old_bytes);
+      const uint64_t n = r->old_bytes.size();
+      files_[r->to] = FileState{n, n, true};
+    }
+    if (!s.ok() && first.ok()) first = s;
+  }
+  renames_.clear();
+  return first;
+}
+
 Result<bool> FaultInjectionFileSystem::Exists(const std::string& path) {
   return base_->Exists(path);
 }
@@ -348,6 +435,11 @@ Status FaultInjectionFileSystem::SyncDir(const std::string& path) {
   for (auto& [file, st] : files_) {
     if (ParentDir(file) == dir) st.entry_durable = true;
   }
+  renames_.erase(std::remove_if(renames_.begin(), renames_.end(),
+                                [&dir](const PendingRename& r) {
+                                  return ParentDir(r.to) == dir;
+                                }),
+                 renames_.end());
   return absl::OkStatus();
 }
 

@@ -11,8 +11,10 @@
 //    syncs, creations and removals fail with UNAVAILABLE;
 //  - DropUnsyncedData: the power-loss model. Every file written through the
 //    wrapper loses what was written after its last successful Sync (all of
-//    it, or a random prefix survives as a torn tail), and files created
-//    since their directory's last SyncDir disappear.
+//    it, or a random prefix survives as a torn tail), files created
+//    since their directory's last SyncDir disappear, and a Rename not
+//    followed by a SyncDir of the target's directory is undone (the
+//    target holds what it held before, durably, or is gone).
 //  - SetRejectDirectIO: opening with O_DIRECT behaves as on a filesystem
 //    that refuses it (the file is opened buffered, direct_io() false).
 //
@@ -81,6 +83,7 @@ class FaultInjectionFileSystem : public FileSystem {
   Status CreateDirs(const std::string& path) override;
   Result<std::vector<std::string>> ListDir(const std::string& path) override;
   Status Remove(const std::string& path) override;
+  Status Rename(const std::string& from, const std::string& to) override;
   Result<bool> Exists(const std::string& path) override;
   Result<bool> IsDirectory(const std::string& path) override;
   Status Truncate(const std::string& path, uint64_t size) override;
@@ -99,6 +102,16 @@ class FaultInjectionFileSystem : public FileSystem {
     uint64_t written_end = 0;   // end of the furthest completed write
     bool entry_durable = true;  // false until SyncDir of its directory
   };
+  // A rename not yet made durable by a SyncDir of `to`'s directory.
+  struct PendingRename {
+    std::string from, to;
+    bool from_durable = true;  // `from`'s own entry was durable
+    bool had_old = false;      // `to` existed; its durable bytes:
+    std::string old_bytes;
+  };
+
+  // Puts back what the renames since the last SyncDir changed.
+  Status UndoRenames() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // Decides the fate of one write request. Returns the number of bytes to
   // pass to the base (≤ len) and sets *error when the request fails.
@@ -115,6 +128,7 @@ class FaultInjectionFileSystem : public FileSystem {
   FileSystem* const base_;
   mutable absl::Mutex mu_;
   std::map<std::string, FileState> files_ ABSL_GUARDED_BY(mu_);
+  std::vector<PendingRename> renames_ ABSL_GUARDED_BY(mu_);
   bool active_ ABSL_GUARDED_BY(mu_) = true;
   bool reject_direct_ ABSL_GUARDED_BY(mu_) = false;
   uint64_t fail_nth_ ABSL_GUARDED_BY(mu_) = 0;  // 0: off

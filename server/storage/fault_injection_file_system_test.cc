@@ -146,5 +146,58 @@ TEST_F(FaultInjectionTest, RejectDirectIOOpensBuffered) {
   EXPECT_EQ(fs_.Name(), "fault_injection(posix)");
 }
 
+// The rename of a temporary file over an existing one (how a log is
+// rewritten): undone by a crash until the directory is synced, kept after.
+TEST_F(FaultInjectionTest, ARenameLastsOnlyOnceItsDirectoryIsSynced) {
+  {
+    auto f = Create("log");
+    ASSERT_TRUE(Write(f.get(), 0, "old entries").ok());
+    ASSERT_TRUE(f->Sync().ok());
+  }
+  ASSERT_TRUE(fs_.SyncDir(dir_.path()).ok());
+  auto write_tmp = [&](const std::string& bytes) {
+    auto f = Create("log.tmp");
+    ASSERT_TRUE(Write(f.get(), 0, bytes).ok());
+    ASSERT_TRUE(f->Sync().ok());
+  };
+  write_tmp("new");
+  ASSERT_TRUE(fs_.Rename(Path("log.tmp"), Path("log")).ok());
+  EXPECT_EQ(ReadFileBytes(Path("log")), "new");
+  ASSERT_TRUE(fs_.DropUnsyncedData().ok());
+  EXPECT_EQ(ReadFileBytes(Path("log")), "old entries");
+  EXPECT_FALSE(*base_.Exists(Path("log.tmp")));  // never durable itself
+
+  write_tmp("newer");
+  ASSERT_TRUE(fs_.Rename(Path("log.tmp"), Path("log")).ok());
+  ASSERT_TRUE(fs_.SyncDir(dir_.path()).ok());
+  ASSERT_TRUE(fs_.DropUnsyncedData().ok());
+  EXPECT_EQ(ReadFileBytes(Path("log")), "newer");
+  EXPECT_FALSE(*base_.Exists(Path("log.tmp")));
+}
+
+TEST_F(FaultInjectionTest, ARenamedFileKeepsOnlyWhatWasSynced) {
+  {
+    auto f = Create("a");
+    ASSERT_TRUE(Write(f.get(), 0, "synced").ok());
+    ASSERT_TRUE(f->Sync().ok());
+    ASSERT_TRUE(Write(f.get(), 6, " and not").ok());
+  }
+  ASSERT_TRUE(fs_.SyncDir(dir_.path()).ok());
+  // A durable file renamed to a new name: the crash puts the old name back,
+  // with its synced bytes only.
+  ASSERT_TRUE(fs_.Rename(Path("a"), Path("b")).ok());
+  ASSERT_TRUE(fs_.DropUnsyncedData().ok());
+  EXPECT_FALSE(*base_.Exists(Path("b")));
+  EXPECT_EQ(ReadFileBytes(Path("a")), "synced");
+  // Inactive: refused, nothing moved.
+  fs_.SetActive(false);
+  EXPECT_EQ(fs_.Rename(Path("a"), Path("b")).code(),
+            absl::StatusCode::kUnavailable);
+  EXPECT_TRUE(*base_.Exists(Path("a")));
+  fs_.SetActive(true);
+  EXPECT_EQ(fs_.Rename(Path("missing"), Path("b")).code(),
+            absl::StatusCode::kNotFound);
+}
+
 }  // namespace
 }  // namespace stagger::server

@@ -119,6 +119,9 @@ class FileSystem {
   virtual Result<std::vector<std::string>> ListDir(const std::string& path) = 0;
   // Removes a file or an empty directory.
   virtual Status Remove(const std::string& path) = 0;
+  // rename(2): `to` is replaced atomically when it exists. Durable once the
+  // directory is synced (SyncDir).
+  virtual Status Rename(const std::string& from, const std::string& to) = 0;
   virtual Result<bool> Exists(const std::string& path) = 0;
   virtual Result<bool> IsDirectory(const std::string& path) = 0;
   // Cuts or extends a file to `size` bytes.

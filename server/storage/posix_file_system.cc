@@ -88,6 +88,11 @@ Status PosixFileSystem::Remove(const std::string& path) {
   return IoError("remove", path, errno);
 }
 
+Status PosixFileSystem::Rename(const std::string& from, const std::string& to) {
+  if (::rename(from.c_str(), to.c_str()) == 0) return absl::OkStatus();
+  return IoError("rename to " + to, from, errno);
+}
+
 Result<bool> PosixFileSystem::Exists(const std::string& path) {
   struct stat st;
   if (::stat(path.c_str(), &st) == 0) return true;

@@ -23,6 +23,7 @@ class PosixFileSystem : public FileSystem {
   Status CreateDirs(const std::string& path) override;
   Result<std::vector<std::string>> ListDir(const std::string& path) override;
   Status Remove(const std::string& path) override;
+  Status Rename(const std::string& from, const std::string& to) override;
   Result<bool> Exists(const std::string& path) override;
   Result<bool> IsDirectory(const std::string& path) override;
   Status Truncate(const std::string& path, uint64_t size) override;

@@ -668,6 +668,8 @@ bool SegmentStore::ShortLived(const std::string& job, uint64_t id) {
 
 bool SegmentStore::direct_io() const { return impl_->direct_io(); }
 
+FileSystem* SegmentStore::file_system() const { return impl_->fs(); }
+
 SegmentStoreStats SegmentStore::Stats() const { return impl_->Stats(); }
 
 SegmentStoreStats SegmentStore::Impl::Stats() const {

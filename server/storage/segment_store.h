@@ -190,6 +190,10 @@ class SegmentStore {
 
   // True when segments are written with O_DIRECT (false after a fallback).
   bool direct_io() const;
+  // The file system segments are written through (the options' or the
+  // default one the store made); the server writes its other files of the
+  // data directory through it too.
+  FileSystem* file_system() const;
 
   SegmentStoreStats Stats() const;
 

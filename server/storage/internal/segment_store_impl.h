@@ -78,6 +78,7 @@ class SegmentStore::Impl {
   Status RemoveSegment(const std::string& job, uint64_t id);
   bool ShortLived(const std::string& job, uint64_t id);
   bool direct_io() const { return direct_.load(std::memory_order_relaxed); }
+  FileSystem* fs() const { return fs_; }
   SegmentStoreStats Stats() const;
 
  private:
