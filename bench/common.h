@@ -1,6 +1,6 @@
 // Helpers every benchmark driver shares: command-line flags, byte sizes,
 // timing, the printed table, the RESULT line, the --json report and
-// temporary directories. Rules the drivers follow: BENCHMARKS.md.
+// temporary directories. Rules the drivers follow: docs/benchmarks.md.
 //
 // Thread-safety: none of these types is thread-safe; drivers use them from
 // their main thread.

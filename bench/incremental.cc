@@ -28,7 +28,7 @@
 // per tensor class, with the same disk measure.
 // Also the server's write amplification: bytes it wrote to storage over
 // steps 2..N and their settling (/proc/PID/io) per raw byte saved.
-// RESULT ratio = bf16_disk_ratio. Targets (issue 21 and BENCHMARKS.md):
+// RESULT ratio = bf16_disk_ratio. Targets (issue 21 and docs/benchmarks.md):
 // bf16 >= 2.5, fp32+Adam >= 1.4, sparse <= 1.05x changed bytes + 64 KiB
 // per step, frozen ~0.
 #include <stdio.h>

@@ -22,7 +22,7 @@
 //                          replacement trainer on another node)
 // GB = 1e9 bytes of raw state.
 // RESULT ratio = memory restore (shared memory) speed-up over disk restore.
-// Targets (BENCHMARKS.md): restore from memory >= 3x faster than from disk
+// Targets (docs/benchmarks.md): restore from memory >= 3x faster than from disk
 // and >= 0.8x the link; durability "memory" saves complete >= 2x faster
 // than "disk".
 #include <fcntl.h>

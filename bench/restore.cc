@@ -26,7 +26,7 @@
 // log then says so, and so does the output), so neither side is served by
 // the page cache. GB = 1e9 bytes of raw state.
 // RESULT ratio = same-layout GB/s / read ceiling GB/s. Targets
-// (BENCHMARKS.md): ratio >= 0.85; reshard_x_same (time) <= 1.2.
+// (docs/benchmarks.md): ratio >= 0.85; reshard_x_same (time) <= 1.2.
 #include <stdio.h>
 #include <string.h>
 

@@ -17,7 +17,7 @@
 //   torch     torch.save of tensors of the same shapes and dtypes to a file
 //             in the same directory (peer; skipped without torch)
 // RESULT ratio = Save() stall / floor; lazy_ratio = visible lazy stall /
-// floor. Targets (BENCHMARKS.md): ratio <= 1.2, lazy_ratio <= 0.05;
+// floor. Targets (docs/benchmarks.md): ratio <= 1.2, lazy_ratio <= 0.05;
 // first_x_floor <= 2, first_lazy_ratio <= 0.05, lazy Save() calls <= 10 ms.
 #include <stdio.h>
 #include <stdlib.h>

@@ -23,7 +23,7 @@
 // its writes took (the disk's speed during the save, beside the ceiling
 // measured a little earlier), writer_busy = seconds of writes and
 // fdatasyncs / the save's seconds (near 1: the disk was the bottleneck).
-// RESULT ratio = stagger(raw) GB/s / min(disk, link). Target (BENCHMARKS.md):
+// RESULT ratio = raw-codec GB/s / min(disk, link). Target (docs/benchmarks.md):
 // >= 0.85.
 #include <stdio.h>
 #include <stdlib.h>

@@ -1,4 +1,4 @@
-// Shaping: the client's QoS (DESIGN.md section 6) built from the qos/
+// Shaping: the client's QoS (docs/design.md section 6) built from the qos/
 // parts for one Checkpointer, from its options:
 //
 //   pacer      DeadlinePacer over the save's raw bytes: a save with a

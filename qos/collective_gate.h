@@ -1,5 +1,5 @@
 // CollectiveGate: decides when checkpoint traffic may use the network
-// without colliding with the training job's own collectives (DESIGN.md
+// without colliding with the training job's own collectives (docs/design.md
 // §6.3; the learned idle windows follow Gemini, SOSP'23).
 //
 // The training side reports marks: IterationBegin, and CollectiveBegin /

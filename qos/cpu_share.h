@@ -1,4 +1,4 @@
-// CPU as a resource QoS schedules (DESIGN.md section 6, item 5): how many
+// CPU as a resource QoS schedules (docs/design.md section 6, item 5): how many
 // cores a process may use (its affinity mask, its cgroup's CPU quota, the
 // ranks that share the node), and the lowest CPU and I/O priority a
 // background thread can take, so that checkpoint work runs on cycles the

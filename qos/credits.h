@@ -1,7 +1,7 @@
 // CreditLedger: the server's admission accounting. Every byte a client may
 // have in flight to the server (received, not yet durable) is backed by
 // credit from one budget, so that the server's disk queue and memory stay
-// bounded however many ranks send at once (DESIGN.md §5, §6.2).
+// bounded however many ranks send at once (docs/design.md §5, §6.2).
 //
 // Grant order, each time credit is free:
 //   1. RESTORE requests before any CHECKPOINT request (strict priority);

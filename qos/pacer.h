@@ -1,5 +1,5 @@
 // DeadlinePacer: spreads one checkpoint's bytes so that they finish by a
-// deadline at a low, flat rate instead of in a burst (DESIGN.md §6.1).
+// deadline at a low, flat rate instead of in a burst (docs/design.md §6.1).
 //
 // The target rate at time t is
 //

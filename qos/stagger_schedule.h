@@ -1,6 +1,6 @@
 // Stagger schedule: when each rank of a job starts shipping a checkpoint and
 // by when it should be done, so that a thousand ranks do not hit the storage
-// at the same instant (DESIGN.md §6.2).
+// at the same instant (docs/design.md §6.2).
 //
 // Nodes are spread first: each node gets its own slot of the spread span,
 // and the ranks of a node are interleaved inside their node's slot. Ranks

@@ -1,4 +1,4 @@
-// IngestAdmission: the server's admission control (DESIGN.md §5). One
+// IngestAdmission: the server's admission control (docs/design.md §5). One
 // qos::CreditLedger, one budget of bytes, covers everything a client has
 // in flight inside the server:
 //

@@ -98,7 +98,7 @@ struct ServerOptions {
   // successors. false: deltas are stored as they come (clients then cut
   // their chains every delta_chain_max saves).
   bool rebase_deltas = true;
-  // Admission (DESIGN.md §5): bytes clients may have inside the server at
+  // Admission (docs/design.md §5): bytes clients may have inside the server at
   // once, pulled but not yet written (checkpoint payloads) or being read and
   // sent (restore reads, which go first). Must be > 0; one chunk larger
   // than this is still taken when it is alone.

@@ -135,7 +135,7 @@ class RequestHandler {
                          std::unique_ptr<ReplyChannel> reply) = 0;
 };
 
-// Admission of request payloads (DESIGN.md §5): a Listener given one asks
+// Admission of request payloads (docs/design.md §5): a Listener given one asks
 // it before it takes in a request's payload, so the receiver decides when
 // bytes move. UCX asks for rendezvous payloads (>= rndv_threshold) before
 // pulling them; the in-process transport asks for every non-empty payload

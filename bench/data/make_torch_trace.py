@@ -3,7 +3,7 @@
 
 bench/incremental replays the dumps (--trace DIR) to measure how many bytes
 stagger ships between consecutive checkpoints of real training, next to
-its synthetic classes (BENCHMARKS.md "Realistic data").
+its synthetic classes (docs/benchmarks.md "Realistic data").
 
   make_torch_trace.py --out DIR [--steps 300] [--every 50] [--seed 1]
 

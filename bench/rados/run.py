@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """The durable tier against its ceiling: a one-node Ceph cluster's own
-`rados bench`, in the same run (BENCHMARKS.md, bench/rados).
+`rados bench`, in the same run (docs/benchmarks.md, bench/rados).
 
     bench/rados/run.py [--mib 1024] [--bench-s 8] [--reps 2] [--smoke]
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """The durable tier on S3 against its ceiling: the same endpoint's PUT and
-GET throughput measured by curl in the same run (BENCHMARKS.md, bench/s3).
+GET throughput measured by curl in the same run (docs/benchmarks.md, bench/s3).
 
     bench/s3/run.py [--mib 1024] [--reps 3] [--smoke]
 

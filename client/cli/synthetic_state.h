@@ -1,5 +1,5 @@
 // SyntheticState: training-like model state for the demo and benchmarks
-// (BENCHMARKS.md "Realistic data"). Random bytes do not compress and zeros
+// (docs/benchmarks.md "Realistic data"). Random bytes do not compress and zeros
 // compress too well; this behaves like a model being trained:
 //   dense.bf16        bf16 weights: the rounded copy of an fp32 master
 //                     that Adam updates each step (mixed precision)

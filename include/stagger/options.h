@@ -166,7 +166,7 @@ struct CheckpointerOptions {
   // memory is available; otherwise the snapshot goes straight to host.
   bool device_snapshot = false;
 
-  // QoS: how checkpoint traffic shares the fabric with training (DESIGN.md
+  // QoS: how checkpoint traffic shares the fabric with training (docs/design.md
   // section 6; qos/README.md). All rates in bytes per second.
   //
   // Deadline pacing: a save should be durable this many seconds after

@@ -1,6 +1,6 @@
 // stagger::Status and stagger::Result<T>, with the two propagation macros.
 //
-// Status codes have fixed meanings across stagger (see DESIGN.md §9):
+// Status codes have fixed meanings across stagger (see docs/design.md §9):
 // UNAVAILABLE retryable peer/transport failure, DATA_LOSS checksum or
 // corruption, RESOURCE_EXHAUSTED no space or credits, DEADLINE_EXCEEDED,
 // ABORTED version or commit conflict, FAILED_PRECONDITION wrong state,

@@ -1,5 +1,5 @@
 // Drainer: copies every complete step of every job from the server's disk
-// to the cold store (DESIGN.md §10, issue: the durable tier), in the
+// to the cold store (docs/design.md §10, issue: the durable tier), in the
 // background, oldest step first.
 //
 // A step goes in three phases: its chunks (each delta's base before the

@@ -1,4 +1,4 @@
-// ObjectStore: the durable tier behind the servers' disks (DESIGN.md §10), as
+// ObjectStore: the durable tier behind servers' disks (docs/design.md §10), as
 // the drain and the reads that fall back to it see it: named objects in
 // namespaces (one per job), written whole, read whole or by range.
 //

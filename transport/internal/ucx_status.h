@@ -14,7 +14,7 @@ namespace stagger::transport_internal {
 
 // OK for UCS_OK (and UCS_INPROGRESS, which is not an error). Otherwise a
 // Status whose message is "context: <UCX text> (<UCX name>)" and whose code
-// follows DESIGN.md §9: connection and peer failures are UNAVAILABLE, memory
+// follows docs/design.md §9: connection/peer failures are UNAVAILABLE, memory
 // and resource limits RESOURCE_EXHAUSTED, timeouts DEADLINE_EXCEEDED,
 // bad parameters INVALID_ARGUMENT, a missing feature or device
 // FAILED_PRECONDITION, anything else INTERNAL.
