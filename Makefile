@@ -1,6 +1,6 @@
 # stagger: two commands on a fresh Debian 12 machine, as root:
-#   make demo   # install what is missing, build, run the main job
-#   make test   # the test suite
+#   make demo   # install what is missing, build the tools, run the main job
+#   make test   # the test suite (installs and builds the rest first)
 BUILD_DIR ?= build
 MAKEFLAGS += --no-print-directory
 JOBS ?= 2
@@ -11,7 +11,7 @@ BUILD_TYPE ?= RelWithDebInfo
 export UCX_TLS ?= sm,tcp
 export UCX_WARN_UNUSED_ENV_VARS ?= n
 
-.PHONY: all deps configure build demo test test-cpp test-python test-install bench-smoke test-sanitize test-sanitize-client test-torch2 test-torch2-if-ready fuzz clean
+.PHONY: all deps deps-test configure build demo bench test test-cpp test-python test-install bench-smoke test-sanitize test-sanitize-client test-torch2 test-torch2-if-ready fuzz clean
 
 # Unit tests that also run under AddressSanitizer + UBSan.
 SANITIZE_DIR ?= build-asan
@@ -21,23 +21,48 @@ SANITIZE_TESTS ?= format_test qos_test transport_test storage_test server_test m
 # minutes on two cores to make test.
 SANITIZE_CLIENT_TESTS ?= client_test async_save_test incremental_test qos_save_test
 
+# What `make demo` builds: the daemon, the CLI and the Python binding.
+# Tests and benchmarks are built by `make build` (and so by make test).
+TOOL_TARGETS ?= stagger-server stagger_bin _stagger
+
 all: build
 
-deps:
+# The Debian packages, installed once: a stamp in the build directory
+# remembers that the installer ran (again when the script changes).
+# `deps` is what building needs; `deps-test` adds the test suite's
+# (Ceph's daemons, radosgw, torch, pytest). Removing the build directory
+# (make clean) forgets the stamps.
+DEPS_STAMP := $(BUILD_DIR)/.deps-build
+DEPS_TEST_STAMP := $(BUILD_DIR)/.deps-test
+deps: $(DEPS_STAMP)
+deps-test: $(DEPS_TEST_STAMP)
+$(DEPS_STAMP): scripts/install-deps.sh
 	@bash scripts/install-deps.sh
+	@mkdir -p $(BUILD_DIR) && touch $@
+$(DEPS_TEST_STAMP): scripts/install-deps.sh
+	@bash scripts/install-deps.sh --test
+	@mkdir -p $(BUILD_DIR) && touch $@
 
-configure: deps
+# CMake runs once; later builds regenerate by themselves when a
+# CMakeLists.txt changes.
+configure: $(BUILD_DIR)/CMakeCache.txt
+$(BUILD_DIR)/CMakeCache.txt: $(DEPS_STAMP)
 	@cmake -S . -B $(BUILD_DIR) -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) \
 	  -DPython3_EXECUTABLE=$(PYTHON) > $(BUILD_DIR).configure.log 2>&1 \
-	  || (cat $(BUILD_DIR).configure.log; exit 1)
+	  || (cat $(BUILD_DIR).configure.log; rm -f $@; exit 1)
 
 build: configure
 	cmake --build $(BUILD_DIR) -j$(JOBS)
 
-demo: build
+demo: configure
+	cmake --build $(BUILD_DIR) -j$(JOBS) --target $(TOOL_TARGETS)
 	$(BUILD_DIR)/bin/stagger demo
 
-test: build test-cpp test-python test-torch2-if-ready test-install bench-smoke test-sanitize
+# Every benchmark once at its default size (bench/README.md).
+bench: build
+	STAGGER_BIN_DIR=$(CURDIR)/$(BUILD_DIR)/bin bench/run_all.sh
+
+test: deps-test build test-cpp test-python test-torch2-if-ready test-install bench-smoke test-sanitize
 
 test-cpp:
 	cd $(BUILD_DIR) && ctest --output-on-failure -j$(JOBS) --timeout 300
@@ -66,7 +91,7 @@ bench-smoke:
 	  rc=$$?; if [ $$rc -eq 0 ]; then tail -n 1 $$out; else cat $$out; fi; \
 	  rm -f $$out; [ $$rc -eq 0 ] || [ $$rc -eq 2 ] || exit 1; done
 
-test-sanitize: deps
+test-sanitize: deps-test
 	@cmake -S . -B $(SANITIZE_DIR) -DCMAKE_BUILD_TYPE=Debug -DSTAGGER_SANITIZE=ON \
 	  -DPython3_EXECUTABLE=$(PYTHON) > $(SANITIZE_DIR).configure.log 2>&1 \
 	  || (cat $(SANITIZE_DIR).configure.log; exit 1)

@@ -21,7 +21,7 @@
 #       run, and prints S3_ENDPOINT=, AWS_ACCESS_KEY_ID= and
 #       AWS_SECRET_ACCESS_KEY= on its last three lines (also kept in
 #       DIR/rgw.env). Exits 5 when radosgw is not installed
-#       (scripts/install-deps.sh installs it). stop stops it too. Run again
+#       (scripts/install-deps.sh --test installs it). stop stops it too. Run again
 #       after rgw-stop, it starts radosgw on the same port with the same
 #       user.
 #   scripts/ceph-cluster.sh rgw-stop DIR
@@ -29,7 +29,7 @@
 #
 # start exits 3 (and stops what it started, unless $CEPH_CLUSTER_KEEP is
 # set, to look at it) when the cluster cannot start,
-# 4 when the Ceph packages are missing (scripts/install-deps.sh installs
+# 4 when the Ceph packages are missing (scripts/install-deps.sh --test installs
 # them): callers skip their RADOS tests then, printing the reason, which
 # start writes to stderr with the tail of the daemon's log.
 set -euo pipefail
@@ -104,7 +104,7 @@ start_cluster() {
   local pool=${3:-stagger} gib=${4:-4}
   for b in ceph-mon ceph-mgr ceph-osd ceph monmaptool; do
     if ! command -v "$b" >/dev/null; then
-      echo "ceph-cluster: $b not found (scripts/install-deps.sh installs" \
+      echo "ceph-cluster: $b not found (scripts/install-deps.sh --test installs" \
         "ceph-mon, ceph-mgr and ceph-osd)" >&2
       exit 4
     fi
@@ -214,7 +214,7 @@ start_rgw() {
   [ -f "$conf" ] || { echo "ceph-cluster: no cluster in $dir" >&2; exit 2; }
   for b in radosgw radosgw-admin; do
     if ! command -v "$b" >/dev/null; then
-      echo "ceph-cluster: $b not found (scripts/install-deps.sh installs" \
+      echo "ceph-cluster: $b not found (scripts/install-deps.sh --test installs" \
         "radosgw)" >&2
       exit 5
     fi

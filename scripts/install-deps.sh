@@ -1,6 +1,10 @@
 #!/usr/bin/env bash
 # Installs the Debian 12 packages stagger builds against, only when missing.
 # Idempotent: a second run with everything present does nothing and exits 0.
+#
+#   scripts/install-deps.sh          what building needs (make demo, make build)
+#   scripts/install-deps.sh --test   and what the test suite runs (make test)
+#   scripts/install-deps.sh --fuzz   and clang with libFuzzer (make fuzz)
 set -euo pipefail
 
 PKGS=(
@@ -9,17 +13,25 @@ PKGS=(
   liburing-dev libzstd-dev librocksdb-dev
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev libgtest-dev libgmock-dev libxxhash-dev libcli11-dev
-  librados-dev ceph-mon ceph-mgr ceph-osd   # the durable tier and its tests
-  libcurl4-openssl-dev radosgw   # the S3 durable tier, and an S3 endpoint for its tests
-  pybind11-dev python3-dev python3-numpy python3-pytest
+  librados-dev           # the RADOS durable tier
+  libcurl4-openssl-dev   # the S3 durable tier
+  pybind11-dev python3-dev python3-numpy
+)
+TEST_PKGS=(
+  ceph-mon ceph-mgr ceph-osd radosgw   # a one-node cluster and S3 endpoint
+  python3-pytest
   python3-venv    # the torch 2.x venv (bench/peers/setup_venv.sh)
   python3-torch   # stagger.torch and its tests (CPU build, ~80 MB of .debs)
 )
 
-# --fuzz: also clang and its libFuzzer runtime (make fuzz).
-if [ "${1:-}" = "--fuzz" ]; then
-  PKGS+=(clang-14 libclang-rt-14-dev)
-fi
+for arg in "$@"; do
+  case "$arg" in
+    --test) PKGS+=("${TEST_PKGS[@]}") ;;
+    --fuzz) PKGS+=(clang-14 libclang-rt-14-dev) ;;
+    *) echo "install-deps.sh: unknown argument $arg (--test, --fuzz)" >&2
+       exit 2 ;;
+  esac
+done
 
 missing=()
 for p in "${PKGS[@]}"; do

@@ -92,7 +92,7 @@ GPU=$(nvidia-smi -L 2>/dev/null | head -1)
 note "${GPU:-no nvidia-smi / no GPU listed}"
 
 # --- 2. dependencies (may need apt; the build may work without) ----------
-step deps 150 bash scripts/install-deps.sh
+step deps 150 bash scripts/install-deps.sh --test
 [ $? -ne 0 ] && note "deps.log (install failed; going on, the build may still work)"
 
 # --- 3. configure + build what the GPU steps need ------------------------

@@ -19,7 +19,7 @@ fi
 # The same interpreter the stagger module is built for.
 if ! /usr/bin/python3 -m venv "$dir"; then
   echo "setup_venv.sh: python3 -m venv failed (python3-venv, installed by" \
-    "scripts/install-deps.sh); the torch 2.x tests and the DCP peer are" \
+    "scripts/install-deps.sh --test); the torch 2.x tests and the DCP peer are" \
     "skipped" >&2
   exit 0
 fi
