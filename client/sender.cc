@@ -134,6 +134,11 @@ void Sender::OnSendDone(size_t wire_bytes, int64_t latency_ns) {
   Send(std::move(next));
 }
 
+uint64_t Sender::probe_waits() const {
+  absl::MutexLock lock(&mu_);
+  return probe_waits_;
+}
+
 bool Sender::Ready() const {
   return stopping_ || (!queue_.empty() && in_flight_ < max_inflight_);
 }
@@ -170,6 +175,7 @@ void Sender::ShapedLoop() {
           // would bound what is queued (a whole window of chunks could meet
           // the next collective): one chunk at a time measures it.
           probing = Bps <= 0 && unsent_ > 0;
+          probe_waits_ += probing;
         }
         if (!probing &&
             (queued == 0 || shaping_->FitsWindow(queued + wire_bytes))) {

@@ -54,6 +54,10 @@ class Sender {
 
   void Enqueue(SendItem item);
 
+  // Times the shaped sender held a chunk back because no payload had left
+  // yet (the link rate unknown: one chunk at a time measures it).
+  uint64_t probe_waits() const;
+
  private:
   void Send(std::shared_ptr<SendItem> item);
   void OnSendDone(size_t wire_bytes, int64_t latency_ns);
@@ -68,6 +72,7 @@ class Sender {
 
   mutable absl::Mutex mu_;
   std::deque<SendItem> queue_ ABSL_GUARDED_BY(mu_);
+  uint64_t probe_waits_ ABSL_GUARDED_BY(mu_) = 0;
   size_t in_flight_ ABSL_GUARDED_BY(mu_) = 0;
   // Chunks handed to the transport whose payload has not left yet; since
   // when the wire has been busy with them without a break, or when the

@@ -88,8 +88,13 @@ TEST(SenderTest, UntilTheLinkRateIsKnownOneChunkIsOnTheWire) {
       sender.Enqueue(std::move(item));
     }
     ASSERT_TRUE(conn->AwaitCalls(1, absl::Seconds(10)));
-    // Nothing has left yet: the other two wait, though 8 may be in flight.
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    // Nothing has left yet: the second chunk is held back (8 may be in
+    // flight), and stays held until the first payload leaves.
+    const auto give_up = absl::Now() + absl::Seconds(10);
+    while (sender.probe_waits() == 0 && absl::Now() < give_up) {
+      absl::SleepFor(absl::Milliseconds(1));
+    }
+    ASSERT_GT(sender.probe_waits(), 0u);
     EXPECT_EQ(conn->calls(), 1u);
     // Once the first payload has left the rate is known, and the rest go.
     conn->LeaveAndAnswer(0);

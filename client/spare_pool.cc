@@ -16,6 +16,8 @@ struct Spare {
   absl::Mutex mu;
   std::unique_ptr<StagingPool> pool ABSL_GUARDED_BY(mu);
   absl::Time expires ABSL_GUARDED_BY(mu);
+  // The deadline the timer waits for; InfinitePast while it waits for none.
+  absl::Time waiting_until ABSL_GUARDED_BY(mu) = absl::InfinitePast();
   pid_t timer_pid ABSL_GUARDED_BY(mu) = 0;  // the process the timer runs in
 
   // Unmaps the pool once it expires; waits while none is parked.
@@ -30,7 +32,11 @@ struct Spare {
       auto changed = [this, watched]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
         return pool.get() != watched;
       };
-      if (!mu.AwaitWithDeadline(absl::Condition(&changed), expires)) {
+      waiting_until = expires;
+      const bool woken =
+          mu.AwaitWithDeadline(absl::Condition(&changed), expires);
+      waiting_until = absl::InfinitePast();
+      if (!woken) {
         std::unique_ptr<StagingPool> gone = std::move(pool);
         mu.Unlock();
         gone.reset();  // munmap outside the lock
@@ -83,6 +89,15 @@ std::unique_ptr<StagingPool> SparePool::Take(uint64_t min_bytes,
     return nullptr;
   }
   return std::move(s.pool);
+}
+
+std::chrono::milliseconds SparePool::TimerWaitLeft() {
+  Spare& s = TheSpare();
+  absl::MutexLock l(&s.mu);
+  const absl::Duration left = s.waiting_until - absl::Now();
+  return left > absl::ZeroDuration()
+             ? std::chrono::milliseconds(absl::ToInt64Milliseconds(left))
+             : std::chrono::milliseconds(0);
 }
 
 uint64_t SparePool::ParkedBytes() {

@@ -38,6 +38,9 @@ class SparePool {
                                            uint64_t slab_bytes);
   // Bytes parked now (0 when none).
   static uint64_t ParkedBytes();
+  // How long the timer's current wait for the parked pool's expiry has
+  // left; zero while it waits for none.
+  static std::chrono::milliseconds TimerWaitLeft();
 };
 
 }  // namespace stagger::client

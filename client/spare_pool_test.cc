@@ -81,9 +81,15 @@ TEST(SparePool, APoolNobodyTakesIsUnmappedAfterItsKeep) {
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
   EXPECT_EQ(SparePool::ParkedBytes(), 0u);
-  // A long keep is not cut short by the one before it.
+  // A long keep is not cut short by the one before it: the timer waits for
+  // the new pool's expiry, an hour away.
   SparePool::Park(Pool(1), std::chrono::hours(1));
-  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  give_up = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (SparePool::TimerWaitLeft() < std::chrono::minutes(59) &&
+         std::chrono::steady_clock::now() < give_up) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  EXPECT_GE(SparePool::TimerWaitLeft(), std::chrono::minutes(59));
   EXPECT_EQ(SparePool::ParkedBytes(), kSlab);
   Drain();
 }

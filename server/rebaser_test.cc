@@ -10,7 +10,7 @@
 #include <random>
 #include <vector>
 
-#include "server/internal/indexed_stores.h"
+#include "server/testing/indexed_stores.h"
 
 namespace stagger::server {
 namespace {

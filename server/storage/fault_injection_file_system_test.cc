@@ -4,7 +4,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
-#include "server/storage/internal/test_util.h"
+#include "server/storage/testing/test_util.h"
 #include "server/storage/posix_file_system.h"
 
 namespace stagger::server {

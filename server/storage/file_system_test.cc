@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
-#include "server/storage/internal/test_util.h"
+#include "server/storage/testing/test_util.h"
 #include "server/storage/posix_file_system.h"
 #include "server/storage/uring_file_system.h"
 #include "transport/buffer.h"

@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "format/record.h"
-#include "server/internal/indexed_stores.h"
+#include "server/testing/indexed_stores.h"
 #include "server/tier/cold_gc.h"
 #include "server/tier/cold_read.h"
 #include "server/tier/layout.h"

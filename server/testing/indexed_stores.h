@@ -1,7 +1,7 @@
 // For server tests: a MetaStore and a SegmentStore in a temporary
 // directory, and chunks stored and indexed as the data service does.
-#ifndef STAGGER_SERVER_INTERNAL_INDEXED_STORES_H_
-#define STAGGER_SERVER_INTERNAL_INDEXED_STORES_H_
+#ifndef STAGGER_SERVER_TESTING_INDEXED_STORES_H_
+#define STAGGER_SERVER_TESTING_INDEXED_STORES_H_
 
 #include <memory>
 #include <string>
@@ -10,7 +10,7 @@
 #include "format/chunk_id.h"
 #include "format/record.h"
 #include "server/meta_store.h"
-#include "server/storage/internal/test_util.h"
+#include "server/storage/testing/test_util.h"
 #include "server/storage/segment_store.h"
 
 namespace stagger::server_internal {
@@ -47,4 +47,4 @@ inline std::string_view BytesOf(const std::vector<float>& v) {
 
 }  // namespace stagger::server_internal
 
-#endif  // STAGGER_SERVER_INTERNAL_INDEXED_STORES_H_
+#endif  // STAGGER_SERVER_TESTING_INDEXED_STORES_H_

@@ -1,4 +1,4 @@
-#include "server/internal/indexed_stores.h"
+#include "server/testing/indexed_stores.h"
 
 #include <gtest/gtest.h>
 

@@ -1,4 +1,4 @@
-#include "server/storage/internal/test_util.h"
+#include "server/storage/testing/test_util.h"
 
 #include <stdlib.h>
 

@@ -1,7 +1,7 @@
 // Helpers for the storage tests: temp dirs, random records, and waiting for
 // append callbacks without sleeping.
-#ifndef STAGGER_SERVER_STORAGE_INTERNAL_TEST_UTIL_H_
-#define STAGGER_SERVER_STORAGE_INTERNAL_TEST_UTIL_H_
+#ifndef STAGGER_SERVER_STORAGE_TESTING_TEST_UTIL_H_
+#define STAGGER_SERVER_STORAGE_TESTING_TEST_UTIL_H_
 
 #include <cstdint>
 #include <random>
@@ -72,4 +72,4 @@ void FlipByte(const std::string& path, uint64_t offset);
 
 }  // namespace stagger::storage_internal
 
-#endif  // STAGGER_SERVER_STORAGE_INTERNAL_TEST_UTIL_H_
+#endif  // STAGGER_SERVER_STORAGE_TESTING_TEST_UTIL_H_
