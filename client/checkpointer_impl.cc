@@ -17,28 +17,11 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "absl/synchronization/mutex.h"
-#include "client/chunk_io.h"
-#include "client/client_metrics.h"
 #include "client/control.h"
 #include "client/cuda/cuda_copy.h"
 #include "client/cuda/cuda_snapshot.h"
-#include "client/host_snapshot.h"
 #include "client/internal/save_state.h"
-#include "client/loader.h"
-#include "client/memory.h"
-#include "client/promote.h"
-#include "client/save_job.h"
-#include "client/save_plan.h"
-#include "client/server_set.h"
-#include "client/shaping.h"
-#include "client/shared_pools.h"
-#include "client/staging_pool.h"
-#include "client/staging_prep.h"
-#include "client/step_guard.h"
-#include "client/thread_plan.h"
 #include "format/names.h"
-#include "metrics/http_exporter.h"
 #include "transport/ucx_transport.h"
 #include "util/log.h"
 
@@ -68,660 +51,566 @@ int64_t NowMs() {
       .count();
 }
 
-class CheckpointerImpl : public Checkpointer {
- public:
-  CheckpointerImpl(const CheckpointerOptions& options,
-                   std::shared_ptr<void> keepalive,
-                   std::shared_ptr<transport::Transport> transport,
-                   std::shared_ptr<ServerSet> servers,
-                   std::unique_ptr<StagingPool> pool,
-                   std::unique_ptr<Shaping> shaping)
-      : options_(options),
-        keepalive_(std::move(keepalive)),
-        transport_(std::move(transport)),
-        servers_(std::move(servers)),
-        shaping_(std::move(shaping)),
-        threads_(PlanThreads(options, qos::ReadCpuShare())),
-        executor_(SharedPool("stg-encode", threads_.pipeline_threads,
-                             threads_.background_init != nullptr,
-                             threads_.background_init)),
-        driver_(options.max_outstanding_saves, "stg-save"),
-        fetch_executor_(SharedPool("stg-fetch", ChunkIo::DefaultFetchThreads(),
-                                   /*idle=*/false, nullptr)),
-        host_source_(NewHostSnapshotSource(threads_.copy_threads)),
-        staging_(std::move(pool), options.chunk_size, options.job),
-        policy_(threads_.encoder_threads),
-        io_(fetch_executor_.get(), options.job, options.codec,
-            format::EncodeOptions{options.zstd_level},
-            options.max_inflight_chunks,
-            options.adaptive_codec ? &policy_ : nullptr, shaping_.get()),
-        step_guard_(options.job, options.rank, [this] {
-          return ListSteps(*servers_, options_.job, /*include_partial=*/true);
-        }) {
-    io_.SetServers(servers_.get());
+}  // namespace
+
+CheckpointerImpl::CheckpointerImpl(
+    const CheckpointerOptions& options, std::shared_ptr<void> keepalive,
+    std::shared_ptr<transport::Transport> transport,
+    std::shared_ptr<ServerSet> servers, std::unique_ptr<StagingPool> pool,
+    std::unique_ptr<Shaping> shaping)
+    : options_(options),
+      keepalive_(std::move(keepalive)),
+      transport_(std::move(transport)),
+      servers_(std::move(servers)),
+      shaping_(std::move(shaping)),
+      threads_(PlanThreads(options, qos::ReadCpuShare())),
+      executor_(SharedPool("stg-encode", threads_.pipeline_threads,
+                           threads_.background_init != nullptr,
+                           threads_.background_init)),
+      driver_(options.max_outstanding_saves, "stg-save"),
+      fetch_executor_(SharedPool("stg-fetch", ChunkIo::DefaultFetchThreads(),
+                                 /*idle=*/false, nullptr)),
+      host_source_(NewHostSnapshotSource(threads_.copy_threads)),
+      staging_(std::move(pool), options.chunk_size, options.job),
+      policy_(threads_.encoder_threads),
+      io_(fetch_executor_.get(), options.job, options.codec,
+          format::EncodeOptions{options.zstd_level},
+          options.max_inflight_chunks,
+          options.adaptive_codec ? &policy_ : nullptr, shaping_.get()),
+      step_guard_(options.job, options.rank, [this] {
+        return ListSteps(*servers_, options_.job, /*include_partial=*/true);
+      }) {
+  io_.SetServers(servers_.get());
+}
+
+CheckpointerImpl::~CheckpointerImpl() {
+  prep_.Settle();  // its preparation uses members destroyed before it
+  WaitAll();
+  {
+    absl::MutexLock lock(&async_mu_);
+    async_mu_.Await(absl::Condition(
+        +[](int* n) { return *n == 0; }, &async_calls_));
   }
+  staging_.Unpin();  // while the CUDA source exists
+}
 
-  ~CheckpointerImpl() override {
-    prep_.Settle();  // its preparation uses members destroyed before it
-    WaitAll();
-    {
-      absl::MutexLock lock(&async_mu_);
-      async_mu_.Await(absl::Condition(
-          +[](int* n) { return *n == 0; }, &async_calls_));
-    }
-    staging_.Unpin();  // while the CUDA source exists
+bool CheckpointerImpl::ShipWhileSnapshotting(
+    const std::vector<SaveChunk>& chunks) const {
+  if (options_.snapshot_overlap != SnapshotOverlap::kAuto) {
+    return options_.snapshot_overlap == SnapshotOverlap::kOn;
   }
-
-  // snapshot_overlap for a save whose chunks come from `chunks`' sources.
-  bool ShipWhileSnapshotting(const std::vector<SaveChunk>& chunks) const {
-    if (options_.snapshot_overlap != SnapshotOverlap::kAuto) {
-      return options_.snapshot_overlap == SnapshotOverlap::kOn;
+  for (const SaveChunk& c : chunks) {
+    if (c.source == host_source_.get()) {
+      // Host copies take cores: overlap only where as many are left over.
+      return threads_.HostCopiesLeaveCores();
     }
-    for (const SaveChunk& c : chunks) {
-      if (c.source == host_source_.get()) {
-        // Host copies take cores: overlap only where as many are left over.
-        return threads_.HostCopiesLeaveCores();
-      }
-    }
-    return true;  // all on CUDA devices: the copy engines move the bytes
   }
+  return true;  // all on CUDA devices: the copy engines move the bytes
+}
 
-  Status Register(const TensorSpec& t) override {
-    STAGGER_RETURN_IF_ERROR(format::ValidateName("tensor", t.name));
-    auto bytes = format::TensorBytes(t.dtype, t.shape);
-    if (!bytes.ok()) {
-      return WithContext(bytes.status(), absl::StrCat("tensor '", t.name, "'"));
-    }
-    Status slice =
-        format::ValidateSlice(t.shape, t.global_shape, t.global_offset);
-    if (!slice.ok()) {
-      return WithContext(slice, absl::StrCat("tensor '", t.name, "'"));
-    }
-    if (t.data == nullptr && *bytes > 0) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("tensor '", t.name, "' has no data pointer"));
-    }
-    if (t.device == Device::kCuda) {
-      auto src = CudaSource(t.device_index);
-      if (!src.ok()) {
-        return WithContext(
-            src.status(),
-            absl::StrCat("tensor '", t.name, "' on cuda:", t.device_index));
-      }
-    }
-    if (tensors_.count(t.name)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("tensor '", t.name, "' is already registered"));
-    }
-    auto added = tensors_.emplace(t.name, Registered{t, *bytes});
-    if (Stores(added.first->second)) registered_staging_.Add(*bytes);
-    if (!staging_.fixed()) prep_.Request(RegisteredStaging(), kPrepQuiet);
-    return absl::OkStatus();
+Status CheckpointerImpl::Register(const TensorSpec& t) {
+  STAGGER_RETURN_IF_ERROR(format::ValidateName("tensor", t.name));
+  auto bytes = format::TensorBytes(t.dtype, t.shape);
+  if (!bytes.ok()) {
+    return WithContext(bytes.status(), absl::StrCat("tensor '", t.name, "'"));
   }
-
-  // Staging for the tensors registered now that this rank stores.
-  uint64_t RegisteredStaging() const { return registered_staging_.Needed(); }
-
-  // On the prep thread: sizes the pool, unless a save holds it (it grows
-  // at a later save then), and faults it in a slab at a time until done or
-  // a save comes (whose copies fault the rest).
-  Status PrepareInBackground(uint64_t bytes,
-                             const std::function<bool()>& cancelled) {
-    {
-      absl::MutexLock lock(&save_mu_);
-      if (outstanding_ > 0) return absl::OkStatus();
+  Status slice =
+      format::ValidateSlice(t.shape, t.global_shape, t.global_offset);
+  if (!slice.ok()) {
+    return WithContext(slice, absl::StrCat("tensor '", t.name, "'"));
+  }
+  if (t.data == nullptr && *bytes > 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("tensor '", t.name, "' has no data pointer"));
+  }
+  if (t.device == Device::kCuda) {
+    auto src = CudaSource(t.device_index);
+    if (!src.ok()) {
+      return WithContext(
+          src.status(),
+          absl::StrCat("tensor '", t.name, "' on cuda:", t.device_index));
     }
-    StagingPool* const before = staging_.pool();
-    STAGGER_RETURN_IF_ERROR(
-        staging_.Size(bytes, /*in_use=*/false, /*populate=*/false));
-    StagingPool* pool = staging_.pool();
-    // The pool already held the state: earlier saves faulted it in.
-    if (pool == before) return absl::OkStatus();
-    while (!cancelled() && pool->FaultInNext()) {
-      staging_prefaulted_ += pool->slab_bytes();
-    }
-    return absl::OkStatus();
   }
-
-  void ClearRegistrations() override {
-    tensors_.clear();
-    registered_staging_.Clear();
+  if (tensors_.count(t.name)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("tensor '", t.name, "' is already registered"));
   }
+  auto added = tensors_.emplace(t.name, Registered{t, *bytes});
+  if (Stores(added.first->second)) registered_staging_.Add(*bytes);
+  if (!staging_.fixed()) prep_.Request(RegisteredStaging(), kPrepQuiet);
+  return absl::OkStatus();
+}
 
-  void PrimeStepGuard() { step_guard_.Prime(); }
+uint64_t CheckpointerImpl::RegisteredStaging() const {
+  return registered_staging_.Needed();
+}
 
-  Status PrepareStaging() override {
-    prep_.Settle();  // one preparation at a time
-    bool in_use;
-    {
-      absl::MutexLock lock(&save_mu_);
-      in_use = outstanding_ > 0;
-    }
-    return staging_.Size(RegisteredStaging(), in_use);
-  }
-
-  Result<SaveHandle> Save(int64_t step, const SaveOptions& so) override {
-    auto start = std::chrono::steady_clock::now();
-    STAGGER_RETURN_IF_ERROR(CheckSaveArguments(step, so));
-    STAGGER_RETURN_IF_ERROR(AwaitServers(step, so));
-    const Durability durability = so.durability == Durability::kDefault
-                                      ? options_.durability
-                                      : so.durability;
-    const bool in_memory = durability == Durability::kMemory;
-    if (in_memory) STAGGER_RETURN_IF_ERROR(CheckDomains(step));
-    // Before anything is copied: a step this rank committed is final.
-    STAGGER_RETURN_IF_ERROR(step_guard_.Check(step));
-    STAGGER_RETURN_IF_ERROR(TakeSaveSlot(step));
-    SaveSlot slot(this);  // given back on every return before the submit
-    SavePlan plan = Plan(step);
-    // A background preparation still waiting is dropped (this save sizes
-    // the pool); one under way stops after its current slab. Only then is
-    // the pool read: the preparation may have replaced it.
-    prep_.Settle();
-    STAGGER_RETURN_IF_ERROR(ReadyToCopy(plan, so));
-    shaping_->StartSave(plan.state_bytes, so.deadline_s >= 0
-                                              ? so.deadline_s
-                                              : options_.qos_deadline_s);
-    const bool overlap = ShipWhileSnapshotting(plan.chunks);
-    SaveJobDeps deps{servers_.get(),
-                     &io_,
-                     staging_.pool(),
-                     executor_.get(),
-                     shaping_.get(),
-                     options_.replicas,
-                     overlap,
-                     2 * options_.max_inflight_chunks,
-                     [this, step](const Status& s, const SaveStats& st) {
-                       // Before Wait() returns: a save of the same step
-                       // right after it is refused.
-                       if (s.ok()) step_guard_.Committed(step);
-                       CountFinished(s, st);
-                     }};
-    deps.in_memory = in_memory;
-    plan.manifest->set_in_memory(in_memory);
-    auto job =
-        std::make_shared<SaveJob>(std::move(deps), std::move(*plan.manifest),
-                                  std::move(plan.chunks), start);
-    slot.HandOver();  // the driver gives it back when the save ends
-    Launch(job);
-    if (!so.lazy) job->WaitSnapshot().IgnoreError();  // the handle reports it
-    const double stall = Seconds(start);
-    job->CallerReturned(stall);
-    {
-      absl::MutexLock lock(&metrics_mu_);
-      metrics_.stall_s += stall;
-      metrics_.last_stall_s = stall;
-    }
-    return SaveHandle(job->handle_state());
-  }
-
-  static Status CheckSaveArguments(int64_t step, const SaveOptions& so) {
-    if (step < 0) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("step must be >= 0, got ", step));
-    }
-    if (!std::isfinite(so.deadline_s)) {
-      return absl::InvalidArgumentError("SaveOptions.deadline_s is not finite");
-    }
-    return absl::OkStatus();
-  }
-
-  // Orders the copies after the caller's queued work (CUDA: an event on the
-  // caller's stream), on the caller's thread, and sizes the staging pool
-  // for the plan.
-  Status ReadyToCopy(const SavePlan& plan, const SaveOptions& so) {
-    STAGGER_RETURN_IF_ERROR(host_source_->Fence(so.cuda_stream));
-    for (auto& [device, src] : cuda_sources_) {
-      STAGGER_RETURN_IF_ERROR(src->Fence(so.cuda_stream));
-    }
-    bool in_use;
-    {
-      absl::MutexLock lock(&save_mu_);
-      in_use = outstanding_ > 1;  // another save holds staging slabs
-    }
-    // A new pool is faulted in by the snapshot's copies, on the copy
-    // threads and in parallel, not here on the caller's thread: a lazy
-    // save's copies run while the training loop goes on, and an eager
-    // one's fault in parallel what one thread would fault alone
-    // (qos/README.md, "CPU": measured).
-    return staging_.Size(StagingNeeded(plan.tensor_bytes, options_.chunk_size),
-                         in_use, /*populate=*/false);
-  }
-
-  // Runs the save on the driver thread; its slot is given back when it
-  // ends, and a committed save becomes the next one's history.
-  void Launch(const std::shared_ptr<SaveJob>& job) {
-    {
-      absl::MutexLock lock(&save_mu_);
-      last_job_ = job;
-    }
-    driver_.Submit([this, job] {
-      job->Run();
-      if (job->status().ok() && job->manifest().in_memory()) {
-        promoter_.Queue(job->manifest());
-      }
-      absl::MutexLock lock(&save_mu_);
-      if (job->status().ok()) {
-        RememberOutcomes(job->manifest(), job->outcomes(), &previous_);
-      } else if (absl::IsFailedPrecondition(job->status()) &&
-                 absl::StrContains(job->status().message(),
-                                   "which is not stored")) {
-        // A delta's base is gone from its server (one that restarted
-        // without chunks it held in memory only): the next save sends
-        // every changed chunk whole instead of failing the same way.
-        previous_.clear();
-      }
-      --outstanding_;
-    });
-  }
-
-  Status WaitDisk(absl::Duration timeout) override {
-    return promoter_.WaitDisk(timeout);
-  }
-
-  // A server that restarted since the last save is found now, not by a
-  // failed put; with too few servers left, waits a little for them (a
-  // restart takes seconds), never beyond the save's deadline. Fails before
-  // anything is copied when no server could take the copies.
-  Status AwaitServers(int64_t step, const SaveOptions& so) {
-    servers_->NoteBrokenConnections();
-    if (servers_->up() >= options_.replicas) return absl::OkStatus();
-    double wait_s = options_.server_wait_s;
-    const double deadline_s =
-        so.deadline_s >= 0 ? so.deadline_s : options_.qos_deadline_s;
-    if (deadline_s > 0) wait_s = std::min(wait_s, deadline_s);
-    return WithContext(
-        servers_->AwaitUp(options_.replicas, absl::Seconds(wait_s)),
-        absl::StrCat("save of step ", step));
-  }
-
-  // Durability "memory" needs `replicas` failure domains among the servers
-  // up: a copy in each, so that losing all but one of them keeps the step.
-  Status CheckDomains(int64_t step) const {
-    const std::set<std::string> domains = servers_->DomainsUp();
-    if (domains.size() >= options_.replicas) return absl::OkStatus();
-    return absl::FailedPreconditionError(absl::StrCat(
-        "save of step ", step, " with durability \"memory\" needs its ",
-        options_.replicas, " copies in ", options_.replicas,
-        " failure domains, and the servers up are in ", domains.size(), " (",
-        absl::StrJoin(domains, ", "),
-        "): name each node's server with stagger-server --domain, bring "
-        "more up, or save with durability \"disk\""));
-  }
-
-  // Takes one of the max_outstanding_saves slots, waiting for a save in
-  // flight to finish (or failing with fail_when_busy). The caller gives it
-  // back (SaveSlot).
-  Status TakeSaveSlot(int64_t step) {
+Status CheckpointerImpl::PrepareInBackground(
+    uint64_t bytes, const std::function<bool()>& cancelled) {
+  {
     absl::MutexLock lock(&save_mu_);
-    if (outstanding_ >= options_.max_outstanding_saves) {
-      if (options_.fail_when_busy) {
-        return absl::ResourceExhaustedError(
-            absl::StrCat("save of step ", step, ": ", outstanding_,
-                         " save(s) already in flight (max_outstanding_saves=",
-                         options_.max_outstanding_saves, ")"));
-      }
-      // Training waits for the save in flight: it may stop yielding to
-      // collectives that will not come.
-      shaping_->CallerWaits(true);
-      save_mu_.Await(absl::Condition(this, &CheckpointerImpl::HasRoom));
-      shaping_->CallerWaits(false);
-    }
-    ++outstanding_;
-    return absl::OkStatus();
+    if (outstanding_ > 0) return absl::OkStatus();
   }
-
-  // The plan of a save of the registered tensors this rank stores as
-  // `step` (save_plan.h), with their history from the last commit.
-  SavePlan Plan(int64_t step) {
-    SavePlanOptions po;
-    po.job = options_.job;
-    po.step = step;
-    po.rank = options_.rank;
-    po.world_size = options_.world_size;
-    po.replicas = options_.replicas;
-    po.node = servers_->local_node();
-    po.chunk_size = options_.chunk_size;
-    po.created_unix_ms = NowMs();
-    po.deltas_on =
-        options_.delta_chain_max > 0 && options_.codec != CodecChoice::kRaw;
-    po.delta_chain_max = options_.delta_chain_max;
-    // The previous version of each chunk, kept as its delta base, and the
-    // new one being captured meanwhile: half the budget each.
-    po.keep_budget = DeltaMemoryBytes(options_) / 2;
-    po.slot_servers = [this](const std::string& name, uint64_t index) {
-      return servers_->ForSlot(options_.rank, name, index,
-                               servers_->local_node());
-    };
-    std::vector<PlanTensor> stored;
-    {
-      absl::MutexLock lock(&save_mu_);  // a save may finish meanwhile
-      const uint64_t restarts = servers_->memory_restarts();
-      if (restarts != memory_restarts_seen_) {
-        // A server with a memory tier restarted: chunks earlier saves left
-        // in its RAM only may be gone. Neither referenced as unchanged nor
-        // used as delta bases: this save sends every chunk.
-        memory_restarts_seen_ = restarts;
-        previous_.clear();
-      }
-      for (const auto& [name, reg] : tensors_) {
-        if (!Stores(reg)) continue;
-        PlanTensor t{&reg.spec, reg.bytes, SourceFor(reg.spec), {}};
-        auto it = previous_.find(name);
-        if (it != previous_.end() && it->second.bytes == reg.bytes &&
-            it->second.chunk_size == options_.chunk_size) {
-          t.previous = it->second;  // copied
-        }
-        stored.push_back(std::move(t));
-      }
-    }
-    return PlanSave(po, std::move(stored));
+  StagingPool* const before = staging_.pool();
+  STAGGER_RETURN_IF_ERROR(
+      staging_.Size(bytes, /*in_use=*/false, /*populate=*/false));
+  StagingPool* pool = staging_.pool();
+  // The pool already held the state: earlier saves faulted it in.
+  if (pool == before) return absl::OkStatus();
+  while (!cancelled() && pool->FaultInNext()) {
+    staging_prefaulted_ += pool->slab_bytes();
   }
+  return absl::OkStatus();
+}
 
-  void CollectiveBegin() override { shaping_->CollectiveBegin(); }
-  void CollectiveEnd() override { shaping_->CollectiveEnd(); }
-  void IterationBegin() override { shaping_->IterationBegin(); }
+void CheckpointerImpl::ClearRegistrations() {
+  tensors_.clear();
+  registered_staging_.Clear();
+}
 
-  Status BeforeUpdate() override {
-    return *BeforeUpdate(absl::InfiniteDuration());
+void CheckpointerImpl::PrimeStepGuard() { step_guard_.Prime(); }
+
+Status CheckpointerImpl::PrepareStaging() {
+  prep_.Settle();  // one preparation at a time
+  bool in_use;
+  {
+    absl::MutexLock lock(&save_mu_);
+    in_use = outstanding_ > 0;
   }
+  return staging_.Size(RegisteredStaging(), in_use);
+}
 
-  std::optional<Status> BeforeUpdate(absl::Duration timeout) override {
-    auto start = std::chrono::steady_clock::now();
-    std::shared_ptr<SaveJob> job;
-    {
-      absl::MutexLock lock(&save_mu_);
-      job = last_job_;
-    }
-    if (!job) return absl::OkStatus();
-    std::optional<Status> s = job->WaitSnapshot(timeout);
-    const double stall = Seconds(start);
-    job->AddStall(stall);
+Result<SaveHandle> CheckpointerImpl::Save(int64_t step, const SaveOptions& so) {
+  auto start = std::chrono::steady_clock::now();
+  STAGGER_RETURN_IF_ERROR(CheckSaveArguments(step, so));
+  STAGGER_RETURN_IF_ERROR(AwaitServers(step, so));
+  const Durability durability = so.durability == Durability::kDefault
+                                    ? options_.durability
+                                    : so.durability;
+  const bool in_memory = durability == Durability::kMemory;
+  if (in_memory) STAGGER_RETURN_IF_ERROR(CheckDomains(step));
+  // Before anything is copied: a step this rank committed is final.
+  STAGGER_RETURN_IF_ERROR(step_guard_.Check(step));
+  STAGGER_RETURN_IF_ERROR(TakeSaveSlot(step));
+  SaveSlot slot(this);  // given back on every return before the submit
+  SavePlan plan = Plan(step);
+  // A background preparation still waiting is dropped (this save sizes
+  // the pool); one under way stops after its current slab. Only then is
+  // the pool read: the preparation may have replaced it.
+  prep_.Settle();
+  STAGGER_RETURN_IF_ERROR(ReadyToCopy(plan, so));
+  shaping_->StartSave(plan.state_bytes, so.deadline_s >= 0
+                                            ? so.deadline_s
+                                            : options_.qos_deadline_s);
+  const bool overlap = ShipWhileSnapshotting(plan.chunks);
+  SaveJobDeps deps{servers_.get(),
+                   &io_,
+                   staging_.pool(),
+                   executor_.get(),
+                   shaping_.get(),
+                   options_.replicas,
+                   overlap,
+                   2 * options_.max_inflight_chunks,
+                   [this, step](const Status& s, const SaveStats& st) {
+                     // Before Wait() returns: a save of the same step
+                     // right after it is refused.
+                     if (s.ok()) step_guard_.Committed(step);
+                     CountFinished(s, st);
+                   }};
+  deps.in_memory = in_memory;
+  plan.manifest->set_in_memory(in_memory);
+  auto job =
+      std::make_shared<SaveJob>(std::move(deps), std::move(*plan.manifest),
+                                std::move(plan.chunks), start);
+  slot.HandOver();  // the driver gives it back when the save ends
+  Launch(job);
+  if (!so.lazy) job->WaitSnapshot().IgnoreError();  // the handle reports it
+  const double stall = Seconds(start);
+  job->CallerReturned(stall);
+  {
     absl::MutexLock lock(&metrics_mu_);
     metrics_.stall_s += stall;
-    metrics_.last_stall_s += stall;
-    return s;
+    metrics_.last_stall_s = stall;
   }
+  return SaveHandle(job->handle_state());
+}
 
-  ClientMetrics Metrics() const override {
-    absl::MutexLock lock(&metrics_mu_);
-    ClientMetrics m = metrics_;
-    m.servers_down = servers_->size() - servers_->up();
-    m.servers_cross_memory = servers_->cross_memory();
-    m.staging_pool_bytes = staging_.size();
-    m.staging_prefaulted_bytes = staging_prefaulted_.load();
-    m.callers_waiting = shaping_->callers_waiting();
-    const qos::CollectiveGateStats g = shaping_->GateStats();
-    m.gate_learned = g.learned;
-    m.gate_period_s = static_cast<double>(g.period_ns) * 1e-9;
-    m.gate_models_learned = g.models_learned;
-    m.gate_models_dropped = g.models_dropped;
-    return m;
+Status CheckpointerImpl::CheckSaveArguments(int64_t step,
+                                            const SaveOptions& so) {
+  if (step < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("step must be >= 0, got ", step));
   }
-
-  std::string MetricsAddress() const override {
-    return metrics_exporter_ ? metrics_exporter_->address() : std::string();
+  if (!std::isfinite(so.deadline_s)) {
+    return absl::InvalidArgumentError("SaveOptions.deadline_s is not finite");
   }
+  return absl::OkStatus();
+}
 
-  // Serves Metrics() at options_.metrics_listen, if set.
-  Status StartMetrics() {
-    if (options_.metrics_listen.empty()) return absl::OkStatus();
-    STAGGER_ASSIGN_OR_RETURN(
-        metrics_exporter_,
-        metrics::HttpExporter::Start(options_.metrics_listen, [this] {
-          return RenderClientMetrics(Metrics(), options_.job, options_.rank);
-        }));
-    return absl::OkStatus();
+Status CheckpointerImpl::ReadyToCopy(const SavePlan& plan,
+                                     const SaveOptions& so) {
+  STAGGER_RETURN_IF_ERROR(host_source_->Fence(so.cuda_stream));
+  for (auto& [device, src] : cuda_sources_) {
+    STAGGER_RETURN_IF_ERROR(src->Fence(so.cuda_stream));
   }
-
-  void WaitAll() override { WaitAll(absl::InfiniteDuration()); }
-
-  bool WaitForRoom(absl::Duration timeout) override {
+  bool in_use;
+  {
     absl::MutexLock lock(&save_mu_);
-    // fail_when_busy: Save() does not wait, it fails; nothing to wait for.
-    if (options_.fail_when_busy || HasRoom()) return true;
-    shaping_->CallerWaits(true);
-    const bool room = save_mu_.AwaitWithTimeout(
-        absl::Condition(this, &CheckpointerImpl::HasRoom), timeout);
-    shaping_->CallerWaits(false);
-    return room;
+    in_use = outstanding_ > 1;  // another save holds staging slabs
   }
+  // A new pool is faulted in by the snapshot's copies, on the copy
+  // threads and in parallel, not here on the caller's thread: a lazy
+  // save's copies run while the training loop goes on, and an eager
+  // one's fault in parallel what one thread would fault alone
+  // (qos/README.md, "CPU": measured).
+  return staging_.Size(StagingNeeded(plan.tensor_bytes, options_.chunk_size),
+                       in_use, /*populate=*/false);
+}
 
-  bool WaitAll(absl::Duration timeout) override {
+void CheckpointerImpl::Launch(const std::shared_ptr<SaveJob>& job) {
+  {
     absl::MutexLock lock(&save_mu_);
-    shaping_->CallerWaits(true);
-    const bool idle = save_mu_.AwaitWithTimeout(
-        absl::Condition(
-            +[](int* n) { return *n == 0; }, &outstanding_),
-        timeout);
-    shaping_->CallerWaits(false);
-    return idle;
+    last_job_ = job;
   }
-
-  Result<int64_t> Load(int64_t step) override {
-    static const std::atomic<bool> kNever{false};
-    return Load(step, kNever);
-  }
-
-  Result<int64_t> Load(int64_t step, const std::atomic<bool>& cancel) override {
-    // The staging preparation waits until the load is done: it would fault
-    // memory on the cores and the memory bus the load needs (it took a
-    // quarter of a cold load's CPU). It is asked for again after, for the
-    // saves of the training that usually follows a load.
-    prep_.Settle();
-    LoadPlanning planning;
-    Result<int64_t> r = LoadTargets(step, cancel, &planning);
-    if (!staging_.fixed()) prep_.Request(RegisteredStaging(), kPrepQuiet);
-    absl::MutexLock lock(&metrics_mu_);
-    metrics_.load_manifest_bytes += planning.manifest_bytes;
-    metrics_.last_load_plan_s = planning.seconds;
-    metrics_.last_load_manifests = planning.manifests;
-    if (r.ok()) {
-      ++metrics_.loads;
-      for (const auto& [name, reg] : tensors_)
-        metrics_.bytes_loaded += reg.bytes;
-    } else {
-      ++metrics_.loads_failed;
+  driver_.Submit([this, job] {
+    job->Run();
+    if (job->status().ok() && job->manifest().in_memory()) {
+      promoter_.Queue(job->manifest());
     }
-    return r;
-  }
+    absl::MutexLock lock(&save_mu_);
+    if (job->status().ok()) {
+      RememberOutcomes(job->manifest(), job->outcomes(), &previous_);
+    } else if (absl::IsFailedPrecondition(job->status()) &&
+               absl::StrContains(job->status().message(),
+                                 "which is not stored")) {
+      // A delta's base is gone from its server (one that restarted
+      // without chunks it held in memory only): the next save sends
+      // every changed chunk whole instead of failing the same way.
+      previous_.clear();
+    }
+    --outstanding_;
+  });
+}
 
-  Result<int64_t> LoadTargets(int64_t step, const std::atomic<bool>& cancel,
-                              LoadPlanning* planning) {
-    std::vector<LoadTarget> targets;
-    std::list<std::vector<char>> bounce;  // host copies of CUDA tensors
-    std::vector<std::pair<const TensorSpec*, const char*>> device_copies;
+Status CheckpointerImpl::WaitDisk(absl::Duration timeout) {
+  return promoter_.WaitDisk(timeout);
+}
+
+Status CheckpointerImpl::AwaitServers(int64_t step, const SaveOptions& so) {
+  servers_->NoteBrokenConnections();
+  if (servers_->up() >= options_.replicas) return absl::OkStatus();
+  double wait_s = options_.server_wait_s;
+  const double deadline_s =
+      so.deadline_s >= 0 ? so.deadline_s : options_.qos_deadline_s;
+  if (deadline_s > 0) wait_s = std::min(wait_s, deadline_s);
+  return WithContext(
+      servers_->AwaitUp(options_.replicas, absl::Seconds(wait_s)),
+      absl::StrCat("save of step ", step));
+}
+
+Status CheckpointerImpl::CheckDomains(int64_t step) const {
+  const std::set<std::string> domains = servers_->DomainsUp();
+  if (domains.size() >= options_.replicas) return absl::OkStatus();
+  return absl::FailedPreconditionError(absl::StrCat(
+      "save of step ", step, " with durability \"memory\" needs its ",
+      options_.replicas, " copies in ", options_.replicas,
+      " failure domains, and the servers up are in ", domains.size(), " (",
+      absl::StrJoin(domains, ", "),
+      "): name each node's server with stagger-server --domain, bring "
+      "more up, or save with durability \"disk\""));
+}
+
+Status CheckpointerImpl::TakeSaveSlot(int64_t step) {
+  absl::MutexLock lock(&save_mu_);
+  if (outstanding_ >= options_.max_outstanding_saves) {
+    if (options_.fail_when_busy) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat("save of step ", step, ": ", outstanding_,
+                       " save(s) already in flight (max_outstanding_saves=",
+                       options_.max_outstanding_saves, ")"));
+    }
+    // Training waits for the save in flight: it may stop yielding to
+    // collectives that will not come.
+    shaping_->CallerWaits(true);
+    save_mu_.Await(absl::Condition(this, &CheckpointerImpl::HasRoom));
+    shaping_->CallerWaits(false);
+  }
+  ++outstanding_;
+  return absl::OkStatus();
+}
+
+SavePlan CheckpointerImpl::Plan(int64_t step) {
+  SavePlanOptions po;
+  po.job = options_.job;
+  po.step = step;
+  po.rank = options_.rank;
+  po.world_size = options_.world_size;
+  po.replicas = options_.replicas;
+  po.node = servers_->local_node();
+  po.chunk_size = options_.chunk_size;
+  po.created_unix_ms = NowMs();
+  po.deltas_on =
+      options_.delta_chain_max > 0 && options_.codec != CodecChoice::kRaw;
+  po.delta_chain_max = options_.delta_chain_max;
+  // The previous version of each chunk, kept as its delta base, and the
+  // new one being captured meanwhile: half the budget each.
+  po.keep_budget = DeltaMemoryBytes(options_) / 2;
+  po.slot_servers = [this](const std::string& name, uint64_t index) {
+    return servers_->ForSlot(options_.rank, name, index,
+                             servers_->local_node());
+  };
+  std::vector<PlanTensor> stored;
+  {
+    absl::MutexLock lock(&save_mu_);  // a save may finish meanwhile
+    const uint64_t restarts = servers_->memory_restarts();
+    if (restarts != memory_restarts_seen_) {
+      // A server with a memory tier restarted: chunks earlier saves left
+      // in its RAM only may be gone. Neither referenced as unchanged nor
+      // used as delta bases: this save sends every chunk.
+      memory_restarts_seen_ = restarts;
+      previous_.clear();
+    }
     for (const auto& [name, reg] : tensors_) {
-      char* dest = static_cast<char*>(reg.spec.data);
-      if (reg.spec.device == Device::kCuda) {
-        // Device memory: decode into host memory, then copy it over.
-        bounce.emplace_back(reg.bytes);
-        device_copies.push_back({&reg.spec, bounce.back().data()});
-        dest = bounce.back().data();
+      if (!Stores(reg)) continue;
+      PlanTensor t{&reg.spec, reg.bytes, SourceFor(reg.spec), {}};
+      auto it = previous_.find(name);
+      if (it != previous_.end() && it->second.bytes == reg.bytes &&
+          it->second.chunk_size == options_.chunk_size) {
+        t.previous = it->second;  // copied
       }
-      targets.push_back({name, reg.spec.dtype, reg.spec.shape,
-                         reg.spec.global_shape, reg.spec.global_offset, dest});
-    }
-    STAGGER_ASSIGN_OR_RETURN(
-        int64_t loaded,
-        LoadStep(*servers_, io_, options_.job, options_.rank,
-                 options_.world_size, step, targets, &cancel, planning));
-    for (const auto& [spec, host] : device_copies) {
-      STAGGER_RETURN_IF_ERROR_CTX(
-          CudaCopyToDevice(spec->device_index, spec->data, host, SizeOf(*spec)),
-          "load of job '", options_.job, "' step ", loaded, " rank ",
-          options_.rank, " tensor '", spec->name, "'");
-    }
-    return loaded;
-  }
-
-  void StepsAsync(
-      bool include_partial,
-      std::function<void(Result<std::vector<StepSummary>>)> done) override {
-    {
-      absl::MutexLock lock(&async_mu_);
-      ++async_calls_;  // before the thread exists: the destructor waits
-    }
-    std::thread([this, include_partial, done = std::move(done)] {
-      done(Steps(include_partial));
-      absl::MutexLock lock(&async_mu_);
-      --async_calls_;
-    }).detach();
-  }
-
-  Result<std::vector<StepSummary>> Steps(bool include_partial) override {
-    STAGGER_ASSIGN_OR_RETURN(
-        auto steps, ListSteps(*servers_, options_.job, include_partial));
-    std::vector<StepSummary> out;
-    for (const pb::StepInfo& s : steps) {
-      StepSummary x;
-      x.step = s.step();
-      x.complete = s.complete();
-      x.world_size = s.world_size();
-      x.ranks_committed = s.committed_ranks_size();
-      x.raw_bytes = s.raw_bytes();
-      x.stored_bytes = s.stored_bytes();
-      x.new_bytes = s.shipped_bytes();
-      x.in_memory = !s.memory_ranks().empty();
-      out.push_back(x);
-    }
-    return out;
-  }
-
- private:
-  struct Registered {
-    TensorSpec spec;
-    uint64_t bytes;
-  };
-
-  // A replicated tensor (every rank holds all of it) is stored by rank 0
-  // only; the loader reads rank 0's copy for every rank.
-  bool Stores(const Registered& reg) const {
-    return options_.rank == 0 ||
-           !IsReplicated(reg.spec.shape, reg.spec.global_shape);
-  }
-
-  uint64_t SizeOf(const TensorSpec& t) const {
-    return tensors_.at(t.name).bytes;
-  }
-
-  SnapshotSource* SourceFor(const TensorSpec& t) {
-    if (t.device == Device::kCuda)
-      return cuda_sources_.at(t.device_index).get();
-    return host_source_.get();
-  }
-
-  // The snapshot source of CUDA device `device`, created on first use.
-  Result<SnapshotSource*> CudaSource(int device) {
-    auto it = cuda_sources_.find(device);
-    if (it != cuda_sources_.end()) return it->second.get();
-    CudaSnapshotOptions co;
-    co.device = device;
-    co.device_snapshot = options_.device_snapshot;
-    auto src = NewCudaSnapshotSource(co);
-    if (absl::IsUnavailable(src.status())) {
-      // No device visible to this process: the caller's setup, not a
-      // transient peer failure.
-      return absl::FailedPreconditionError(src.status().message());
-    }
-    STAGGER_RETURN_IF_ERROR(src.status());  // UNIMPLEMENTED without CUDA
-    SnapshotSource* raw = src->get();
-    cuda_sources_.emplace(device, std::move(*src));
-    staging_.SetCuda(raw);
-    return raw;
-  }
-
-  // Adds a finished save to the metrics, before the handle reports its
-  // outcome (SaveJobDeps::on_finished).
-  void CountFinished(const Status& status, const SaveStats& st) {
-    absl::MutexLock lock(&metrics_mu_);
-    ++metrics_.saves;
-    if (!status.ok()) ++metrics_.saves_failed;
-    metrics_.snapshot_s += st.snapshot_s;
-    metrics_.durable_s += st.durable_s;
-    metrics_.last_durable_s = st.durable_s;
-    metrics_.bytes_raw += st.bytes_raw;
-    metrics_.bytes_shipped += st.bytes_shipped;
-    metrics_.chunks += st.chunks;
-    metrics_.chunks_unchanged += st.chunks_unchanged;
-    metrics_.yield_s += st.yield_s;
-    if (st.late_s > 0) {
-      ++metrics_.saves_late;
-      metrics_.late_s += st.late_s;
+      stored.push_back(std::move(t));
     }
   }
+  return PlanSave(po, std::move(stored));
+}
 
-  CheckpointerOptions options_;
-  // Declaration order is destruction order reversed: connections close
-  // before the transport, and both before the embedded server.
-  std::shared_ptr<void> keepalive_;
-  std::shared_ptr<transport::Transport> transport_;
-  std::shared_ptr<ServerSet> servers_;
-  std::unique_ptr<Shaping> shaping_;
-  const ThreadPlan threads_;  // counts and priorities, from the cores
-  // Fingerprint, encode: shared with the process's other Checkpointers
-  // of the same plan (shared_pools.h).
-  std::shared_ptr<qos::Executor> executor_;
-  qos::Executor driver_;  // one thread per outstanding save
-  // Makes memory-level saves disk-level, in the order saved; its queue
-  // runs out before the connections go.
-  Promoter promoter_{servers_.get(), options_.replicas, options_.rpc_timeout_s};
-  // Loads: decode fetched chunks, and fetch a delta's bases (blocking), so
-  // more threads than cores; shared like executor_.
-  std::shared_ptr<qos::Executor> fetch_executor_;
-  std::unique_ptr<SnapshotSource> host_source_;
-  std::map<int, std::unique_ptr<SnapshotSource>> cuda_sources_;
-  Staging staging_;  // pinned with the first of cuda_sources_
-  std::atomic<uint64_t> staging_prefaulted_{0};  // by prep_
-  // Sizes staging_ ahead of the first Save(); destroyed before it.
-  static constexpr absl::Duration kPrepQuiet = absl::Milliseconds(20);
-  StagingPrep prep_{
-      [this](uint64_t bytes, const std::function<bool()>& cancelled) {
-        return PrepareInBackground(bytes, cancelled);
-      },
-      options_.background_cpu == BackgroundCpu::kIdle};
-  // StepsAsync calls still running (the destructor waits for them).
-  absl::Mutex async_mu_;
-  int async_calls_ ABSL_GUARDED_BY(async_mu_) = 0;
-  CodecPolicy policy_;
-  ChunkIo io_;
-  StepGuard step_guard_;
-  std::map<std::string, Registered> tensors_;
-  StagingTally registered_staging_{options_.chunk_size};  // of tensors_
+void CheckpointerImpl::CollectiveBegin() { shaping_->CollectiveBegin(); }
 
-  // The outstanding-save slot a Save() took: given back when Save()
-  // returns early, unless handed over to the save's driver.
-  class SaveSlot {
-   public:
-    explicit SaveSlot(CheckpointerImpl* ck) : ck_(ck) {}
-    SaveSlot(const SaveSlot&) = delete;
-    SaveSlot& operator=(const SaveSlot&) = delete;
-    ~SaveSlot() {
-      if (ck_ == nullptr) return;
-      absl::MutexLock lock(&ck_->save_mu_);
-      --ck_->outstanding_;
-    }
-    void HandOver() { ck_ = nullptr; }
+void CheckpointerImpl::CollectiveEnd() { shaping_->CollectiveEnd(); }
 
-   private:
-    CheckpointerImpl* ck_;
-  };
+void CheckpointerImpl::IterationBegin() { shaping_->IterationBegin(); }
 
-  bool HasRoom() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(save_mu_) {
-    return outstanding_ < options_.max_outstanding_saves;
+Status CheckpointerImpl::BeforeUpdate() {
+  return *BeforeUpdate(absl::InfiniteDuration());
+}
+
+std::optional<Status> CheckpointerImpl::BeforeUpdate(absl::Duration timeout) {
+  auto start = std::chrono::steady_clock::now();
+  std::shared_ptr<SaveJob> job;
+  {
+    absl::MutexLock lock(&save_mu_);
+    job = last_job_;
   }
-  absl::Mutex save_mu_;
-  int outstanding_ ABSL_GUARDED_BY(save_mu_) = 0;
-  std::shared_ptr<SaveJob> last_job_ ABSL_GUARDED_BY(save_mu_);
-  std::map<std::string, PreviousChunks> previous_ ABSL_GUARDED_BY(save_mu_);
-  uint64_t memory_restarts_seen_ ABSL_GUARDED_BY(save_mu_) = 0;
-  mutable absl::Mutex metrics_mu_;
-  ClientMetrics metrics_ ABSL_GUARDED_BY(metrics_mu_);
-  // Last: stopped first, while everything it reads still exists.
-  std::unique_ptr<metrics::HttpExporter> metrics_exporter_;
-};
+  if (!job) return absl::OkStatus();
+  std::optional<Status> s = job->WaitSnapshot(timeout);
+  const double stall = Seconds(start);
+  job->AddStall(stall);
+  absl::MutexLock lock(&metrics_mu_);
+  metrics_.stall_s += stall;
+  metrics_.last_stall_s += stall;
+  return s;
+}
 
-}  // namespace
+ClientMetrics CheckpointerImpl::Metrics() const {
+  absl::MutexLock lock(&metrics_mu_);
+  ClientMetrics m = metrics_;
+  m.servers_down = servers_->size() - servers_->up();
+  m.servers_cross_memory = servers_->cross_memory();
+  m.staging_pool_bytes = staging_.size();
+  m.staging_prefaulted_bytes = staging_prefaulted_.load();
+  m.callers_waiting = shaping_->callers_waiting();
+  const qos::CollectiveGateStats g = shaping_->GateStats();
+  m.gate_learned = g.learned;
+  m.gate_period_s = static_cast<double>(g.period_ns) * 1e-9;
+  m.gate_models_learned = g.models_learned;
+  m.gate_models_dropped = g.models_dropped;
+  return m;
+}
+
+std::string CheckpointerImpl::MetricsAddress() const {
+  return metrics_exporter_ ? metrics_exporter_->address() : std::string();
+}
+
+Status CheckpointerImpl::StartMetrics() {
+  if (options_.metrics_listen.empty()) return absl::OkStatus();
+  STAGGER_ASSIGN_OR_RETURN(
+      metrics_exporter_,
+      metrics::HttpExporter::Start(options_.metrics_listen, [this] {
+        return RenderClientMetrics(Metrics(), options_.job, options_.rank);
+      }));
+  return absl::OkStatus();
+}
+
+void CheckpointerImpl::WaitAll() { WaitAll(absl::InfiniteDuration()); }
+
+bool CheckpointerImpl::WaitForRoom(absl::Duration timeout) {
+  absl::MutexLock lock(&save_mu_);
+  // fail_when_busy: Save() does not wait, it fails; nothing to wait for.
+  if (options_.fail_when_busy || HasRoom()) return true;
+  shaping_->CallerWaits(true);
+  const bool room = save_mu_.AwaitWithTimeout(
+      absl::Condition(this, &CheckpointerImpl::HasRoom), timeout);
+  shaping_->CallerWaits(false);
+  return room;
+}
+
+bool CheckpointerImpl::WaitAll(absl::Duration timeout) {
+  absl::MutexLock lock(&save_mu_);
+  shaping_->CallerWaits(true);
+  const bool idle = save_mu_.AwaitWithTimeout(
+      absl::Condition(
+          +[](int* n) { return *n == 0; }, &outstanding_),
+      timeout);
+  shaping_->CallerWaits(false);
+  return idle;
+}
+
+Result<int64_t> CheckpointerImpl::Load(int64_t step) {
+  static const std::atomic<bool> kNever{false};
+  return Load(step, kNever);
+}
+
+Result<int64_t> CheckpointerImpl::Load(int64_t step,
+                                       const std::atomic<bool>& cancel) {
+  // The staging preparation waits until the load is done: it would fault
+  // memory on the cores and the memory bus the load needs (it took a
+  // quarter of a cold load's CPU). It is asked for again after, for the
+  // saves of the training that usually follows a load.
+  prep_.Settle();
+  LoadPlanning planning;
+  Result<int64_t> r = LoadTargets(step, cancel, &planning);
+  if (!staging_.fixed()) prep_.Request(RegisteredStaging(), kPrepQuiet);
+  absl::MutexLock lock(&metrics_mu_);
+  metrics_.load_manifest_bytes += planning.manifest_bytes;
+  metrics_.last_load_plan_s = planning.seconds;
+  metrics_.last_load_manifests = planning.manifests;
+  if (r.ok()) {
+    ++metrics_.loads;
+    for (const auto& [name, reg] : tensors_) metrics_.bytes_loaded += reg.bytes;
+  } else {
+    ++metrics_.loads_failed;
+  }
+  return r;
+}
+
+Result<int64_t> CheckpointerImpl::LoadTargets(int64_t step,
+                                              const std::atomic<bool>& cancel,
+                                              LoadPlanning* planning) {
+  std::vector<LoadTarget> targets;
+  std::list<std::vector<char>> bounce;  // host copies of CUDA tensors
+  std::vector<std::pair<const TensorSpec*, const char*>> device_copies;
+  for (const auto& [name, reg] : tensors_) {
+    char* dest = static_cast<char*>(reg.spec.data);
+    if (reg.spec.device == Device::kCuda) {
+      // Device memory: decode into host memory, then copy it over.
+      bounce.emplace_back(reg.bytes);
+      device_copies.push_back({&reg.spec, bounce.back().data()});
+      dest = bounce.back().data();
+    }
+    targets.push_back({name, reg.spec.dtype, reg.spec.shape,
+                       reg.spec.global_shape, reg.spec.global_offset, dest});
+  }
+  STAGGER_ASSIGN_OR_RETURN(
+      int64_t loaded,
+      LoadStep(*servers_, io_, options_.job, options_.rank, options_.world_size,
+               step, targets, &cancel, planning));
+  for (const auto& [spec, host] : device_copies) {
+    STAGGER_RETURN_IF_ERROR_CTX(
+        CudaCopyToDevice(spec->device_index, spec->data, host, SizeOf(*spec)),
+        "load of job '", options_.job, "' step ", loaded, " rank ",
+        options_.rank, " tensor '", spec->name, "'");
+  }
+  return loaded;
+}
+
+void CheckpointerImpl::StepsAsync(
+    bool include_partial,
+    std::function<void(Result<std::vector<StepSummary>>)> done) {
+  {
+    absl::MutexLock lock(&async_mu_);
+    ++async_calls_;  // before the thread exists: the destructor waits
+  }
+  std::thread([this, include_partial, done = std::move(done)] {
+    done(Steps(include_partial));
+    absl::MutexLock lock(&async_mu_);
+    --async_calls_;
+  }).detach();
+}
+
+Result<std::vector<StepSummary>> CheckpointerImpl::Steps(bool include_partial) {
+  STAGGER_ASSIGN_OR_RETURN(auto steps,
+                           ListSteps(*servers_, options_.job, include_partial));
+  std::vector<StepSummary> out;
+  for (const pb::StepInfo& s : steps) {
+    StepSummary x;
+    x.step = s.step();
+    x.complete = s.complete();
+    x.world_size = s.world_size();
+    x.ranks_committed = s.committed_ranks_size();
+    x.raw_bytes = s.raw_bytes();
+    x.stored_bytes = s.stored_bytes();
+    x.new_bytes = s.shipped_bytes();
+    x.in_memory = !s.memory_ranks().empty();
+    out.push_back(x);
+  }
+  return out;
+}
+
+bool CheckpointerImpl::Stores(const Registered& reg) const {
+  return options_.rank == 0 ||
+         !IsReplicated(reg.spec.shape, reg.spec.global_shape);
+}
+
+uint64_t CheckpointerImpl::SizeOf(const TensorSpec& t) const {
+  return tensors_.at(t.name).bytes;
+}
+
+SnapshotSource* CheckpointerImpl::SourceFor(const TensorSpec& t) {
+  if (t.device == Device::kCuda) return cuda_sources_.at(t.device_index).get();
+  return host_source_.get();
+}
+
+Result<SnapshotSource*> CheckpointerImpl::CudaSource(int device) {
+  auto it = cuda_sources_.find(device);
+  if (it != cuda_sources_.end()) return it->second.get();
+  CudaSnapshotOptions co;
+  co.device = device;
+  co.device_snapshot = options_.device_snapshot;
+  auto src = NewCudaSnapshotSource(co);
+  if (absl::IsUnavailable(src.status())) {
+    // No device visible to this process: the caller's setup, not a
+    // transient peer failure.
+    return absl::FailedPreconditionError(src.status().message());
+  }
+  STAGGER_RETURN_IF_ERROR(src.status());  // UNIMPLEMENTED without CUDA
+  SnapshotSource* raw = src->get();
+  cuda_sources_.emplace(device, std::move(*src));
+  staging_.SetCuda(raw);
+  return raw;
+}
+
+void CheckpointerImpl::CountFinished(const Status& status,
+                                     const SaveStats& st) {
+  absl::MutexLock lock(&metrics_mu_);
+  ++metrics_.saves;
+  if (!status.ok()) ++metrics_.saves_failed;
+  metrics_.snapshot_s += st.snapshot_s;
+  metrics_.durable_s += st.durable_s;
+  metrics_.last_durable_s = st.durable_s;
+  metrics_.bytes_raw += st.bytes_raw;
+  metrics_.bytes_shipped += st.bytes_shipped;
+  metrics_.chunks += st.chunks;
+  metrics_.chunks_unchanged += st.chunks_unchanged;
+  metrics_.yield_s += st.yield_s;
+  if (st.late_s > 0) {
+    ++metrics_.saves_late;
+    metrics_.late_s += st.late_s;
+  }
+}
+
+bool CheckpointerImpl::HasRoom() const {
+  return outstanding_ < options_.max_outstanding_saves;
+}
 
 Result<std::shared_ptr<transport::Transport>> SharedUcxTransport() {
   static absl::Mutex mu;

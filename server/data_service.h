@@ -241,43 +241,58 @@ class DataService : public transport::RequestHandler {
   // RESOURCE_EXHAUSTED from the store, said as a full disk of this server.
   Status DiskFull(const Status& s) const;
 
+  // --- Set at construction or by the Set* calls before serving; read only
+  // afterwards.
   SegmentStore* segments_;
   MetaStore* meta_;
-  mutable absl::Mutex identity_mu_;
-  std::string server_id_ ABSL_GUARDED_BY(identity_mu_) = "this server";
-  std::string data_dir_ ABSL_GUARDED_BY(identity_mu_);
   qos::Executor* ingest_;
   qos::Executor* readers_;
   IngestAdmission* admission_;
   Authorizer* auth_ = nullptr;
   Rebaser* rebaser_ = nullptr;
   tier::ObjectStore* cold_ = nullptr;
+  MemoryTier* memory_ = nullptr;
+  std::function<bool()> busy_;
   static constexpr int kColdReaders = 16;
   static constexpr size_t kColdBufferCacheBytes = 128 << 20;
+
+  // --- identity_mu_: what messages name this server by.
+  mutable absl::Mutex identity_mu_;
+  std::string server_id_ ABSL_GUARDED_BY(identity_mu_) = "this server";
+  std::string data_dir_ ABSL_GUARDED_BY(identity_mu_);
+
+  // --- Thread-safe on their own. (The order below is destruction order
+  // reversed: the write-behind thread stops before the cold readers go.)
   std::unique_ptr<qos::Executor> cold_readers_;
   // What cold reads land in, recycled: a fresh buffer per chunk faulted in
   // and zeroed every page (a third of the server's CPU in a restore from
   // S3).
   std::shared_ptr<transport::BufferPool> cold_buffers_;
-  MemoryTier* memory_ = nullptr;
-  std::function<bool()> busy_;
+
+  // --- write_behind_mu_: the bytes held for the write-behind thread.
   absl::Mutex write_behind_mu_;
   uint64_t write_behind_bytes_ ABSL_GUARDED_BY(write_behind_mu_) = 0;
   std::thread write_behind_;
+
+  // --- Thread-safe on their own: atomics, counters, caches.
   std::atomic<int64_t> last_request_ns_{0};  // absl::GetCurrentTimeNanos
   std::atomic<int64_t> last_reply_ns_{0};    // likewise
   DataServiceCounters counters_;
   DecodedChunks decoded_{kRangeCacheBytes};
   JobCounters job_counters_;
-  // The grant each authenticated connection presented (bounded: the
-  // oldest connections are forgotten past Authorizer::kMaxKeys).
+
+  // --- peers_mu_: the grant each authenticated connection presented
+  // (bounded: the oldest connections are forgotten past
+  // Authorizer::kMaxKeys).
   absl::Mutex peers_mu_;
   std::map<uint64_t, const Grant*> peers_ ABSL_GUARDED_BY(peers_mu_);
 
+  // --- mu_: whether requests are taken, and the requests being served.
   class CountedReply;
   absl::Mutex mu_;
   bool accepting_ ABSL_GUARDED_BY(mu_) = true;
   int64_t in_flight_ ABSL_GUARDED_BY(mu_) = 0;
+
   // Last: its threads stop before anything they use goes.
   std::unique_ptr<qos::Executor> range_readers_;
 };
