@@ -99,7 +99,8 @@ int64_t NowMs() {
 MetaStore::MetaStore(std::unique_ptr<rocksdb::DB> db) : db_(std::move(db)) {}
 MetaStore::~MetaStore() = default;
 
-Result<std::unique_ptr<MetaStore>> MetaStore::Open(const std::string& path) {
+Result<std::unique_ptr<MetaStore>> MetaStore::Open(const std::string& path,
+                                                   rocksdb::Env* env) {
   std::error_code ec;
   std::filesystem::create_directories(path, ec);
   if (ec) {
@@ -110,6 +111,7 @@ Result<std::unique_ptr<MetaStore>> MetaStore::Open(const std::string& path) {
   options.create_if_missing = true;
   options.max_background_jobs = 2;
   options.keep_log_file_num = 4;
+  if (env != nullptr) options.env = env;
   rocksdb::DB* raw = nullptr;
   rocksdb::Status s = rocksdb::DB::Open(options, path, &raw);
   if (!s.ok()) return FromRocks(s, absl::StrCat("open ", path));

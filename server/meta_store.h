@@ -47,6 +47,7 @@
 
 namespace rocksdb {
 class DB;
+class Env;
 class WriteBatch;
 }  // namespace rocksdb
 
@@ -115,7 +116,10 @@ struct Relocation {
 class MetaStore {
  public:
   // Opens (creating) the RocksDB database at `path`.
-  static Result<std::unique_ptr<MetaStore>> Open(const std::string& path);
+  // `env` (not owned, outliving the store) replaces RocksDB's default
+  // file access; tests pass one that injects faults.
+  static Result<std::unique_ptr<MetaStore>> Open(const std::string& path,
+                                                 rocksdb::Env* env = nullptr);
   ~MetaStore();
 
   // Records where a durable chunk lives (not synced; see above).

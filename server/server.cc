@@ -212,7 +212,7 @@ Status Server::Impl::OpenStores(const ServerOptions& options) {
         "cannot create data directory ", options.data_dir, ": ", ec.message()));
   }
   const std::string pid_file = options.data_dir + "/stagger-server.pid";
-  auto opened = MetaStore::Open(options.data_dir + "/meta");
+  auto opened = MetaStore::Open(options.data_dir + "/meta", options.meta_env);
   if (!opened.ok() &&
       opened.status().message().find("lock") != std::string_view::npos) {
     // RocksDB's "While lock file: .../LOCK: Resource temporarily

@@ -24,6 +24,10 @@
 #include "server/rebaser.h"
 #include "stagger/status.h"
 
+namespace rocksdb {
+class Env;
+}
+
 namespace stagger::transport {
 class Transport;
 }
@@ -127,6 +131,10 @@ struct ServerOptions {
   // Not owned; tests pass a FaultInjectionFileSystem. Must outlive the
   // server.
   FileSystem* file_system = nullptr;
+  // RocksDB's file access for the metadata (DATA/meta); nullptr = its
+  // default. Not owned; tests pass one that injects faults
+  // (server/testing/fault_injection_rocks_fs.h). Must outlive the server.
+  rocksdb::Env* meta_env = nullptr;
   // The durable tier (server/tier/): complete steps are drained to this
   // store in the background, at low priority (client traffic first), at
   // most `drain_bytes_per_s` (0: no cap). Not owned; nullptr: no tier.

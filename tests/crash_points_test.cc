@@ -1,15 +1,14 @@
-// 100 crash points: a server whose data directory's files (segments and
-// manifest logs) go through the fault-injecting file system "dies" after
-// a random number of write requests (later writes, syncs, creations and
-// renames fail), in the middle of a run of saves; then everything not
-// fdatasynced is dropped (whole, or a random torn tail), the server
+// 100 crash points: a server whose whole data directory goes through
+// fault-injecting file systems (segments and manifest logs through
+// FaultInjectionFileSystem, RocksDB's index and manifests through
+// FaultInjectionRocksFs) "dies" after a random number of segment write
+// requests (later writes, syncs, creations and renames fail, RocksDB's
+// too), in the middle of a run of saves; then everything not synced is
+// dropped (the segments' whole or as a random torn tail), the server
 // restarts on the same directory, and the newest complete step must be
 // exactly the last save that was acknowledged, and load bit-exactly. Then
 // the index is rebuilt from the segments and manifest logs alone
-// (`--rebuild-index`), and the newest step must load again. The chunk
-// index and manifests in RocksDB are not on the injected file system:
-// they are synced on every commit, which is what this exercises the
-// other files against.
+// (`--rebuild-index`), and the newest step must load again.
 #include <algorithm>
 #include <cstdio>
 #include <random>
@@ -17,10 +16,12 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "rocksdb/env.h"
 #include "server/manifest_log.h"
 #include "server/rebuild.h"
 #include "server/server.h"
 #include "server/storage/fault_injection_file_system.h"
+#include "server/testing/fault_injection_rocks_fs.h"
 #include "stagger/checkpointer.h"
 #include "testutil/faulty_disk.h"
 #include "testutil/pattern.h"
@@ -53,6 +54,7 @@ TEST(CrashPointsTest, NoCompleteStepEverLosesAByte) {
   std::mt19937 rng(31);
   int crashed_mid_run = 0;
   int with_step = 0;      // points where a step was acknowledged
+  int rocks_dropped = 0;  // points where RocksDB lost unsynced bytes
   int rebuilt_whole = 0;  // the rebuilt index gave the acknowledged step
   for (int point = 0; point < 100; ++point) {
     SCOPED_TRACE(testing::Message() << "crash point " << point);
@@ -60,7 +62,12 @@ TEST(CrashPointsTest, NoCompleteStepEverLosesAByte) {
     auto disk = testutil::FaultyDisk::Make(dir.path());
     ASSERT_TRUE(disk.ok()) << disk.status();
     server::FaultInjectionFileSystem& fs = (*disk)->fs();
-    const server::ServerOptions& so = (*disk)->options();
+    // RocksDB's files die with the segments' disk.
+    auto rocks = std::make_shared<server_internal::FaultInjectionRocksFs>(
+        [&fs] { return fs.active(); });
+    std::unique_ptr<rocksdb::Env> env = rocksdb::NewCompositeEnv(rocks);
+    server::ServerOptions so = (*disk)->options();
+    so.meta_env = env.get();
     std::vector<char> w(512 << 10);
     CheckpointerOptions o;
     o.job = "crash";
@@ -89,6 +96,8 @@ TEST(CrashPointsTest, NoCompleteStepEverLosesAByte) {
     const CrashMode mode =
         point % 2 ? CrashMode::kTornTail : CrashMode::kDropAll;
     ASSERT_TRUE(fs.DropUnsyncedData(mode, rng()).ok());
+    ASSERT_TRUE(rocks->DropUnsyncedData().ok());
+    rocks_dropped += rocks->dropped_bytes() > 0;
 
     auto got = LoadLatest(so, o, &w);
     if (acknowledged == 0) {
@@ -124,9 +133,10 @@ TEST(CrashPointsTest, NoCompleteStepEverLosesAByte) {
     ExpectStep(w, want);
   }
   std::printf(
-      "crash points: %d in the runs of saves; rebuilt index gave the "
-      "acknowledged step at %d of %d with a step acknowledged\n",
-      crashed_mid_run, rebuilt_whole, with_step);
+      "crash points: %d in the runs of saves, %d of them took unsynced "
+      "bytes of RocksDB; rebuilt index gave the acknowledged step at %d of "
+      "%d with a step acknowledged\n",
+      crashed_mid_run, rocks_dropped, rebuilt_whole, with_step);
   // The crash points fall inside the runs of saves, not after them.
   EXPECT_GE(crashed_mid_run, 90);
 }
