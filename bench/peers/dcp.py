@@ -24,11 +24,13 @@ large tensors), one process does, on one disk:
              step of --step-s between the call and ``before_update()`` (a
              sleep: a GPU's forward and backward leave the CPU free; the
              visible stall is the call plus the wait in
-             ``before_update()``); bytes step 2 added to the server's
-             data directory (du, the server stopped so reservations are
-             given back), at peak (du every 50 ms until it settled) and
-             written by the server's process for it (/proc/PID/io, its
-             rebases and compaction included); ``load_state_dict`` of step
+             ``before_update()``); bytes steps 2 and 3 added to the
+             server's data directory, per step (du, the server stopped so
+             reservations are given back), at peak (du every 50 ms until
+             it settled: step 3, the server running since before step 2,
+             and step 2, the first after a restart) and written by the
+             server's process for them (/proc/PID/io, its rebases and
+             compaction included); ``load_state_dict`` of step
              4 into preallocated
              tensors, from a fresh Checkpointer. Before the server is
              stopped (to measure, or to drop its caches before the load)
@@ -55,19 +57,21 @@ layout, the loads' times in turn, the ceilings, and
 
   RESULT peers layout=L eager_x_async=... eager_x_floor=... lazy_x_async=...
          dcp_durable_x_stagger=... dcp_bytes_x_stagger=... peak_x_raw=...
-         write_amp=... load_x_dcp=...
+         restart_peak_x_raw=... write_amp=... load_x_dcp=...
          load_best_x_dcp=... memory_load_x_floor=... memory_fresh_x_floor=...
          load_x_disk_read=...
          ratio=eager_x_async
 
-(peak_x_raw: stagger's peak growth for step 2 over the state's bytes;
-write_amp: the bytes its server wrote for step 2 over the state's bytes;
+(peak_x_raw: stagger's peak growth for a step over the state's bytes,
+the server running since the step before; restart_peak_x_raw: the same
+for the first step after the server restarted;
+write_amp: the bytes its server wrote per step over the state's bytes;
 memory_load_x_floor: the memory-tier load's bandwidth into resident
 tensors over the copy floor's, which copies into resident memory too;
 memory_fresh_x_floor: the same into fresh tensors;
 load_x_disk_read: the cold load's over the disk's read ceiling)
 
-ratios the targets of BENCHMARKS.md are stated in. Exits 2 when torch 2.x
+ratios the targets of docs/benchmarks.md are stated in. Exits 2 when torch 2.x
 or DCP is missing.
 """
 import argparse
@@ -126,11 +130,16 @@ def gpt_state(total_bytes, dim=768, vocab=16000):
         add(p + "mlp.c_proj.bias", dim)
     add("ln_f.weight", dim)
     add("ln_f.bias", dim)
+    # AdamW's moments in mid-training: the steady state of their moving
+    # averages for train_step's gradients (N(0, 0.01^2)): exp_avg ~
+    # sqrt((1-b1)/(1+b1)) * 0.01 * N(0,1), exp_avg_sq ~ 0.01^2 within
+    # sqrt(2 (1-b2)/(1+b2)) of it.
     state = {}
     for i, (name, w) in enumerate(params.items()):
-        state[i] = {"step": torch.tensor(100.0),
-                    "exp_avg": torch.randn(w.shape, generator=g) * 1e-3,
-                    "exp_avg_sq": torch.rand(w.shape, generator=g) * 1e-6}
+        m = torch.randn(w.shape, generator=g) * (0.229 * 0.01)
+        v = (1 + 0.0316 * torch.randn(w.shape, generator=g)) * 1e-4
+        state[i] = {"step": torch.tensor(100.0), "exp_avg": m,
+                    "exp_avg_sq": v}
     return {"model": params,
             "optim": {"state": state,
                       "param_groups": [{"lr": 3e-4,
@@ -372,25 +381,26 @@ def written_bytes(pid):
 
 
 def stagger_step_bytes(sd, work, server_bin):
-    """Disk bytes a step after the first adds: settled (du, with the server
-    stopped so that its reservations are given back; the same Checkpointer
-    goes on against the restarted server, so it keeps its delta bases), at
-    peak (du every 50 ms from the save to the settled directory, the server
-    running), and the bytes the server wrote for it (/proc/PID/io)."""
+    """Disk bytes a step after the first adds, over steps 2 and 3: settled
+    (du, the server stopped so that its reservations are given back, after
+    step 1 and after step 3; the same Checkpointer goes on against the
+    restarted server, so it keeps its delta bases), at peak (du every 50 ms
+    from the save to the settled directory, the server running: for step 3
+    over the directory before it, the server running since before step 2,
+    as a user's runs; and for step 2, the first after a restart), and the
+    bytes the server wrote for both (/proc/PID/io). Returns per-step
+    averages: (settled, peak step 3, peak step 2, written)."""
     sys.path.insert(0, os.path.join(ROOT, "build", "python"))
     import threading
     import stagger.torch as st
     data = os.path.join(work, "stagger-bytes")
     server = Server(server_bin, data)
-    try:
-        ck = st.checkpointer(server.grpc, job="bytes")
-        st.save_state_dict(ck, sd, 1).wait()
-        settle(data)
-        server.stop()
-        first = du(data)
-        server.start()
+
+    def save_sampled(ck, step):
+        """Saves `step` once the state trained; its peak over du before."""
         train_step(sd)
-        peak, done = [first], threading.Event()
+        before = du(data)
+        peak, done = [before], threading.Event()
 
         def sample():
             while not done.wait(0.05):
@@ -399,14 +409,26 @@ def stagger_step_bytes(sd, work, server_bin):
         sampler = threading.Thread(target=sample)
         sampler.start()
         try:
-            st.save_state_dict(ck, sd, 2).wait()
+            st.save_state_dict(ck, sd, step).wait()
             settle(data)
         finally:
             done.set()
             sampler.join()
+        return peak[0] - before
+
+    try:
+        ck = st.checkpointer(server.grpc, job="bytes")
+        st.save_state_dict(ck, sd, 1).wait()
+        settle(data)
+        server.stop()
+        first = du(data)
+        server.start()
+        peak_after_restart = save_sampled(ck, 2)
+        peak = save_sampled(ck, 3)
         written = written_bytes(server.proc.pid)
         server.stop()
-        return du(data) - first, peak[0] - first, written
+        return ((du(data) - first) / 2, peak, peak_after_restart,
+                written / 2)
     finally:
         if server.proc.poll() is None:
             server.stop()
@@ -494,8 +516,8 @@ def main():
              s["memory_exact"]) = stagger_memory_loads(
                 sd, work, a.server_bin, a.load_reps)
             load_runs = " ".join(f"{x[0][0]:.3f}/{x[1][0]:.3f}" for x in loads)
-            step_bytes, step_peak, step_written = stagger_step_bytes(
-                sd, work, a.server_bin)
+            (step_bytes, step_peak, restart_peak,
+             step_written) = stagger_step_bytes(sd, work, a.server_bin)
         finally:
             shutil.rmtree(work, ignore_errors=True)
         print(f"\nlayout {layout}: {len(ts)} tensors, {nbytes / 2**20:.1f} "
@@ -513,6 +535,8 @@ def main():
                  d["bytes"] / 2**20, step_bytes / 2**20),
                 ("  at peak, before the server settled (MiB)",
                  d["bytes"] / 2**20, step_peak / 2**20),
+                ("  at peak, the first step after a restart (MiB)",
+                 d["bytes"] / 2**20, restart_peak / 2**20),
                 ("  written by the server for it (MiB)", None,
                  step_written / 2**20),
                 (f"load of the last step, median of {a.load_reps} (s)",
@@ -547,6 +571,7 @@ def main():
              "dcp_durable_x_stagger": d["async_durable_s"] / s["durable_s"],
              "dcp_bytes_x_stagger": d["bytes"] / max(1, step_bytes),
              "peak_x_raw": step_peak / nbytes,
+             "restart_peak_x_raw": restart_peak / nbytes,
              "write_amp": step_written / nbytes,
              "load_x_dcp": s["load_s"] / d["load_s"],
              "load_best_x_dcp": s["load_best_s"] / d["load_best_s"],
