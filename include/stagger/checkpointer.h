@@ -190,8 +190,9 @@ class Checkpointer {
   // thread, so that Save() of them pays neither. Register() already asks
   // for the same on a background thread of the Checkpointer's, 20 ms
   // after the last registration (at idle priority with background_cpu
-  // "idle"); a Save() before it is done waits for it, and one before it
-  // started sizes the pool itself, its copies faulting the new pages in.
+  // "idle"); a Save() before it is done cancels it, waiting only for the
+  // slab being faulted in, and one before it started sizes the pool
+  // itself; either's copies fault the remaining pages in.
   // OK at once with an explicit staging_bytes (allocated at Open), when
   // the pool already holds the state, or while a save is in flight (its
   // slabs are in use; the next Save() grows the pool).

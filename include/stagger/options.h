@@ -105,7 +105,7 @@ struct CheckpointerOptions {
   // beyond it go whole (SaveStats::chunks_no_base). Where a server does not
   // rebase deltas (stagger-server --no-rebase), a chain of deltas is cut by
   // a full chunk every delta_chain_max saves; servers that do keep the
-  // newest version whole themselves. 0 turns deltas off.
+  // newest version whole themselves. delta_chain_max 0 turns deltas off.
   uint64_t delta_memory_bytes = 0;
   int delta_chain_max = 8;
   int zstd_level = 1;
