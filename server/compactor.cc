@@ -8,7 +8,8 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
-#include "server/internal/pacer.h"
+#include "qos/clock.h"
+#include "qos/token_bucket.h"
 #include "util/log.h"
 
 namespace stagger::server {
@@ -67,7 +68,9 @@ void CompactionTicket::Finish(Result<CompactionStats> result) {
 class Compactor::Pass {
  public:
   Pass(Compactor* owner, const std::string& job)
-      : c_(owner), job_(job), pacer_(owner->options_.bytes_per_s) {}
+      : c_(owner),
+        job_(job),
+        cap_(static_cast<double>(owner->options_.bytes_per_s), /*burst=*/0) {}
 
   // A whole pass (steps 1-4).
   Result<CompactionStats> Run();
@@ -98,7 +101,9 @@ class Compactor::Pass {
 
   Compactor* const c_;
   const std::string job_;
-  server_internal::Pacer<std::chrono::steady_clock> pacer_;
+  // The copy rate: the same cap as the drain's (qos/token_bucket.h, no
+  // burst: time spent elsewhere in the pass is not made up for).
+  qos::TokenBucket cap_;
   CompactionStats stats_;
 };
 
@@ -316,8 +321,9 @@ Status Compactor::Pass::CopyBatch(uint64_t segment,
     if (!now.ok()) return WithContext(now.status(), Where(job_, segment));
     if (!(now->location == r.from)) continue;
 
-    auto delay = pacer_.Add(r.from.record_size);
-    if (!c_->WaitUnlessStopping(std::chrono::duration<double>(delay).count())) {
+    const int64_t now_ns = qos::RealClock::Get()->NowNs();
+    const int64_t delay_ns = cap_.Reserve(now_ns, r.from.record_size) - now_ns;
+    if (!c_->WaitUnlessStopping(static_cast<double>(delay_ns) * 1e-9)) {
       return absl::CancelledError(
           absl::StrCat(Where(job_, segment), ": stopped (shutting down)"));
     }

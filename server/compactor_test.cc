@@ -13,7 +13,6 @@
 #include <vector>
 
 #include "server/chunk_read.h"
-#include "server/internal/pacer.h"
 #include "server/storage/fault_injection_file_system.h"
 #include "server/storage/internal/segment_files.h"
 #include "server/storage/testing/test_util.h"
@@ -592,30 +591,6 @@ TEST_F(CompactorTest, BadOptionsAreRefused) {
   co.batch_bytes = 0;
   EXPECT_EQ(Compactor::Create(segments_.get(), meta_.get(), co).status().code(),
             absl::StatusCode::kInvalidArgument);
-}
-
-// A clock the test moves by hand.
-struct ManualClock {
-  using duration = std::chrono::nanoseconds;
-  using rep = duration::rep;
-  using period = duration::period;
-  using time_point = std::chrono::time_point<ManualClock>;
-  static constexpr bool is_steady = true;
-  static time_point now() { return t; }
-  static inline time_point t{};
-};
-
-TEST(PacerTest, HoldsTheAverageRate) {
-  using std::chrono::milliseconds;
-  ManualClock::t = ManualClock::time_point{};
-  server_internal::Pacer<ManualClock> pacer(1000);  // bytes per second
-  EXPECT_EQ(pacer.Add(500), milliseconds(500));
-  ManualClock::t += milliseconds(500);
-  EXPECT_EQ(pacer.Add(250), milliseconds(250));
-  ManualClock::t += milliseconds(2000);  // idle: behind schedule
-  EXPECT_EQ(pacer.Add(1000), ManualClock::duration::zero());
-  server_internal::Pacer<ManualClock> unlimited(0);
-  EXPECT_EQ(unlimited.Add(1 << 30), ManualClock::duration::zero());
 }
 
 }  // namespace
