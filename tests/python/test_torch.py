@@ -424,6 +424,56 @@ def test_checkpointer_reads_the_torchrun_environment(tmp_path, monkeypatch):
     assert st.dist_env() == st.DistEnv(0, 1, 0, 1)
 
 
+_SPAWNED_RANK = """
+import json, os, sys
+import torch
+import torch.distributed as dist
+import stagger.torch as st
+rank, world, init, servers, out = (int(sys.argv[1]), int(sys.argv[2]),
+                                   sys.argv[3], sys.argv[4], sys.argv[5])
+dist.init_process_group("gloo", init_method="file://" + init, rank=rank,
+                        world_size=world)
+env = st.dist_env()
+ck = st.checkpointer(servers, "spawned")
+st.save_state_dict(ck, {"x": torch.full((4,), float(rank))}, 1).wait()
+dist.barrier()
+steps = ck.steps()
+os.environ["RANK"] = str(world - 1 - rank)
+try:
+    st.dist_env()
+    error = ""
+except ValueError as e:
+    error = str(e)
+json.dump({"env": list(env), "steps": steps, "error": error},
+          open(out, "w"))
+dist.destroy_process_group()
+"""
+
+
+def test_rank_and_world_size_come_from_the_process_group(server, tmp_path):
+    """Processes started without RANK/WORLD_SIZE (as mp.spawn starts them)
+    take their rank from the initialized process group, and a variable
+    that disagrees with the group is refused."""
+    script = tmp_path / "rank.py"
+    script.write_text(_SPAWNED_RANK)
+    child_env = {k: v for k, v in os.environ.items()
+                 if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK",
+                              "LOCAL_WORLD_SIZE")}
+    procs, outs = [], []
+    for r in range(2):
+        outs.append(tmp_path / f"rank{r}.json")
+        procs.append(subprocess.Popen(
+            [sys.executable, str(script), str(r), "2", str(tmp_path / "init"),
+             server, str(outs[-1])], env=child_env))
+    for p in procs:
+        assert p.wait(timeout=120) == 0
+    for r, out in enumerate(outs):
+        res = json.loads(out.read_text())
+        assert res["env"] == [r, 2, r, 2]
+        assert res["steps"] == [1]  # both ranks committed step 1
+        assert f"RANK={1 - r} disagrees" in res["error"], res["error"]
+
+
 def _launch(server, steps, log, job="example"):
     """The example on 2 processes, in a session of its own (to kill it)."""
     cmd = [sys.executable, os.path.join(REPO, "examples", "launch.py"),
