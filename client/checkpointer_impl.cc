@@ -556,6 +556,52 @@ Result<std::vector<StepSummary>> CheckpointerImpl::Steps(bool include_partial) {
   return out;
 }
 
+Status CheckpointerImpl::WaitStep(int64_t step, absl::Duration timeout) {
+  const absl::Time deadline = absl::Now() + timeout;
+  absl::Duration pause = absl::Milliseconds(20);
+  Status last;
+  std::optional<pb::StepInfo> seen;
+  for (;;) {
+    auto steps = ListSteps(*servers_, options_.job, /*include_partial=*/true);
+    if (steps.ok()) {
+      last = absl::OkStatus();
+      for (const pb::StepInfo& s : *steps) {
+        if (s.step() != step) continue;
+        if (s.complete()) return absl::OkStatus();
+        seen = s;
+      }
+    } else {
+      last = steps.status();
+    }
+    const absl::Time now = absl::Now();
+    if (now >= deadline) break;
+    absl::SleepFor(std::min(pause, deadline - now));
+    pause = std::min(pause * 2, absl::Seconds(1));
+  }
+  if (!last.ok()) {
+    return WithContext(last, absl::StrCat("waiting for step ", step,
+                                          " of job '", options_.job, "'"));
+  }
+  if (!seen.has_value()) {
+    return absl::DeadlineExceededError(
+        absl::StrCat("step ", step, " of job '", options_.job,
+                     "': no rank has committed it"));
+  }
+  std::vector<uint32_t> missing;
+  std::set<uint32_t> have(seen->committed_ranks().begin(),
+                          seen->committed_ranks().end());
+  for (uint32_t r = 0; r < seen->world_size() && missing.size() < 16; ++r) {
+    if (!have.count(r)) missing.push_back(r);
+  }
+  return absl::DeadlineExceededError(absl::StrCat(
+      "step ", step, " of job '", options_.job, "' is still partial: ",
+      have.size(), " of world size ", seen->world_size(),
+      " committed; missing ranks ", absl::StrJoin(missing, ", "),
+      missing.size() < seen->world_size() - have.size() ? ", ..." : "",
+      " (a rank that did not save this step, or a world_size that is not "
+      "the job's)"));
+}
+
 bool CheckpointerImpl::Stores(const Registered& reg) const {
   return options_.rank == 0 ||
          !IsReplicated(reg.spec.shape, reg.spec.global_shape);

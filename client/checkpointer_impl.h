@@ -108,6 +108,7 @@ class CheckpointerImpl : public Checkpointer {
       std::function<void(Result<std::vector<StepSummary>>)> done) override;
 
   Result<std::vector<StepSummary>> Steps(bool include_partial) override;
+  Status WaitStep(int64_t step, absl::Duration timeout) override;
 
  private:
   // snapshot_overlap for a save whose chunks come from `chunks`' sources.

@@ -345,8 +345,10 @@ void BindSaveHandle(py::module_& m) {
             return done;
           },
           py::arg("timeout") = py::none(),
-          "Block until the save is durable (True) or failed (raises), or "
-          "until `timeout` seconds have passed (False; the save goes on). "
+          "Block until this rank's part of the step is durable (True) or "
+          "failed (raises), or until `timeout` seconds have passed (False; "
+          "the save goes on). The step is complete once every rank of "
+          "world_size committed its part: Checkpointer.wait_step(step). "
           "Ctrl-C raises KeyboardInterrupt within about 0.1 s and leaves "
           "the save running in the background; the handle stays usable.")
       .def("done", [](PySaveHandle& h) { return h.handle.Done(); })
@@ -506,7 +508,41 @@ void BindCheckpointerData(PyCheckpointer& c) {
           "shards={name: (global_shape, global_offset)} gives "
           "the slice each array wants, which may differ from how the step "
           "was saved (resharding).")
-      .def("steps", &StepNumbers, py::arg("include_partial") = false);
+      .def("steps", &StepNumbers, py::arg("include_partial") = false)
+      .def(
+          "wait_step",
+          [](Checkpointer& ck, int64_t step, const py::object& timeout) {
+            // One look at the steps, then looks further apart (up to 1 s):
+            // every rank of a large job may be waiting.
+            Status s;
+            absl::Time next = absl::InfinitePast();
+            absl::Duration pause = absl::Milliseconds(20);
+            const bool done = WaitInSlices(timeout, [&](absl::Duration d) {
+              const absl::Time now = absl::Now();
+              if (now < next) {
+                absl::SleepFor(std::min(d, next - now));
+                return false;
+              }
+              s = ck.WaitStep(step, absl::ZeroDuration());
+              next = now + pause;
+              pause = std::min(2 * pause, absl::Seconds(1));
+              return !absl::IsDeadlineExceeded(s);
+            });
+            if (done) {
+              Check(s);
+              return true;
+            }
+            PyErr_SetString(PyExc_TimeoutError,
+                            std::string(s.message()).c_str());
+            throw py::error_already_set();
+          },
+          py::arg("step"), py::arg("timeout") = py::none(),
+          "Block until every rank of world_size committed `step` (True): it "
+          "is then complete, listed by steps() and loaded as \"latest\". "
+          "h.wait() only says this rank's part is durable. Raises "
+          "TimeoutError after `timeout` seconds, naming the ranks missing (a "
+          "rank that did not save the step, or a world_size that is not the "
+          "job's); stagger.Error when the steps cannot be listed.");
 }
 
 }  // namespace

@@ -145,7 +145,10 @@ class SaveHandle {
  public:
   class State;
   explicit SaveHandle(std::shared_ptr<State> state);
-  // Blocks until the save is committed (OK) or failed (its error).
+  // Blocks until this rank's part of the step is committed, durable at the
+  // save's durability (OK), or failed (its error). The step is complete,
+  // and listed and loadable as "latest", once every rank of world_size
+  // committed its part: Checkpointer::WaitStep waits for that.
   Status Wait() const;
   // As Wait(), for at most `timeout`: nullopt when the save is still
   // running then (it goes on; wait again or drop the handle).
@@ -265,6 +268,13 @@ class Checkpointer {
 
   // Complete steps, oldest first (partial ones too when asked).
   virtual Result<std::vector<StepSummary>> Steps(bool include_partial) = 0;
+
+  // Waits until every rank of world_size committed `step` (OK), for at
+  // most `timeout`. DEADLINE_EXCEEDED then, naming the ranks committed and
+  // those missing (a rank that did not save the step, or a world_size that
+  // is not the job's); errors listing the steps are retried until then
+  // and the last one is returned.
+  virtual Status WaitStep(int64_t step, absl::Duration timeout) = 0;
   // As Steps(), on a thread of its own; `done` gets the result on that
   // thread. The caller need not wait (an interrupted caller moves on): the
   // Checkpointer's destructor waits for the calls in flight.

@@ -237,3 +237,29 @@ def test_ctrl_c_interrupts_steps_on_a_server_that_does_not_answer(tmp_path):
         out, _ = read_until(child.stdout, " end", 60)
         assert "again [1] end" in out, out
         assert child.wait(timeout=60) == 0
+
+
+def test_wait_step_waits_for_every_rank_and_names_the_missing(tmp_path):
+    """h.wait() is this rank's part; ck.wait_step(step) the whole step. A
+    world_size larger than the ranks saving leaves the step partial, and
+    wait_step says which ranks are missing."""
+    servers = f"embedded:{tmp_path}"
+    ck0 = stagger.Checkpointer(servers=servers, job="ws", rank=0,
+                               world_size=3)
+    data = {"a": np.arange(1000, dtype=np.float32)}
+    assert ck0.save(data, step=1).wait() is True
+    with pytest.raises(TimeoutError,
+                       match=r"step 1 of job 'ws' is still partial: 1 of "
+                             r"world size 3 committed; missing ranks 1, 2"):
+        ck0.wait_step(1, timeout=0.3)
+    with pytest.raises(TimeoutError, match="no rank has committed it"):
+        ck0.wait_step(2, timeout=0)
+    assert ck0.steps() == []
+    for rank in (1, 2):
+        ck = stagger.Checkpointer(servers=servers, job="ws", rank=rank,
+                                  world_size=3)
+        assert ck.save(data, step=1).wait() is True
+    assert ck0.wait_step(1, timeout=10) is True
+    assert ck0.steps() == [1]
+    with pytest.raises(ValueError):
+        ck0.wait_step(1, timeout=-1)
