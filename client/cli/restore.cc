@@ -133,11 +133,14 @@ Status WriteShard(ChunkIo& io, ServerSet* servers,
 // copy. Adds the tensors' bytes to `bytes`.
 // The name a tensor gets in a consolidated file: with `only` prefixes,
 // the part after the prefix it is under, or "" when it is under none (left
-// out; so are the state dict's own metadata tensors).
+// out). stagger.torch's metadata tensors are always left out.
 std::string ConsolidatedName(const std::string& name,
                              const std::vector<std::string>& only) {
-  if (only.empty()) return name;
+  // stagger.torch's description of each rank's own state dict: per rank
+  // and different on every rank of a sharded job; the file holds the
+  // state's tensors.
   if (absl::StartsWith(name, "__stagger_")) return "";
+  if (only.empty()) return name;
   for (const std::string& p : only) {
     if (name.size() > p.size() + 1 && absl::StartsWith(name, p) &&
         name[p.size()] == '.') {

@@ -685,6 +685,17 @@ def test_consolidate_only_model_loads_into_a_module(tmp_path, server):
     assert r.returncode == 0, r.stderr
     optim, _ = read_safetensors(tmp_path / "o2" / "model.safetensors")
     assert "state.0.step" in optim and "state.0.exp_avg" in optim
+    # The whole step, without --only: stagger.torch's per-rank metadata
+    # (rank 1 stores no replicated tensor, so its description differs)
+    # stays out of the file.
+    r = subprocess.run(cli + ["restore", "--job", "cons", "--out",
+                              str(tmp_path / "all"), "--consolidate"],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    everything, _ = read_safetensors(tmp_path / "all" / "model.safetensors")
+    assert not [n for n in everything if n.startswith("__stagger_")]
+    assert {"model." + n for n in model.state_dict()} <= set(everything)
+    assert "optim.state.0.exp_avg" in everything
     # A prefix with nothing under it names what there is.
     r = subprocess.run(cli + ["restore", "--job", "cons", "--out",
                               str(tmp_path / "o3"), "--consolidate",
