@@ -327,6 +327,14 @@ def test_save_on_4_ranks_load_on_2_and_3_by_rows_and_columns(tmp_path):
                         k, world, helper.__name__, r)
                 assert torch.equal(dest["norm"], norm)
                 assert dest["rank"] == r
+    # A rank's slice without shards=: the error says how to ask for it.
+    ck = open_ck(tmp_path, "rs", rank=0, world_size=3)
+    key = next(iter(full))
+    dest = {key: torch.empty(st.row_shard(full[key].shape, 0, 3).shape,
+                             dtype=full[key].dtype)}
+    with pytest.raises(st.StateDictMismatch,
+                       match=r"a slice of it\? pass shards="):
+        st.load_state_dict(ck, dest, strict=False)
 
 
 def test_fsdp_flat_shards_reload_on_another_world_size(tmp_path):

@@ -392,6 +392,15 @@ class _LoadPlan:
         saved = (shard.shape if shard is not None and shard.shape is not None
                  else info["shape"])
         hint = (" (cast=True loads it)" if shape_ok and castable else "")
+        whole = info.get("global_shape", info["shape"])
+        if (key not in self.shards and not shape_ok and
+                len(dest.shape) == len(whole) and
+                all(d <= w for d, w in zip(dest.shape, whole))):
+            # A slice of the saved tensor: a sharded load that did not say
+            # which slice this rank holds.
+            hint = (f" (a slice of it? pass shards={{'{key}': "
+                    f"stagger.torch.row_shard(...)}} or column_shard / "
+                    f"chunk_shard to load this rank's slice)")
         self.mismatched.append(key)
         self.details.append(
             f"'{key}': saved {_describe(info['dtype'], saved)}, state dict "
