@@ -180,6 +180,7 @@ TEST(IntegrationTest, BadInputGetsClearErrorsAndServerStaysUp) {
   EXPECT_NE(ls.out.find("INVALID_ARGUMENT"), std::string::npos) << ls.out;
   RunResult step = RunProcess(
       {Cli(), "--server", s, "verify", "--job", "j", "--step", "-3"});
+  EXPECT_EQ(step.exit_code, 2);  // a usage error
   EXPECT_NE(step.out.find("step must be 'latest' or a number"),
             std::string::npos)
       << step.out;

@@ -90,9 +90,7 @@ void PrintCollected(const std::string& cmd, const std::string& job,
 }  // namespace
 
 int RunGc(const GcArgs& a) {
-  if (a.keep == 0) {
-    return Fail("gc", absl::InvalidArgumentError("--keep must be at least 1"));
-  }
+  if (a.keep == 0) return Usage("gc", "--keep must be at least 1");
   if (Status s = CheckGrace(a.grace_s); !s.ok()) {
     fprintf(stderr, "stagger gc: %s\n", std::string(s.message()).c_str());
     return 2;

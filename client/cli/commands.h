@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/string_view.h"
 #include "stagger/status.h"
 
 namespace stagger::client {
@@ -16,6 +17,9 @@ Result<int64_t> ParseStep(const std::string& text);
 
 // Prints `s` as "stagger <cmd>: CODE: message" and returns 1.
 int Fail(const std::string& cmd, const Status& s);
+// A usage error (a flag's value, flags that do not go together): prints
+// "stagger <cmd>: message" and returns 2; nothing was asked of a server.
+int Usage(const std::string& cmd, absl::string_view message);
 
 struct LsArgs {
   std::string server, job;

@@ -25,6 +25,12 @@ Result<int64_t> ParseStep(const std::string& text) {
   return v;
 }
 
+int Usage(const std::string& cmd, absl::string_view message) {
+  fprintf(stderr, "stagger %s: %s\n", cmd.c_str(),
+          std::string(message).c_str());
+  return 2;
+}
+
 int Fail(const std::string& cmd, const Status& s) {
   fprintf(stderr, "stagger %s: %s: %s\n", cmd.c_str(),
           absl::StatusCodeToString(s.code()).c_str(),

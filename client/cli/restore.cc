@@ -484,9 +484,12 @@ int RestoreShards(const RestoreArgs& a, Session& session, ChunkIo& io,
 
 int RunRestore(const RestoreArgs& a) {
   if (!a.only.empty() && !a.consolidate) {
-    return Fail("restore", absl::InvalidArgumentError(
-                               "--only selects tensors of the consolidated "
-                               "file: it needs --consolidate"));
+    return Usage("restore",
+                 "--only selects tensors of the consolidated file: it needs "
+                 "--consolidate");
+  }
+  if (auto step = ParseStep(a.step); !step.ok()) {
+    return Usage("restore", step.status().message());
   }
   auto session = OpenSession(a.server);
   if (!session.ok()) return Fail("restore", session.status());

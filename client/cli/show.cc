@@ -66,7 +66,7 @@ double Ratio(const pb::ShardStats& st) {
 
 int RunShow(const ShowArgs& a) {
   auto step = ParseStep(a.step);
-  if (!step.ok()) return Fail("show", step.status());
+  if (!step.ok()) return Usage("show", step.status().message());
   auto session = OpenSession(a.server);
   if (!session.ok()) return Fail("show", session.status());
   auto reply = GetStep(*session->servers, a.job, *step, true, {});

@@ -221,6 +221,9 @@ int Report(const VerifyArgs& a, long long step, const Tally& t, size_t chunks,
 }  // namespace
 
 int RunVerify(const VerifyArgs& a) {
+  if (auto step = ParseStep(a.step); !step.ok()) {
+    return Usage("verify", step.status().message());
+  }
   auto session = OpenSession(a.server);
   if (!session.ok()) return Fail("verify", session.status());
   auto reply = CompleteStep(*session, a.job, a.step);

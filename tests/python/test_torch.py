@@ -715,7 +715,14 @@ def test_consolidate_only_model_loads_into_a_module(tmp_path, server):
     r = subprocess.run(cli + ["restore", "--job", "cons", "--out",
                               str(tmp_path / "o4"), "--only", "model"],
                        capture_output=True, text=True, timeout=120)
-    assert r.returncode != 0 and "needs --consolidate" in r.stderr
+    assert r.returncode == 2 and "needs --consolidate" in r.stderr
+    for step in ("five", "-1"):
+        r = subprocess.run(cli + ["restore", "--job", "cons", "--out",
+                                  str(tmp_path / "o5"), "--step", step],
+                           capture_output=True, text=True, timeout=120)
+        assert r.returncode == 2, r.stderr
+        assert f"step must be 'latest' or a number >= 0, got '{step}'" in \
+            r.stderr
 
 
 def test_consolidate_refuses_per_rank_tensors_that_differ(tmp_path, server):
