@@ -209,10 +209,10 @@ Result<pb::StepInfo> CompleteStepInfo(ServerSet& servers,
   STAGGER_ASSIGN_OR_RETURN(pb::GetStepReply reply,
                            GetStep(servers, job, step, false, {}));
   if (!reply.step().complete()) {
-    return absl::NotFoundError(
-        absl::StrCat("step ", reply.step().step(), " of job '", job,
-                     "' is not complete (", reply.step().committed_ranks_size(),
-                     " of ", reply.step().world_size(), " ranks committed)"));
+    return absl::NotFoundError(absl::StrCat(
+        "step ", reply.step().step(), " of job '", job, "' is not complete (",
+        reply.step().committed_ranks_size(), " of ", reply.step().world_size(),
+        reply.step().world_size() == 1 ? " rank" : " ranks", " committed)"));
   }
   return reply.step();
 }
@@ -285,9 +285,10 @@ Result<int64_t> LoadStep(ServerSet& servers, ChunkIo& io,
   STAGGER_ASSIGN_OR_RETURN(pb::StepInfo info,
                            CompleteStepInfo(servers, job, step));
   const int64_t number = info.step();
-  const std::string what = absl::StrCat(
-      "load of job '", job, "' step ", number, " rank ", rank, " of ",
-      world_size, " (saved by ", info.world_size(), " ranks)");
+  const std::string what =
+      absl::StrCat("load of job '", job, "' step ", number, " rank ", rank,
+                   " of ", world_size, " (saved by ", info.world_size(),
+                   info.world_size() == 1 ? " rank)" : " ranks)");
   // Manifests the plan points into: they outlive it.
   pb::GetStepReply reply;
   LoadPlan plan;

@@ -518,7 +518,7 @@ Status MetaStore::ImportStep(const std::string& job, const pb::StepInfo& info,
     return absl::InvalidArgumentError(absl::StrCat(
         "step ", info.step(), " of job '", job, "': ", shards.size(),
         " manifests for ", info.committed_ranks_size(), " committed of ",
-        info.world_size(), " ranks"));
+        info.world_size(), info.world_size() == 1 ? " rank" : " ranks"));
   }
   absl::MutexLock lock(&commit_mu_);
   std::string v;

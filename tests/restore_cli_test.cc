@@ -120,6 +120,9 @@ TEST(RestoreErrorsTest, ANonEmptyDirectoryIsRefusedAndAManifestListsTheFiles) {
   RunResult first =
       RunProcess({Cli(), "--server", s, "restore", "--job", "r", "--out", out});
   ASSERT_EQ(first.exit_code, 0) << first.out;
+  EXPECT_NE(first.out.find("restored job 'r' step 1: 2 ranks, "),
+            std::string::npos)
+      << first.out;
   const std::string manifest = ReadFile(out + "/MANIFEST.json");
   EXPECT_NE(manifest.find("{\"job\":\"r\",\"step\":1,\"world_size\":2,"
                           "\"consolidated\":false"),

@@ -124,8 +124,8 @@ bool PrintSteps(const DemoArgs& a, const std::vector<RankResult>& results,
   }
   bool all_match = true;
   for (const RankResult& r : results) all_match &= r.load_matches;
-  printf("\nload of step %d on %u ranks: %s\n", a.steps, a.ranks,
-         all_match ? "bit-exact" : "MISMATCH");
+  printf("\nload of step %d on %u %s: %s\n", a.steps, a.ranks,
+         a.ranks == 1 ? "rank" : "ranks", all_match ? "bit-exact" : "MISMATCH");
   printf("save+load wall time: %.2f s\n\n", total_s);
   return all_match;
 }

@@ -388,10 +388,10 @@ Result<pb::GetStepReply> CompleteStep(Session& session, const std::string& job,
   STAGGER_ASSIGN_OR_RETURN(pb::GetStepReply reply,
                            GetStep(*session.servers, job, step, true, {}));
   if (!reply.step().complete()) {
-    return absl::NotFoundError(
-        absl::StrCat("step ", reply.step().step(), " of job '", job,
-                     "' is not complete (", reply.step().committed_ranks_size(),
-                     " of ", reply.step().world_size(), " ranks committed)"));
+    return absl::NotFoundError(absl::StrCat(
+        "step ", reply.step().step(), " of job '", job, "' is not complete (",
+        reply.step().committed_ranks_size(), " of ", reply.step().world_size(),
+        reply.step().world_size() == 1 ? " rank" : " ranks", " committed)"));
   }
   return reply;
 }
@@ -474,8 +474,9 @@ int RestoreShards(const RestoreArgs& a, Session& session, ChunkIo& io,
       !s.ok()) {
     return Fail("restore", s);
   }
-  printf("restored job '%s' step %lld: %d ranks, %llu bytes\n", a.job.c_str(),
+  printf("restored job '%s' step %lld: %d %s, %llu bytes\n", a.job.c_str(),
          static_cast<long long>(reply.step().step()), reply.shards_size(),
+         reply.shards_size() == 1 ? "rank" : "ranks",
          static_cast<unsigned long long>(bytes));
   return 0;
 }
