@@ -19,6 +19,7 @@
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <string>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
@@ -29,6 +30,7 @@
 #include "server/tier/s3_object_store.h"
 #include "util/build_info.h"
 #include "util/log.h"
+#include "util/nearest.h"
 
 int main(int argc, char** argv) {
   // Pulled payloads come from the transport's pool of recycled buffers;
@@ -274,8 +276,16 @@ int main(int argc, char** argv) {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     if (e.get_exit_code() == 0) return app.exit(e);  // --help, --version
+    // A mistyped option: CLI11 says "The following arguments were not
+    // expected" (or names a required one first); say which, and the near
+    // one.
+    std::vector<std::string> known = {"--help"};
+    for (const CLI::Option* o : app.get_options()) {
+      for (const std::string& n : o->get_lnames()) known.push_back("--" + n);
+    }
+    const std::string unknown = stagger::util::UnknownOption(argc, argv, known);
     fprintf(stderr, "stagger-server: %s\nRun 'stagger-server --help'.\n",
-            e.what());
+            unknown.empty() ? e.what() : unknown.c_str());
     return 2;
   }
   auto level = stagger::log::ParseLevel(log_level);

@@ -43,6 +43,16 @@ TEST(CliUsageTest, UsageErrorsExit2AndSayWhatWasWrong) {
   EXPECT_NE(r.out.find("2 a usage error"), std::string::npos) << r.out;
   r = RunProcess({testutil::BinDir() + "/stagger-server", "--bogus"});
   EXPECT_EQ(r.exit_code, 2) << r.out;
+  EXPECT_NE(r.out.find("stagger-server: unknown option '--bogus'\n"),
+            std::string::npos)
+      << r.out;
+  r = RunProcess({testutil::BinDir() + "/stagger-server", "--data", "/tmp/x",
+                  "--segmnet-mib=4"});
+  EXPECT_EQ(r.exit_code, 2) << r.out;
+  EXPECT_NE(r.out.find("unknown option '--segmnet-mib'; did you mean "
+                       "'--segment-mib'?"),
+            std::string::npos)
+      << r.out;
 }
 
 // import-dcp and export-dcp hand over to python3 -m stagger.torch.dcp

@@ -24,40 +24,9 @@
 #include "client/cli/session.h"
 #include "util/build_info.h"
 #include "util/log.h"
+#include "util/nearest.h"
 
 namespace {
-
-// Edit distance, for "did you mean".
-size_t Distance(const std::string& a, const std::string& b) {
-  std::vector<size_t> row(b.size() + 1);
-  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
-  for (size_t i = 1; i <= a.size(); ++i) {
-    size_t diag = row[0];
-    row[0] = i;
-    for (size_t j = 1; j <= b.size(); ++j) {
-      const size_t up = row[j];
-      row[j] = std::min(
-          {row[j] + 1, row[j - 1] + 1, diag + (a[i - 1] == b[j - 1] ? 0 : 1)});
-      diag = up;
-    }
-  }
-  return row[b.size()];
-}
-
-// The nearest of `names` to `word` when it is close enough, else "".
-std::string Nearest(const std::string& word,
-                    const std::vector<std::string>& names) {
-  std::string best;
-  size_t best_d = 3;  // at most two edits
-  for (const std::string& n : names) {
-    const size_t d = Distance(word, n);
-    if (d < best_d) {
-      best = n;
-      best_d = d;
-    }
-  }
-  return best;
-}
 
 std::string Join(const std::vector<std::string>& v) {
   std::string out;
@@ -96,7 +65,7 @@ std::string UsageHint(CLI::App& app, int argc, char** argv) {
     try {
       command = app.get_subcommand(arg);
     } catch (const CLI::OptionNotFound&) {
-      const std::string near = Nearest(arg, commands);
+      const std::string near = stagger::util::Nearest(arg, commands);
       return "unknown command '" + arg + "'" +
              (near.empty() ? "" : "; did you mean '" + near + "'?") +
              " (commands: " + Join(commands) + ")";
@@ -113,7 +82,7 @@ std::string UsageHint(CLI::App& app, int argc, char** argv) {
   known.push_back("--help");
   for (const std::string& f : flags) {
     if (std::find(known.begin(), known.end(), f) != known.end()) continue;
-    const std::string near = Nearest(f, known);
+    const std::string near = stagger::util::Nearest(f, known);
     return "unknown option '" + f + "' for '" + command->get_name() + "'" +
            (near.empty() ? "" : "; did you mean '" + near + "'?");
   }
