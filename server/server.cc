@@ -59,6 +59,20 @@ class Server::Impl {
   std::unique_ptr<metrics::HttpExporter> metrics;  // reads all of the above
   std::string grpc_address;
   bool stopped = false;
+  // The data directory this start created (removed again when the start
+  // fails: a mistyped flag leaves nothing behind), and the PID file it
+  // wrote (removed at a clean stop).
+  std::string created_data_dir;
+  std::string pid_file;
+  bool started = false;
+
+  ~Impl() {
+    Shutdown();
+    if (!started && !created_data_dir.empty()) {
+      std::error_code ec;
+      std::filesystem::remove_all(created_data_dir, ec);
+    }
+  }
 
   // The steps of Server::Start, in order; each fills members above.
   Status OpenStores(const ServerOptions& options);
@@ -121,6 +135,10 @@ class Server::Impl {
     admission.reset();
     meta.reset();
     owned_transport.reset();
+    if (!pid_file.empty()) {
+      std::error_code ec;
+      std::filesystem::remove(pid_file, ec);
+    }
   }
 };
 
@@ -206,6 +224,9 @@ static Result<std::unique_ptr<Authorizer>> AccessFor(
 
 Status Server::Impl::OpenStores(const ServerOptions& options) {
   std::error_code ec;
+  if (!std::filesystem::exists(options.data_dir, ec) && !ec) {
+    created_data_dir = options.data_dir;
+  }
   std::filesystem::create_directories(options.data_dir, ec);
   if (ec) {
     return absl::FailedPreconditionError(absl::StrCat(
@@ -232,6 +253,7 @@ Status Server::Impl::OpenStores(const ServerOptions& options) {
     // Who holds the directory, for the message above (best effort).
     std::ofstream f(pid_file, std::ios::trunc);
     f << ::getpid() << "\n";
+    if (f) this->pid_file = pid_file;
   }
   // Shards committed at memory level and never made disk-level: their
   // chunks may have been in the RAM of a server that crashed (this one).
@@ -508,6 +530,7 @@ Result<std::unique_ptr<Server>> Server::Start(const ServerOptions& options) {
                                              options.cold_store->Describe()));
     impl->drainer->Start();
   }
+  impl->started = true;
   return std::unique_ptr<Server>(new Server(std::move(impl)));
 }
 

@@ -4,7 +4,9 @@
 // that does not exist.
 #include <gtest/gtest.h>
 
+#include <csignal>
 #include <cstdlib>
+#include <filesystem>
 #include <string>
 
 #include "tests/testutil/process.h"
@@ -128,6 +130,15 @@ TEST(CliUsageTest, AServerSaysWhyItCannotStart) {
             std::string::npos)
       << r.out;
   EXPECT_EQ(r.out.find("chttp2"), std::string::npos) << r.out;
+  // The failed start leaves no data directory it created behind; the one
+  // in use keeps everything, and a clean stop takes its PID file along.
+  EXPECT_FALSE(std::filesystem::exists(dir.path() + "/other"));
+  EXPECT_TRUE(std::filesystem::exists(dir.path() + "/data/meta"));
+  const std::string pid_file = dir.path() + "/data/stagger-server.pid";
+  EXPECT_TRUE(std::filesystem::exists(pid_file));
+  EXPECT_EQ((*server)->Stop(SIGTERM), 0);
+  EXPECT_FALSE(std::filesystem::exists(pid_file));
+  EXPECT_TRUE(std::filesystem::exists(dir.path() + "/data/meta"));
 }
 
 // A single-process job checkpointing to embedded:DIR: the CLI opens DIR
