@@ -364,6 +364,16 @@ Status SweepTheOthers(ServerSet& servers, ServerConn& coord,
   return absl::OkStatus();
 }
 
+// Whether any of the servers holds a step of `job` (partial ones too); the
+// job's bytes on their disks in *disk_bytes.
+Result<bool> AnyStep(ServerSet& servers, const std::string& job,
+                     uint64_t* disk_bytes) {
+  STAGGER_ASSIGN_OR_RETURN(
+      std::vector<pb::StepInfo> steps,
+      ListSteps(servers, job, /*include_partial=*/true, disk_bytes));
+  return !steps.empty();
+}
+
 }  // namespace
 
 Result<std::vector<pb::JobInfo>> ListJobs(ServerSet& servers) {
@@ -406,6 +416,23 @@ Result<pb::GcReply> Gc(ServerSet& servers, const std::string& job,
   req.set_wait_for_compaction(true);
   STAGGER_RETURN_IF_ERROR(
       NeedEveryServer(servers, absl::StrCat("gc of job '", job, "'")));
+  // With no step anywhere no server can tell what is live: gc deletes
+  // nothing and says so; what an unfinished first save left is deleted by
+  // name (DeleteSteps with all).
+  uint64_t disk_bytes = 0;
+  STAGGER_ASSIGN_OR_RETURN(bool any, AnyStep(servers, job, &disk_bytes));
+  if (!any) {
+    return absl::NotFoundError(absl::StrCat(
+        "job '", job, "' has no steps on the ", servers.size(), " server",
+        servers.size() == 1 ? "" : "s", " listed",
+        disk_bytes == 0 ? "; nothing to collect"
+                        : absl::StrCat("; its ", disk_bytes,
+                                       " bytes on disk belong to no step (a "
+                                       "save that never committed, or steps "
+                                       "deleted within the grace period): "
+                                       "'stagger rm --job ",
+                                       job, " --all' deletes them")));
+  }
   ServerConn& coord = *servers.Coordinators(job).front();
   STAGGER_RETURN_IF_ERROR(Unary(servers, coord, [&](grpc::ClientContext* ctx) {
     return coord.stub->Gc(ctx, req, &reply);
@@ -432,6 +459,37 @@ Result<pb::GcReply> DeleteSteps(ServerSet& servers, const std::string& job,
   req.set_wait_for_compaction(true);
   STAGGER_RETURN_IF_ERROR(NeedEveryServer(
       servers, absl::StrCat("deleting steps of job '", job, "'")));
+  if (all) {
+    // A job without a step on any server listed (its first save never
+    // committed, e.g. stopped by Ctrl-C): nothing of it is live, and every
+    // server drops its chunks (those younger than the grace period stay).
+    uint64_t disk_bytes = 0;
+    STAGGER_ASSIGN_OR_RETURN(bool any, AnyStep(servers, job, &disk_bytes));
+    if (!any) {
+      if (disk_bytes == 0) {
+        return absl::NotFoundError(absl::StrCat(
+            "job '", job, "' has no steps and no chunks on the ",
+            servers.size(), " server", servers.size() == 1 ? "" : "s",
+            " listed; nothing was deleted"));
+      }
+      for (size_t i = 0; i < servers.size(); ++i) {
+        ServerConn& s = servers.server(i);
+        STAGGER_ASSIGN_OR_RETURN(
+            pb::SweepReply swept,
+            Sweep(s, job, {}, grace_ms, servers.timeout_s()));
+        reply.set_chunks_deleted(reply.chunks_deleted() +
+                                 swept.chunks_deleted());
+        reply.set_bytes_freed(reply.bytes_freed() + swept.bytes_freed());
+        AddGraceKept(swept.grace_kept(), reply.mutable_grace_kept());
+        if (swept.has_compaction()) {
+          AddCompaction(swept.compaction(), s.address,
+                        reply.mutable_compaction());
+        }
+        if (on_server_done) on_server_done();
+      }
+      return reply;
+    }
+  }
   ServerConn& coord = *servers.Coordinators(job).front();
   STAGGER_RETURN_IF_ERROR(Unary(servers, coord, [&](grpc::ClientContext* ctx) {
     return coord.stub->DeleteSteps(ctx, req, &reply);

@@ -191,6 +191,39 @@ TEST_F(RmTest, GcSaysWhatTheGracePeriodKept) {
   EXPECT_TRUE(LoadsBack("g", 3));
 }
 
+// A job with chunks and no step (a first save stopped before its commit;
+// here its only step deleted within the grace period): gc cannot tell
+// what is live and says so, naming the bytes; rm --all deletes them.
+TEST_F(RmTest, AJobWithChunksAndNoStepIsDeletedByRmAll) {
+  auto ck = SaveSteps("orphan", 1);
+  ASSERT_NE(ck, nullptr);
+  RunResult r = Cli({"rm", "--job", "orphan", "--step", "1"});
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_NE(r.out.find("grace: kept "), std::string::npos) << r.out;
+  r = Cli({"gc", "--job", "orphan", "--keep", "1", "--grace-s", "0"});
+  EXPECT_EQ(r.exit_code, 1) << r.out;
+  EXPECT_NE(r.out.find("NOT_FOUND: job 'orphan' has no steps on the 1 server "
+                       "listed; its "),
+            std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("'stagger rm --job orphan --all' deletes them"),
+            std::string::npos)
+      << r.out;
+  r = Cli({"rm", "--job", "orphan", "--all", "--grace-s", "0"});
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_NE(r.out.find("deleted 0 steps [], kept 0; freed "), std::string::npos)
+      << r.out;
+  EXPECT_EQ(r.out.find("freed 0 chunks"), std::string::npos) << r.out;
+  r = Cli({"rm", "--job", "orphan", "--all", "--grace-s", "0"});
+  EXPECT_EQ(r.exit_code, 1) << r.out;
+  EXPECT_NE(r.out.find("has no steps and no chunks"), std::string::npos)
+      << r.out;
+  // A job nobody ever saved: gc and rm both say so, exit 1.
+  r = Cli({"gc", "--job", "never", "--keep", "1"});
+  EXPECT_EQ(r.exit_code, 1) << r.out;
+  EXPECT_NE(r.out.find("nothing to collect"), std::string::npos) << r.out;
+}
+
 // A script run twice with the same job name: the second run's save of a
 // step the first committed is refused at Save(), before a byte is copied
 // or shipped, saying how to go on; after `stagger rm` of it, it saves.
