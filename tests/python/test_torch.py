@@ -385,8 +385,15 @@ def test_optimizer_hook_fences_lazy_save(tmp_path):
     hooks.remove()
     opt.step()
     assert hooks.steps == 3
-    with pytest.raises(TypeError, match="DistributedDataParallel"):
-        st.install_hooks(ck, model=model)
+    # A plain module: the fence, no marks, and a warning saying so.
+    with pytest.warns(UserWarning, match="a Linear is neither "
+                                         "DistributedDataParallel nor FSDP"):
+        plain = st.install_hooks(ck, model=model, optimizer=opt)
+    opt.step()
+    assert plain.steps == 1 and plain.collectives == 0
+    plain.remove()
+    with pytest.raises(TypeError, match="must be a torch.nn.Module"):
+        st.install_hooks(ck, model=object())
 
 
 def test_ddp_comm_hook_marks_allreduces_two_processes(server, tmp_path):

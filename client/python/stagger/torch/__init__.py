@@ -19,6 +19,15 @@ DCP: a load calls their ``load_state_dict``. ``async_save`` returns a
 
 Sharded tensors carry a ``Shard`` (global shape, offset; ``row_shard``,
 ``column_shard``, ``flat_shard``), so a step loads on any world size.
+
+FSDP and DTensor (torch 2.x): the state dicts of
+``torch.distributed.checkpoint.state_dict.get_model_state_dict`` and
+``get_optimizer_state_dict`` (DTensors under FSDP2's ``fully_shard``,
+ShardedTensors under FSDP1) save as they are, each rank its shards, and
+load on any world size without ``shards=``; apply them with
+``set_model_state_dict`` / ``set_optimizer_state_dict``.
+``install_hooks(ck, fsdp_model, optimizer)`` marks FSDP's forward and
+backward as collectives.
 """
 from .env import DistEnv, checkpointer, dist_env
 from .hooks import Hooks, install_hooks

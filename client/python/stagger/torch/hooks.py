@@ -21,6 +21,9 @@ optimizer's ``step`` is wrapped in a bound method, which LR schedulers
 created afterwards wrap in turn as they do any optimizer's step.
 """
 import types
+import warnings
+
+import torch
 
 
 class Hooks:
@@ -152,21 +155,31 @@ def install_hooks(ck, model=None, optimizer=None, *, process_group=None,
     collectives; or an FSDP2 module (``fully_shard``) or an FSDP1
     ``FullyShardedDataParallel``, whose forward and backward are each
     marked as one collective (its all-gathers and reduce-scatters run
-    through them); None: no marks. ``optimizer``:
+    through them); a plain ``torch.nn.Module`` (one process, or a model
+    wrapped after this call): no marks, with a warning, as its collectives
+    cannot be seen; None: no marks, silently. ``optimizer``:
     gets the before-step fence (``ck.before_update()``) and, with
     ``iteration_marks``, the iteration mark after each step. Raises
-    TypeError for another model; DDP raises if a comm hook is already
-    registered.
+    TypeError for anything that is not a module; DDP raises if a comm hook
+    is already registered.
     """
     hooks = Hooks(ck, process_group, iteration_marks)
     if model is not None and _is_fsdp(model):
         _hook_fsdp(hooks, model)
+    elif model is not None and not hasattr(model, "register_comm_hook"):
+        if not isinstance(model, torch.nn.Module):
+            raise TypeError("model must be a torch.nn.Module: a "
+                            "DistributedDataParallel, an FSDP2 module "
+                            "(fully_shard), an FSDP1 "
+                            "FullyShardedDataParallel or a plain module, got "
+                            f"a {type(model).__name__}")
+        warnings.warn(
+            f"stagger.torch.install_hooks: a {type(model).__name__} is "
+            "neither DistributedDataParallel nor FSDP: its collectives are "
+            "not marked (saves do not yield to them); pass the wrapped "
+            "model for that. The optimizer fence is installed.",
+            stacklevel=2)
     elif model is not None:
-        if not hasattr(model, "register_comm_hook"):
-            raise TypeError("model must be a DistributedDataParallel, an "
-                            "FSDP2 module (fully_shard) or an FSDP1 "
-                            "FullyShardedDataParallel, got a "
-                            f"{type(model).__name__}")
         from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
         hooks._allreduce = default_hooks.allreduce_hook
         model.register_comm_hook(hooks, _comm_hook)
