@@ -7,6 +7,7 @@
 #include <csignal>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <string>
 
 #include "tests/testutil/process.h"
@@ -57,7 +58,7 @@ TEST(CliUsageTest, UsageErrorsExit2AndSayWhatWasWrong) {
       << r.out;
 }
 
-// import-dcp and export-dcp hand over to python3 -m stagger.torch.dcp
+// import-dcp and export-dcp hand over to stagger.torch.dcp in python3
 // (torch >= 2.2, tested with it in tests/python/test_dtensor.py): here
 // what they say before that and when no python can run it.
 TEST(CliUsageTest, DcpCommandsSayWhatTheyNeed) {
@@ -73,6 +74,26 @@ TEST(CliUsageTest, DcpCommandsSayWhatTheyNeed) {
   EXPECT_EQ(r.exit_code, 1) << r.out;
   EXPECT_NE(r.out.find("cannot run /nonexistent/python"), std::string::npos)
       << r.out;
+  // A python that runs but lacks numpy (-S: no site packages): one line
+  // naming what it cannot import, no traceback.
+  testutil::TempDir dir;
+  const std::string python = dir.path() + "/python-without-numpy";
+  {
+    std::ofstream f(python);
+    f << "#!/bin/sh\nexec /usr/bin/python3 -S \"$@\"\n";
+  }
+  std::filesystem::permissions(python, std::filesystem::perms::owner_all);
+  setenv("STAGGER_PYTHON", python.c_str(), 1);
+  r = RunProcess(
+      {Cli(), "import-dcp", "--job", "j", "--dir", "d", "--step", "1"});
+  unsetenv("STAGGER_PYTHON");
+  EXPECT_EQ(r.exit_code, 1) << r.out;
+  EXPECT_NE(r.out.find("stagger import-dcp: "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("cannot import 'numpy': set STAGGER_PYTHON to a python "
+                       "with torch >= 2.2 and numpy"),
+            std::string::npos)
+      << r.out;
+  EXPECT_EQ(r.out.find("Traceback"), std::string::npos) << r.out;
 }
 
 TEST(CliUsageTest, VersionNamesTheFormatAndTheLibraries) {

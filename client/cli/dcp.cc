@@ -32,6 +32,23 @@ std::string PackageRoot() {
   return "";
 }
 
+// Run by the python: checks that it can import what the module needs
+// before running it, so that a python without them gets one line saying
+// so instead of a traceback.
+constexpr char kBootstrap[] = R"py(import sys
+what = sys.argv[1]
+try:
+    import numpy, torch, stagger.torch
+except ImportError as e:
+    sys.exit("stagger " + what + ": " + sys.executable + " cannot import " +
+             repr(e.name or str(e)) + ": set STAGGER_PYTHON to a python "
+             "with torch >= 2.2 and numpy (the one this stagger was built "
+             "for)")
+import runpy
+sys.argv = ["stagger.torch.dcp"] + sys.argv[2:]
+runpy.run_module("stagger.torch.dcp", run_name="__main__", alter_sys=True)
+)py";
+
 }  // namespace
 
 int RunDcp(const DcpArgs& a) {
@@ -45,9 +62,9 @@ int RunDcp(const DcpArgs& a) {
   const char* env_python = std::getenv("STAGGER_PYTHON");
   const std::string python = env_python != nullptr ? env_python : "python3";
   std::vector<std::string> args = {
-      python,  "-m",  "stagger.torch.dcp", a.import ? "import" : "export",
-      "--dir", a.dir, "--servers",         a.server,
-      "--job", a.job};
+      python,  "-c",  kBootstrap,  what,     a.import ? "import" : "export",
+      "--dir", a.dir, "--servers", a.server, "--job",
+      a.job};
   if (!a.step.empty()) args.insert(args.end(), {"--step", a.step});
   if (!a.token.empty()) args.insert(args.end(), {"--token", a.token});
   const char* old = std::getenv("PYTHONPATH");
