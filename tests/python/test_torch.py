@@ -767,6 +767,11 @@ def test_the_binding_names_torch_tensors_it_cannot_take(tmp_path):
         assert err.code == "INVALID_ARGUMENT"
         assert "tensor 'b' (a Tensor) cannot be used" in str(err)
     st.save_state_dict(ck, {"p": p, "b": flags}, 3).wait()
+    # A sparse tensor: named, with what to save instead.
+    with pytest.raises(TypeError,
+                       match=r"'s' is a torch.sparse_coo tensor, which "
+                             r"cannot be stored: save t.to_dense\(\)"):
+        st.save_state_dict(ck, {"s": torch.eye(3).to_sparse()}, 4)
     back = {"p": torch.zeros(4), "b": torch.zeros(3, dtype=torch.bool)}
     st.load_state_dict(ck, back, step=3)
     assert torch.equal(back["p"], p.detach())

@@ -97,6 +97,11 @@ class _SavePlan:
 
     def tensor(self, t, path):
         key = meta.path_str(path)
+        if t.layout != torch.strided and not dtensor.is_layout_tensor(t):
+            raise TypeError(
+                f"'{key}' is a {t.layout} tensor, which cannot be stored: "
+                "save t.to_dense(), or its parts (for sparse COO: "
+                "t.coalesce().indices() and .values())")
         info = {"dtype": dtype_name(t.dtype), "shape": list(t.shape),
                 "device": str(t.device)}
         if dtensor.is_layout_tensor(t):
