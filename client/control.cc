@@ -425,13 +425,15 @@ Result<pb::GcReply> Gc(ServerSet& servers, const std::string& job,
     return absl::NotFoundError(absl::StrCat(
         "job '", job, "' has no steps on the ", servers.size(), " server",
         servers.size() == 1 ? "" : "s", " listed",
-        disk_bytes == 0 ? "; nothing to collect"
-                        : absl::StrCat("; its ", disk_bytes,
-                                       " bytes on disk belong to no step (a "
-                                       "save that never committed, or steps "
-                                       "deleted within the grace period): "
-                                       "'stagger rm --job ",
-                                       job, " --all' deletes them")));
+        disk_bytes == 0
+            ? "; nothing to collect"
+            : absl::StrCat(" (", disk_bytes,
+                           " bytes of its chunks are there): if its steps "
+                           "are on servers not listed, list every server "
+                           "of the job; if it has none (a save that never "
+                           "committed, or steps deleted within the grace "
+                           "period), 'stagger rm --job ",
+                           job, " --all' deletes them")));
   }
   ServerConn& coord = *servers.Coordinators(job).front();
   STAGGER_RETURN_IF_ERROR(Unary(servers, coord, [&](grpc::ClientContext* ctx) {

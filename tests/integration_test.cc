@@ -411,13 +411,25 @@ TEST(IntegrationTest, GcFreesSpaceOnEveryServer) {
   EXPECT_NE(gone.out.find("error NOT_FOUND"), std::string::npos) << gone.out;
 
   // A gc given one server only (a wrong --server list) collects on that
-  // server alone, by its own manifests or none: the kept step survives.
+  // server alone, by its own manifests: the coordinator deletes nothing
+  // more, the other (no steps there) refuses and says to list every
+  // server. The kept step survives.
+  int refused = 0;
   for (const std::string& one : {(*a)->grpc(), (*b)->grpc()}) {
     RunResult r = RunProcess({Cli(), "--server", one, "gc", "--job", "m",
                               "--keep", "1", "--grace-s", "0"});
-    EXPECT_EQ(r.exit_code, 0) << r.out;
-    EXPECT_NE(r.out.find("deleted 0 steps"), std::string::npos) << r.out;
+    if (r.exit_code == 0) {
+      EXPECT_NE(r.out.find("deleted 0 steps"), std::string::npos) << r.out;
+      continue;
+    }
+    ++refused;
+    EXPECT_EQ(r.exit_code, 1) << r.out;
+    EXPECT_NE(r.out.find("if its steps are on servers not listed, list "
+                         "every server of the job"),
+              std::string::npos)
+        << r.out;
   }
+  EXPECT_EQ(refused, 1);
   ExpectAll(RunRanks(both, "m", 2, 2, "load", "latest"), "ok step=4");
 }
 
