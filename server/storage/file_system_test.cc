@@ -11,8 +11,8 @@
 #include <vector>
 
 #include "gtest/gtest.h"
-#include "server/storage/testing/test_util.h"
 #include "server/storage/posix_file_system.h"
+#include "server/storage/testing/test_util.h"
 #include "server/storage/uring_file_system.h"
 #include "transport/buffer.h"
 

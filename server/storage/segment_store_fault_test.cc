@@ -12,8 +12,8 @@
 #include "gtest/gtest.h"
 #include "server/storage/fault_injection_file_system.h"
 #include "server/storage/internal/segment_files.h"
-#include "server/storage/testing/test_util.h"
 #include "server/storage/segment_store.h"
+#include "server/storage/testing/test_util.h"
 
 namespace stagger::server {
 namespace {

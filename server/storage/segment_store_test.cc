@@ -16,8 +16,8 @@
 #include "gtest/gtest.h"
 #include "server/storage/fault_injection_file_system.h"
 #include "server/storage/internal/segment_files.h"
-#include "server/storage/testing/test_util.h"
 #include "server/storage/posix_file_system.h"
+#include "server/storage/testing/test_util.h"
 #include "server/storage/uring_file_system.h"
 
 namespace stagger::server {

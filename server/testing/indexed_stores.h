@@ -10,8 +10,8 @@
 #include "format/chunk_id.h"
 #include "format/record.h"
 #include "server/meta_store.h"
-#include "server/storage/testing/test_util.h"
 #include "server/storage/segment_store.h"
+#include "server/storage/testing/test_util.h"
 
 namespace stagger::server_internal {
 
