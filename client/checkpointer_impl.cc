@@ -557,6 +557,11 @@ Result<std::vector<StepSummary>> CheckpointerImpl::Steps(bool include_partial) {
 }
 
 Status CheckpointerImpl::WaitStep(int64_t step, absl::Duration timeout) {
+  // No rank ever commits it: without a timeout the wait would never end.
+  if (step < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("wait for step ", step, ": steps are >= 0"));
+  }
   const absl::Time deadline = absl::Now() + timeout;
   absl::Duration pause = absl::Milliseconds(20);
   Status last;

@@ -273,7 +273,7 @@ class Checkpointer {
   // most `timeout`. DEADLINE_EXCEEDED then, naming the ranks committed and
   // those missing (a rank that did not save the step, or a world_size that
   // is not the job's); errors listing the steps are retried until then
-  // and the last one is returned.
+  // and the last one is returned. INVALID_ARGUMENT for a negative step.
   virtual Status WaitStep(int64_t step, absl::Duration timeout) = 0;
   // As Steps(), on a thread of its own; `done` gets the result on that
   // thread. The caller need not wait (an interrupted caller moves on): the

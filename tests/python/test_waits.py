@@ -263,3 +263,5 @@ def test_wait_step_waits_for_every_rank_and_names_the_missing(tmp_path):
     assert ck0.steps() == [1]
     with pytest.raises(ValueError):
         ck0.wait_step(1, timeout=-1)
+    with pytest.raises(stagger.Error, match="steps are >= 0"):
+        ck0.wait_step(-1)  # never committed by anyone: no endless wait
