@@ -188,14 +188,14 @@ class CheckpointerImpl : public Checkpointer {
   // --- Thread-safe objects of their own (executors, sources, staging).
   // Fingerprint, encode: shared with the process's other Checkpointers
   // of the same plan (shared_pools.h).
-  std::shared_ptr<qos::Executor> executor_;
-  qos::Executor driver_;  // one thread per outstanding save
+  std::shared_ptr<Executor> executor_;
+  Executor driver_;  // one thread per outstanding save
   // Makes memory-level saves disk-level, in the order saved; its queue
   // runs out before the connections go.
   Promoter promoter_{servers_.get(), options_.replicas, options_.rpc_timeout_s};
   // Loads: decode fetched chunks, and fetch a delta's bases (blocking), so
   // more threads than cores; shared like executor_.
-  std::shared_ptr<qos::Executor> fetch_executor_;
+  std::shared_ptr<Executor> fetch_executor_;
   std::unique_ptr<SnapshotSource> host_source_;
   std::map<int, std::unique_ptr<SnapshotSource>> cuda_sources_;
   Staging staging_;  // pinned with the first of cuda_sources_

@@ -40,7 +40,7 @@ Status Scatter(std::string_view chunk, const std::vector<format::CopyRun>& runs,
 
 }  // namespace
 
-ChunkIo::ChunkIo(qos::Executor* executor, std::string job, CodecChoice codec,
+ChunkIo::ChunkIo(Executor* executor, std::string job, CodecChoice codec,
                  format::EncodeOptions encode, size_t max_inflight,
                  CodecPolicy* policy, Shaping* shaping)
     : executor_(executor),

@@ -33,7 +33,7 @@
 #include "format/data_plane.h"
 #include "format/manifest.pb.h"
 #include "format/slice.h"
-#include "qos/executor.h"
+#include "util/executor.h"
 
 namespace stagger::client {
 
@@ -116,7 +116,7 @@ class ChunkIo {
   // With `shaping`, puts go on the wire as its QoS allows (sender.h).
   // `executor` decodes fetched chunks (and fetches a delta's bases, which
   // blocks its thread): DefaultFetchThreads() threads suit it.
-  ChunkIo(qos::Executor* executor, std::string job, CodecChoice codec,
+  ChunkIo(Executor* executor, std::string job, CodecChoice codec,
           format::EncodeOptions encode, size_t max_inflight,
           CodecPolicy* policy = nullptr, Shaping* shaping = nullptr);
   // Twice the cores, 4 to 16: decoding is CPU work, a delta's base fetch
@@ -227,7 +227,7 @@ class ChunkIo {
                      char* out, int depth_left,
                      const std::vector<ServerConn*>& others);
 
-  qos::Executor* executor_;
+  Executor* executor_;
   std::string job_;
   // The codec for a chunk of a tensor with this float element width (0:
   // not floating point).

@@ -25,7 +25,7 @@ class HostSnapshotSource : public SnapshotSource {
   void UnregisterStaging(void*) override {}
 
  private:
-  qos::Executor copiers_;
+  Executor copiers_;
 };
 
 }  // namespace

@@ -7,7 +7,7 @@
 #include <memory>
 
 #include "client/snapshot_source.h"
-#include "qos/executor.h"
+#include "util/executor.h"
 
 namespace stagger::client {
 

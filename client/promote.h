@@ -17,8 +17,8 @@
 #include "absl/time/time.h"
 #include "client/server_set.h"
 #include "format/manifest.pb.h"
-#include "qos/executor.h"
 #include "stagger/status.h"
+#include "util/executor.h"
 
 namespace stagger::client {
 
@@ -52,7 +52,7 @@ class Promoter {
   absl::Mutex mu_;
   int pending_ ABSL_GUARDED_BY(mu_) = 0;
   Status error_ ABSL_GUARDED_BY(mu_);
-  qos::Executor thread_{1};  // last: its tasks use the members above
+  Executor thread_{1};  // last: its tasks use the members above
 };
 
 }  // namespace stagger::client

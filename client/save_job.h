@@ -35,7 +35,7 @@
 #include "client/snapshot_source.h"
 #include "client/staging_pool.h"
 #include "format/manifest.pb.h"
-#include "qos/executor.h"
+#include "util/executor.h"
 
 namespace stagger::client {
 
@@ -84,7 +84,7 @@ struct SaveJobDeps {
   ServerSet* servers;
   ChunkIo* io;
   StagingPool* pool;
-  qos::Executor* pipeline;
+  Executor* pipeline;
   Shaping* shaping;  // QoS of the sender (the save's stats read it)
   size_t replicas = 1;
   // Ship each chunk as soon as it is captured, instead of holding the

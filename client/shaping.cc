@@ -166,14 +166,16 @@ bool Shaping::FitsWindow(uint64_t bytes) const {
          static_cast<double>(until - now);
 }
 
-Status Shaping::Pace(uint64_t raw_bytes) { return pace_->Acquire(raw_bytes); }
+Status Shaping::Pace(uint64_t raw_bytes) {
+  return pace_->Request(raw_bytes, qos::Priority::kCheckpoint);
+}
 
 void Shaping::Skip(uint64_t raw_bytes) {
   pacer_.Reserve(clock_->NowNs(), raw_bytes);
 }
 
 Status Shaping::Admit(uint64_t wire_bytes) {
-  return wire_->Acquire(wire_bytes);
+  return wire_->Request(wire_bytes, qos::Priority::kCheckpoint);
 }
 
 void Shaping::CallerWaits(bool waiting) {

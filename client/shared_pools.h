@@ -17,16 +17,16 @@
 #include <memory>
 #include <string>
 
-#include "qos/executor.h"
+#include "util/executor.h"
 
 namespace stagger::client {
 
 // The process's pool named `name` with `threads` threads, each run at
 // idle priority first when `idle` (`init` is then run on each, once).
 // Pools of one name with other counts or priorities are distinct.
-std::shared_ptr<qos::Executor> SharedPool(const std::string& name, int threads,
-                                          bool idle,
-                                          const std::function<void()>& init);
+std::shared_ptr<Executor> SharedPool(const std::string& name, int threads,
+                                     bool idle,
+                                     const std::function<void()>& init);
 
 }  // namespace stagger::client
 

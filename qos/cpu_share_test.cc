@@ -10,7 +10,7 @@
 #include <thread>
 
 #include "gtest/gtest.h"
-#include "qos/executor.h"
+#include "util/executor.h"
 
 namespace stagger::qos {
 namespace {

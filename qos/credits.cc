@@ -33,12 +33,12 @@ CreditLedger::~CreditLedger() {
   RunAll(cancelled, absl::CancelledError("credit ledger destroyed"));
 }
 
-void CreditLedger::Request(ClientId client, TrafficClass cls, uint64_t bytes,
+void CreditLedger::Request(ClientId client, Priority priority, uint64_t bytes,
                            GrantCallback done) {
   std::vector<GrantCallback> granted;
   {
     absl::MutexLock lock(&mu_);
-    const int c = static_cast<int>(cls);
+    const int c = static_cast<int>(priority);
     clients_[client].queue[c].push_back({next_seq_++, bytes, std::move(done)});
     ++queued_[c];
     GrantLocked(&granted);
@@ -50,7 +50,7 @@ void CreditLedger::GrantLocked(std::vector<GrantCallback>* granted) {
   for (;;) {
     auto pick = clients_.end();
     int c = 0;
-    for (; c < 2; ++c) {
+    for (; c < kPriorities; ++c) {
       if (queued_[c] == 0) continue;
       for (auto it = clients_.begin(); it != clients_.end(); ++it) {
         const ClientState& s = it->second;
@@ -82,9 +82,11 @@ void CreditLedger::EraseIfIdleLocked(ClientId client) {
   auto it = clients_.find(client);
   if (it == clients_.end()) return;
   const ClientState& s = it->second;
-  if (s.in_flight == 0 && s.queue[0].empty() && s.queue[1].empty()) {
-    clients_.erase(it);
+  if (s.in_flight != 0) return;
+  for (const auto& q : s.queue) {
+    if (!q.empty()) return;
   }
+  clients_.erase(it);
 }
 
 Status CreditLedger::Release(ClientId client, uint64_t bytes) {
@@ -117,7 +119,7 @@ void CreditLedger::RemoveClient(ClientId client) {
     absl::MutexLock lock(&mu_);
     auto it = clients_.find(client);
     if (it == clients_.end()) return;
-    for (int c = 0; c < 2; ++c) {
+    for (int c = 0; c < kPriorities; ++c) {
       for (Pending& p : it->second.queue[c]) {
         cancelled.push_back(std::move(p.done));
       }
@@ -145,14 +147,18 @@ uint64_t CreditLedger::in_flight_bytes(ClientId client) const {
 
 size_t CreditLedger::queue_depth() const {
   absl::MutexLock lock(&mu_);
-  return queued_[0] + queued_[1];
+  size_t n = 0;
+  for (size_t q : queued_) n += q;
+  return n;
 }
 
 size_t CreditLedger::queue_depth(ClientId client) const {
   absl::MutexLock lock(&mu_);
   auto it = clients_.find(client);
   if (it == clients_.end()) return 0;
-  return it->second.queue[0].size() + it->second.queue[1].size();
+  size_t n = 0;
+  for (const auto& q : it->second.queue) n += q.size();
+  return n;
 }
 
 }  // namespace stagger::qos

@@ -3,9 +3,14 @@
 // credit from one budget, so that the server's disk queue and memory stay
 // bounded however many ranks send at once (docs/design.md §5, §6.2).
 //
+// The asynchronous form of "may N bytes go now, at this priority"
+// (qos/rate_limiter.h): the answer is a callback, for the server's transport
+// threads, which must not block.
+//
 // Grant order, each time credit is free:
-//   1. RESTORE requests before any CHECKPOINT request (strict priority);
-//   2. within a class, the client with the fewest bytes in flight (max-min
+//   1. by Priority: restore before any checkpoint, checkpoint before any
+//      background request (strict priority);
+//   2. within a priority, the client with the fewest bytes in flight (max-min
 //      fairness), ties to the oldest request; each client's own requests in
 //      FIFO order.
 // The chosen request is granted when it fits the free budget; if it does
@@ -30,14 +35,10 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/functional/any_invocable.h"
 #include "absl/synchronization/mutex.h"
+#include "qos/rate_limiter.h"
 #include "stagger/status.h"
 
 namespace stagger::qos {
-
-enum class TrafficClass {
-  kRestore = 0,  // outranks checkpoints: a job is waiting to resume
-  kCheckpoint = 1,
-};
 
 // The server's identifier of a client (its session id).
 using ClientId = uint64_t;
@@ -57,7 +58,7 @@ class CreditLedger {
 
   // Queues a request for `bytes` of credit. `done` may run before Request
   // returns, on the calling thread, when the credit is free at once.
-  void Request(ClientId client, TrafficClass cls, uint64_t bytes,
+  void Request(ClientId client, Priority priority, uint64_t bytes,
                GrantCallback done);
 
   // Returns `bytes` of the client's credit and grants queued requests.
@@ -84,7 +85,7 @@ class CreditLedger {
   };
   struct ClientState {
     uint64_t in_flight = 0;
-    std::deque<Pending> queue[2];  // indexed by TrafficClass
+    std::deque<Pending> queue[kPriorities];  // indexed by Priority
   };
 
   // Grants what the order above allows; appends the callbacks to run.
@@ -96,7 +97,7 @@ class CreditLedger {
   mutable absl::Mutex mu_;
   std::map<ClientId, ClientState> clients_ ABSL_GUARDED_BY(mu_);
   uint64_t in_flight_ ABSL_GUARDED_BY(mu_) = 0;
-  size_t queued_[2] ABSL_GUARDED_BY(mu_) = {0, 0};
+  size_t queued_[kPriorities] ABSL_GUARDED_BY(mu_) = {};
   uint64_t next_seq_ ABSL_GUARDED_BY(mu_) = 0;
 };
 

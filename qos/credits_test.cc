@@ -33,8 +33,8 @@ class Recorder {
 };
 
 using Log = std::vector<std::string>;
-constexpr TrafficClass kCkpt = TrafficClass::kCheckpoint;
-constexpr TrafficClass kRestore = TrafficClass::kRestore;
+constexpr Priority kCkpt = Priority::kCheckpoint;
+constexpr Priority kRestore = Priority::kRestore;
 
 TEST(CreditLedgerTest, GrantsWithinTheBudget) {
   Recorder r;
@@ -64,6 +64,23 @@ TEST(CreditLedgerTest, RestoreOutranksCheckpoint) {
   EXPECT_EQ(r.log(), Log({"a", "restore"}));
   EXPECT_TRUE(ledger.Release(3, 50).ok());
   EXPECT_EQ(r.log(), Log({"a", "restore", "ckpt"}));
+}
+
+TEST(CreditLedgerTest, BackgroundWaitsBehindEveryClient) {
+  Recorder r;
+  CreditLedger ledger(100);
+  ledger.Request(1, kCkpt, 100, r.Cb("a"));
+  ledger.Request(9, Priority::kBackground, 10, r.Cb("background"));
+  ledger.Request(2, kCkpt, 50, r.Cb("ckpt"));
+  ledger.Request(3, kRestore, 40, r.Cb("restore"));
+  EXPECT_EQ(ledger.queue_depth(), 3u);
+  EXPECT_EQ(ledger.queue_depth(9), 1u);
+  EXPECT_TRUE(ledger.Release(1, 100).ok());
+  // Asked first, granted last: restore, then checkpoint, then background.
+  EXPECT_EQ(r.log(), Log({"a", "restore", "ckpt", "background"}));
+  // A removed background client's credit comes back.
+  ledger.RemoveClient(9);
+  EXPECT_EQ(ledger.in_flight_bytes(), 90u);
 }
 
 TEST(CreditLedgerTest, CheckpointsAreFairAcrossClients) {
@@ -169,7 +186,7 @@ TEST(CreditLedgerTest, ConcurrentClientsNeverExceedTheBudget) {
       std::mt19937 rng(t);
       for (int i = 0; i < 300; ++i) {
         const uint64_t bytes = 1 + rng() % 50;
-        const TrafficClass cls = (i % 3 == 0) ? kRestore : kCkpt;
+        const Priority cls = (i % 3 == 0) ? kRestore : kCkpt;
         absl::Notification granted;
         ledger.Request(t, cls, bytes, [&](Status s) {
           EXPECT_TRUE(s.ok());

@@ -32,9 +32,9 @@ int64_t SaturatingAdd(int64_t a, int64_t b) {
 Shaper::Shaper(ShaperOptions options)
     : options_(Sanitize(options)), clock_(options_.clock) {}
 
-Status Shaper::Acquire(uint64_t bytes) {
+Status Shaper::Request(uint64_t bytes, Priority priority) {
   if (cancelled()) return absl::CancelledError("qos: shaper cancelled");
-  if (bytes == 0) return absl::OkStatus();
+  if (bytes == 0 || priority == Priority::kRestore) return absl::OkStatus();
   int64_t now = clock_->NowNs();
   int64_t pace_at = now;
   double rate = DeadlinePacer::kUnlimited;

@@ -1,12 +1,14 @@
-// Shaper: the blocking composition a sender thread calls before putting
-// bytes on the wire. It combines, each optional:
+// Shaper: the RateLimiter (qos/rate_limiter.h) a client's sender thread
+// asks before putting checkpoint bytes on the wire. Its policies, each
+// optional:
 //   - a DeadlinePacer (the checkpoint's deadline rate),
 //   - a client TokenBucket and a node TokenBucket (hard caps; the node one
 //     is usually a SharedTokenBucket),
 //   - a CollectiveGate (yield to the training job's collectives),
 // and waits on a Clock until all of them allow the bytes.
 //
-// Acquire(bytes):
+// Request(bytes, priority), for kCheckpoint and kBackground bytes (a
+// kRestore request is not shaped: a job waits to resume from it):
 //   1. books the bytes with the pacer and the buckets at once (their waits
 //      overlap) and waits until the latest of their start times;
 //   2. then waits until the gate is open. If a link rate hint is set, the
@@ -21,13 +23,13 @@
 // (see the setter).
 // Every wait is a SleepUntilNs of at most max_sleep_ns, after which the
 // state is checked again, so marks and Cancel() take effect within a step.
-// With a SimulatedClock an Acquire returns at once in real time.
+// With a SimulatedClock a Request returns at once in real time.
 //
-// Bytes booked by an Acquire that ends in CANCELLED stay booked.
+// Bytes booked by a Request that ends in CANCELLED stay booked.
 //
 // Ownership: the Shaper owns none of the parts; they must outlive it. The
 // same gate and node bucket may serve many shapers.
-// Thread-safety: thread-safe; several threads may Acquire concurrently.
+// Thread-safety: thread-safe; several threads may Request concurrently.
 #ifndef STAGGER_QOS_SHAPER_H_
 #define STAGGER_QOS_SHAPER_H_
 
@@ -39,6 +41,7 @@
 #include "qos/clock.h"
 #include "qos/collective_gate.h"
 #include "qos/pacer.h"
+#include "qos/rate_limiter.h"
 #include "qos/token_bucket.h"
 #include "stagger/status.h"
 
@@ -54,7 +57,7 @@ struct ShaperOptions {
   // Longest single sleep (> 0): bounds how late a wait notices a mark or
   // Cancel().
   int64_t max_sleep_ns = 1'000'000;
-  // Idle windows one Acquire may skip because its bytes do not fit them.
+  // Idle windows one Request may skip because its bytes do not fit them.
   int max_window_skips = 4;
 };
 
@@ -66,7 +69,7 @@ struct ShaperStats {
   int64_t pace_wait_ns = 0;
   // Time spent waiting on the token buckets beyond the pacer.
   int64_t bucket_wait_ns = 0;
-  // The pacer's rate at the last Acquire; DeadlinePacer::kUnlimited
+  // The pacer's rate at the last Request; DeadlinePacer::kUnlimited
   // without a pacer.
   double paced_rate_Bps = DeadlinePacer::kUnlimited;
   // Idle windows this shaper sent in (see CollectiveGate::RecordSend).
@@ -75,7 +78,7 @@ struct ShaperStats {
   uint64_t bytes = 0;
 };
 
-class Shaper {
+class Shaper final : public RateLimiter {
  public:
   explicit Shaper(ShaperOptions options);
   Shaper(const Shaper&) = delete;
@@ -83,11 +86,11 @@ class Shaper {
 
   // Blocks until `bytes` may start, then returns OK; the caller sends them
   // at once. CANCELLED after Cancel() (pending and future calls).
-  // Acquire(0) returns OK at once.
-  Status Acquire(uint64_t bytes);
+  // Request(0, ...) returns OK at once.
+  Status Request(uint64_t bytes, Priority priority) override;
 
-  // Makes pending and future Acquire calls return CANCELLED.
-  void Cancel();
+  // Makes pending and future Request calls return CANCELLED.
+  void Cancel() override;
   bool cancelled() const;
 
   // The link's expected rate in bytes per second, used to check that bytes

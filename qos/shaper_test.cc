@@ -13,13 +13,13 @@ constexpr int64_t kMs = 1'000'000;
 constexpr int64_t kSec = 1'000'000'000;
 constexpr uint64_t kMB = 1'000'000;
 
-TEST(ShaperTest, WithoutPartsAcquireReturnsAtOnce) {
+TEST(ShaperTest, WithoutPartsARequestReturnsAtOnce) {
   SimulatedClock clock(42);
   ShaperOptions o;
   o.clock = &clock;
   Shaper shaper(o);
-  EXPECT_TRUE(shaper.Acquire(100 * kMB).ok());
-  EXPECT_TRUE(shaper.Acquire(0).ok());
+  EXPECT_TRUE(shaper.Request(100 * kMB, Priority::kCheckpoint).ok());
+  EXPECT_TRUE(shaper.Request(0, Priority::kCheckpoint).ok());
   EXPECT_EQ(clock.NowNs(), 42);
   ShaperStats s = shaper.stats();
   EXPECT_EQ(s.acquires, 1u);
@@ -36,13 +36,35 @@ TEST(ShaperTest, PacerSpacesChunksToTheDeadline) {
   o.pacer = &pacer;
   Shaper shaper(o);
   for (int k = 0; k < 100; ++k) {
-    ASSERT_TRUE(shaper.Acquire(kMB).ok());
+    ASSERT_TRUE(shaper.Request(kMB, Priority::kCheckpoint).ok());
     ASSERT_EQ(clock.NowNs(), k * 10 * kMs) << "chunk " << k;
   }
   ShaperStats s = shaper.stats();
   EXPECT_EQ(s.pace_wait_ns, 990 * kMs);
   EXPECT_EQ(s.bucket_wait_ns, 0);
   EXPECT_DOUBLE_EQ(s.paced_rate_Bps, 100e6);
+}
+
+TEST(ShaperTest, RestoreBytesAreNotShapedAndBackgroundBytesAre) {
+  SimulatedClock clock;
+  DeadlinePacer pacer;
+  pacer.Start(0, 10 * kMB, kSec, 0, 0);
+  TokenBucket client(1e6, 1000);
+  ShaperOptions o;
+  o.clock = &clock;
+  o.pacer = &pacer;
+  o.client_bucket = &client;
+  Shaper shaper(o);
+  // A job waits to resume from restore bytes: neither paced nor capped,
+  // nor booked against the checkpoint's schedule.
+  ASSERT_TRUE(shaper.Request(100 * kMB, Priority::kRestore).ok());
+  EXPECT_EQ(clock.NowNs(), 0);
+  EXPECT_EQ(shaper.stats().bytes, 0u);
+  // Background bytes are shaped as checkpoint bytes are.
+  ASSERT_TRUE(shaper.Request(kMB, Priority::kBackground).ok());
+  ASSERT_TRUE(shaper.Request(kMB, Priority::kBackground).ok());
+  EXPECT_GT(clock.NowNs(), 0);
+  EXPECT_EQ(shaper.stats().bytes, 2 * kMB);
 }
 
 TEST(ShaperTest, TheSlowerBucketDecides) {
@@ -54,14 +76,14 @@ TEST(ShaperTest, TheSlowerBucketDecides) {
   o.client_bucket = &client;
   o.node_bucket = &node;
   Shaper shaper(o);
-  ASSERT_TRUE(shaper.Acquire(1000).ok());
+  ASSERT_TRUE(shaper.Request(1000, Priority::kCheckpoint).ok());
   EXPECT_EQ(clock.NowNs(), 0);
-  ASSERT_TRUE(shaper.Acquire(1000).ok());
+  ASSERT_TRUE(shaper.Request(1000, Priority::kCheckpoint).ok());
   EXPECT_EQ(clock.NowNs(), 2 * kMs);
   EXPECT_EQ(shaper.stats().bucket_wait_ns, 2 * kMs);
 }
 
-TEST(ShaperTest, CancelEndsPendingAndFutureAcquires) {
+TEST(ShaperTest, CancelEndsPendingAndFutureRequests) {
   SimulatedClock clock;
   DeadlinePacer pacer;
   pacer.Start(0, 2 * kMB, 20 * kMs, 0, 0);  // 1 MB per 10 ms
@@ -69,14 +91,15 @@ TEST(ShaperTest, CancelEndsPendingAndFutureAcquires) {
   o.clock = &clock;
   o.pacer = &pacer;
   Shaper shaper(o);
-  ASSERT_TRUE(shaper.Acquire(kMB).ok());
+  ASSERT_TRUE(shaper.Request(kMB, Priority::kCheckpoint).ok());
   clock.ScheduleAt(5 * kMs, [&] { shaper.Cancel(); });
-  Status s = shaper.Acquire(kMB);
+  Status s = shaper.Request(kMB, Priority::kCheckpoint);
   EXPECT_EQ(s.code(), absl::StatusCode::kCancelled);
   // Noticed within one sleep step (1 ms) of the cancellation.
   EXPECT_EQ(clock.NowNs(), 5 * kMs);
   EXPECT_TRUE(shaper.cancelled());
-  EXPECT_EQ(shaper.Acquire(1).code(), absl::StatusCode::kCancelled);
+  EXPECT_EQ(shaper.Request(1, Priority::kCheckpoint).code(),
+            absl::StatusCode::kCancelled);
 }
 
 // Training loop with 100 ms iterations and one collective at [60, 90) ms,
@@ -118,7 +141,7 @@ TEST_F(ShaperGateTest, SendsOnlyInPredictedIdleWindows) {
   const int64_t chunk_ns = 4 * kMs;
   std::vector<int64_t> starts;
   while (clock_.NowNs() < kIterations * 100 * kMs) {
-    ASSERT_TRUE(shaper.Acquire(4 * kMB).ok());
+    ASSERT_TRUE(shaper.Request(4 * kMB, Priority::kCheckpoint).ok());
     const int64_t start = clock_.NowNs();
     starts.push_back(start);
     clock_.SleepUntilNs(start + chunk_ns);  // the transfer
@@ -160,10 +183,10 @@ TEST_F(ShaperGateTest, BytesThatFitNoWindowGoWhenOpen) {
   clock_.AdvanceTo(302 * kMs);
   ASSERT_TRUE(gate_.stats().learned);
   // 80 ms of transfer: longer than any idle window (65 ms).
-  ASSERT_TRUE(shaper.Acquire(80 * kMB).ok());
+  ASSERT_TRUE(shaper.Request(80 * kMB, Priority::kCheckpoint).ok());
   EXPECT_EQ(clock_.NowNs(), 302 * kMs);
   // 60 ms fits only a fresh window: skip the rest of this one.
-  ASSERT_TRUE(shaper.Acquire(60 * kMB).ok());
+  ASSERT_TRUE(shaper.Request(60 * kMB, Priority::kCheckpoint).ok());
   EXPECT_EQ(clock_.NowNs(), 390 * kMs);
   EXPECT_EQ(shaper.stats().yield_ns, 88 * kMs);
 }
@@ -190,9 +213,9 @@ class ShaperFloorTest : public ShaperGateTest {
 
 TEST_F(ShaperFloorTest, FloorRateKeepsATrickleDuringCollectives) {
   floor_gate_.CollectiveBegin(0);
-  ASSERT_TRUE(shaper_.Acquire(1000).ok());
+  ASSERT_TRUE(shaper_.Request(1000, Priority::kCheckpoint).ok());
   EXPECT_EQ(clock_.NowNs(), 0);
-  ASSERT_TRUE(shaper_.Acquire(1000).ok());
+  ASSERT_TRUE(shaper_.Request(1000, Priority::kCheckpoint).ok());
   EXPECT_EQ(clock_.NowNs(), kMs);
   EXPECT_EQ(shaper_.stats().yield_ns, kMs);
   EXPECT_EQ(shaper_.stats().windows, 0u);
@@ -201,12 +224,13 @@ TEST_F(ShaperFloorTest, FloorRateKeepsATrickleDuringCollectives) {
 TEST_F(ShaperFloorTest, UrgentTheFloorRateStillApplies) {
   shaper_.SetUrgent(true);
   floor_gate_.CollectiveBegin(0);
-  ASSERT_TRUE(shaper_.Acquire(1000).ok());
+  ASSERT_TRUE(shaper_.Request(1000, Priority::kCheckpoint).ok());
   EXPECT_EQ(clock_.NowNs(), 0);
-  ASSERT_TRUE(shaper_.Acquire(1000).ok());
+  ASSERT_TRUE(shaper_.Request(1000, Priority::kCheckpoint).ok());
   EXPECT_EQ(clock_.NowNs(), kMs);
   floor_gate_.CollectiveEnd(kMs);
-  ASSERT_TRUE(shaper_.Acquire(1000).ok());  // nothing open: at once
+  ASSERT_TRUE(shaper_.Request(1000, Priority::kCheckpoint)
+                  .ok());  // nothing open: at once
   EXPECT_EQ(clock_.NowNs(), kMs);
 }
 

@@ -163,8 +163,8 @@ class AdmissionServiceTest : public ::testing::TestWithParam<Kind> {
     SegmentStoreOptions so;
     so.dir = (dir_ / "segments").string();
     segments_ = *SegmentStore::Open(so);
-    ingest_ = std::make_unique<qos::Executor>(2);
-    readers_ = std::make_unique<qos::Executor>(2);
+    ingest_ = std::make_unique<Executor>(2);
+    readers_ = std::make_unique<Executor>(2);
     if (GetParam() == Kind::kUcx) {
       auto t = transport::NewUcxTransport();
       ASSERT_TRUE(t.ok()) << t.status();
@@ -234,8 +234,8 @@ class AdmissionServiceTest : public ::testing::TestWithParam<Kind> {
   std::filesystem::path dir_;
   std::unique_ptr<MetaStore> meta_;
   std::unique_ptr<SegmentStore> segments_;
-  std::unique_ptr<qos::Executor> ingest_;
-  std::unique_ptr<qos::Executor> readers_;
+  std::unique_ptr<Executor> ingest_;
+  std::unique_ptr<Executor> readers_;
   std::unique_ptr<IngestAdmission> admission_;
   std::unique_ptr<WatchedAdmission> watched_;
   std::unique_ptr<DataService> service_;

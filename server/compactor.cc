@@ -8,8 +8,6 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
-#include "qos/clock.h"
-#include "qos/token_bucket.h"
 #include "util/log.h"
 
 namespace stagger::server {
@@ -67,10 +65,7 @@ void CompactionTicket::Finish(Result<CompactionStats> result) {
 // The state of one pass over one job.
 class Compactor::Pass {
  public:
-  Pass(Compactor* owner, const std::string& job)
-      : c_(owner),
-        job_(job),
-        cap_(static_cast<double>(owner->options_.bytes_per_s), /*burst=*/0) {}
+  Pass(Compactor* owner, const std::string& job) : c_(owner), job_(job) {}
 
   // A whole pass (steps 1-4).
   Result<CompactionStats> Run();
@@ -101,9 +96,6 @@ class Compactor::Pass {
 
   Compactor* const c_;
   const std::string job_;
-  // The copy rate: the same cap as the drain's (qos/token_bucket.h, no
-  // burst: time spent elsewhere in the pass is not made up for).
-  qos::TokenBucket cap_;
   CompactionStats stats_;
 };
 
@@ -321,9 +313,8 @@ Status Compactor::Pass::CopyBatch(uint64_t segment,
     if (!now.ok()) return WithContext(now.status(), Where(job_, segment));
     if (!(now->location == r.from)) continue;
 
-    const int64_t now_ns = qos::RealClock::Get()->NowNs();
-    const int64_t delay_ns = cap_.Reserve(now_ns, r.from.record_size) - now_ns;
-    if (!c_->WaitUnlessStopping(static_cast<double>(delay_ns) * 1e-9)) {
+    if (!c_->limiter_.Request(r.from.record_size, qos::Priority::kBackground)
+             .ok()) {
       return absl::CancelledError(
           absl::StrCat(Where(job_, segment), ": stopped (shutting down)"));
     }
@@ -368,7 +359,10 @@ Result<std::unique_ptr<Compactor>> Compactor::Create(SegmentStore* segments,
 
 Compactor::Compactor(SegmentStore* segments, MetaStore* meta,
                      CompactorOptions options)
-    : segments_(segments), meta_(meta), options_(std::move(options)) {
+    : segments_(segments),
+      meta_(meta),
+      options_(std::move(options)),
+      limiter_({.bytes_per_s = static_cast<double>(options_.bytes_per_s)}) {
   thread_ = std::thread([this] { Run(); });
 }
 
@@ -379,6 +373,7 @@ void Compactor::Stop() {
     absl::MutexLock l(&mu_);
     stopping_ = true;
   }
+  limiter_.Cancel();
   if (thread_.joinable()) thread_.join();
 }
 
@@ -414,14 +409,6 @@ Result<CompactionStats> Compactor::CompactJob(const std::string& job,
   absl::MutexLock pass(&pass_mu_);
   Pass p(this, job);
   return reclaim_only ? p.Reclaim() : p.Run();
-}
-
-bool Compactor::WaitUnlessStopping(double seconds) {
-  absl::MutexLock l(&mu_);
-  if (seconds > 0) {
-    mu_.AwaitWithTimeout(absl::Condition(&stopping_), absl::Seconds(seconds));
-  }
-  return !stopping_;
 }
 
 void Compactor::Run() {

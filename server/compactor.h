@@ -58,6 +58,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
+#include "qos/rate_limiter.h"
 #include "server/meta_store.h"
 #include "server/storage/segment_store.h"
 #include "stagger/status.h"
@@ -185,12 +186,12 @@ class Compactor {
   bool HasWorkOrStopping() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     return !queue_.empty() || stopping_;
   }
-  // Waits `seconds` unless stopping; false when stopping.
-  bool WaitUnlessStopping(double seconds);
-
   SegmentStore* const segments_;
   MetaStore* const meta_;
   const CompactorOptions options_;
+  // The copy rate: bytes_per_s, no burst (time spent elsewhere in a pass is
+  // not made up for); cancelled by Stop().
+  qos::BackgroundLimiter limiter_;
 
   // Queues a pass over `job` or shares the one queued (made a full pass
   // unless `reclaim_only`).

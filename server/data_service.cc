@@ -70,14 +70,14 @@ void DataService::WaitIdle() {
 }
 
 DataService::DataService(SegmentStore* segments, MetaStore* meta,
-                         qos::Executor* ingest, qos::Executor* readers,
+                         Executor* ingest, Executor* readers,
                          IngestAdmission* admission)
     : segments_(segments),
       meta_(meta),
       ingest_(ingest),
       readers_(readers),
       admission_(admission),
-      range_readers_(std::make_unique<qos::Executor>(RangeThreads())) {}
+      range_readers_(std::make_unique<Executor>(RangeThreads())) {}
 
 int DataService::RangeThreads() {
   return std::clamp(2 * static_cast<int>(std::thread::hardware_concurrency()),
@@ -403,7 +403,7 @@ void DataService::HandleGet(transport::Message request,
   });
 }
 
-void DataService::AdmitRead(uint64_t peer, uint64_t bytes, qos::Executor* on,
+void DataService::AdmitRead(uint64_t peer, uint64_t bytes, Executor* on,
                             std::function<void()> read) {
   if (admission_ == nullptr) {
     read();
@@ -468,7 +468,7 @@ void DataService::SendRecord(transport::ReplyChannel* reply,
 
 void DataService::SetColdStore(tier::ObjectStore* cold) {
   cold_ = cold;
-  cold_readers_ = std::make_unique<qos::Executor>(kColdReaders);
+  cold_readers_ = std::make_unique<Executor>(kColdReaders);
   cold_buffers_ = transport::BufferPool::Create(kColdBufferCacheBytes);
 }
 

@@ -32,7 +32,7 @@
 
 #include "absl/synchronization/mutex.h"
 #include "format/data_plane.h"
-#include "qos/executor.h"
+#include "qos/rate_limiter.h"
 #include "server/auth.h"
 #include "server/decoded_chunks.h"
 #include "server/ingest_admission.h"
@@ -43,6 +43,7 @@
 #include "server/storage/segment_store.h"
 #include "transport/buffer_pool.h"
 #include "transport/transport.h"
+#include "util/executor.h"
 
 namespace stagger::server {
 
@@ -69,8 +70,8 @@ class DataService : public transport::RequestHandler {
  public:
   // None owned; all must outlive the service. `admission` may be nullptr
   // (reads are then not reserved).
-  DataService(SegmentStore* segments, MetaStore* meta, qos::Executor* ingest,
-              qos::Executor* readers, IngestAdmission* admission = nullptr);
+  DataService(SegmentStore* segments, MetaStore* meta, Executor* ingest,
+              Executor* readers, IngestAdmission* admission = nullptr);
   // Stops the write-behind thread, if any (FinishWriteBehind writes what
   // is left first; without it memory-only chunks are dropped, as a crash
   // would drop them).
@@ -194,7 +195,7 @@ class DataService : public transport::RequestHandler {
                   std::unique_ptr<transport::ReplyChannel> reply);
   // Runs `read` once `bytes` of restore traffic for `peer` are admitted
   // (at once without an admission; else on `on`), then releases them.
-  void AdmitRead(uint64_t peer, uint64_t bytes, qos::Executor* on,
+  void AdmitRead(uint64_t peer, uint64_t bytes, Executor* on,
                  std::function<void()> read);
   // A read found chunk `id`'s copy bad (`bad`): counts it, marks it for
   // repair and logs it (and that the cold store is read instead, with
@@ -245,14 +246,15 @@ class DataService : public transport::RequestHandler {
   // afterwards.
   SegmentStore* segments_;
   MetaStore* meta_;
-  qos::Executor* ingest_;
-  qos::Executor* readers_;
+  Executor* ingest_;
+  Executor* readers_;
   IngestAdmission* admission_;
   Authorizer* auth_ = nullptr;
   Rebaser* rebaser_ = nullptr;
   tier::ObjectStore* cold_ = nullptr;
   MemoryTier* memory_ = nullptr;
-  std::function<bool()> busy_;
+  // The write-behind's yield to client traffic (SetMemoryTier).
+  std::unique_ptr<qos::BackgroundLimiter> write_behind_yield_;
   static constexpr int kColdReaders = 16;
   static constexpr size_t kColdBufferCacheBytes = 128 << 20;
 
@@ -263,7 +265,7 @@ class DataService : public transport::RequestHandler {
 
   // --- Thread-safe on their own. (The order below is destruction order
   // reversed: the write-behind thread stops before the cold readers go.)
-  std::unique_ptr<qos::Executor> cold_readers_;
+  std::unique_ptr<Executor> cold_readers_;
   // What cold reads land in, recycled: a fresh buffer per chunk faulted in
   // and zeroed every page (a third of the server's CPU in a restore from
   // S3).
@@ -294,7 +296,7 @@ class DataService : public transport::RequestHandler {
   int64_t in_flight_ ABSL_GUARDED_BY(mu_) = 0;
 
   // Last: its threads stop before anything they use goes.
-  std::unique_ptr<qos::Executor> range_readers_;
+  std::unique_ptr<Executor> range_readers_;
 };
 
 }  // namespace stagger::server

@@ -30,7 +30,13 @@ Status CheckRecord(const std::string& job, const format::RecordHeader& h,
 void DataService::SetMemoryTier(MemoryTier* memory,
                                 std::function<bool()> busy) {
   memory_ = memory;
-  busy_ = std::move(busy);
+  write_behind_yield_ =
+      std::make_unique<qos::BackgroundLimiter>(qos::BackgroundLimiterOptions{
+          .clients_busy =
+              [this, busy = std::move(busy)] {
+                return (busy && busy()) || RecentRequest();
+              },
+          .max_yield_ns = absl::ToInt64Nanoseconds(kWriteBehindYield)});
   write_behind_ = std::thread([this] { WriteBehindLoop(); });
 }
 
@@ -82,10 +88,7 @@ void DataService::WriteBehindLoop() {
     const uint64_t n = rec->header.encoded_length;
     // Client traffic first: hold back while it is in the server, but never
     // longer than kWriteBehindYield per chunk (the tier must drain).
-    const absl::Time until = absl::Now() + kWriteBehindYield;
-    while (((busy_ && busy_()) || RecentRequest()) && absl::Now() < until) {
-      absl::SleepFor(absl::Milliseconds(2));
-    }
+    write_behind_yield_->Request(n, qos::Priority::kBackground).IgnoreError();
     {
       absl::MutexLock l(&write_behind_mu_);
       struct Room {

@@ -32,8 +32,8 @@ class DataServiceTest : public ::testing::Test {
     SegmentStoreOptions so;
     so.dir = (dir_ / "segments").string();
     segments_ = *SegmentStore::Open(so);
-    ingest_ = std::make_unique<qos::Executor>(2);
-    readers_ = std::make_unique<qos::Executor>(2);
+    ingest_ = std::make_unique<Executor>(2);
+    readers_ = std::make_unique<Executor>(2);
     service_ = std::make_unique<DataService>(segments_.get(), meta_.get(),
                                              ingest_.get(), readers_.get());
     transport_ = transport::NewInProcTransport();
@@ -108,8 +108,8 @@ class DataServiceTest : public ::testing::Test {
   std::filesystem::path dir_;
   std::unique_ptr<MetaStore> meta_;
   std::unique_ptr<SegmentStore> segments_;
-  std::unique_ptr<qos::Executor> ingest_;
-  std::unique_ptr<qos::Executor> readers_;
+  std::unique_ptr<Executor> ingest_;
+  std::unique_ptr<Executor> readers_;
   std::unique_ptr<MemoryTier> tier_;  // outlives the service
   std::unique_ptr<DataService> service_;
   std::unique_ptr<transport::Transport> transport_;

@@ -7,8 +7,8 @@
 namespace stagger::server {
 namespace {
 
-constexpr int kRestore = static_cast<int>(qos::TrafficClass::kRestore);
-constexpr int kCheckpoint = static_cast<int>(qos::TrafficClass::kCheckpoint);
+constexpr int kRestore = static_cast<int>(qos::Priority::kRestore);
+constexpr int kCheckpoint = static_cast<int>(qos::Priority::kCheckpoint);
 
 }  // namespace
 
@@ -26,17 +26,17 @@ IngestAdmission::~IngestAdmission() = default;
 
 void IngestAdmission::Request(uint64_t peer, size_t bytes,
                               std::function<void()> grant) {
-  Ask(peer, qos::TrafficClass::kCheckpoint, bytes, std::move(grant));
+  Ask(peer, qos::Priority::kCheckpoint, bytes, std::move(grant));
 }
 
 void IngestAdmission::RequestRestore(uint64_t peer, uint64_t bytes,
                                      std::function<void()> grant) {
-  Ask(peer, qos::TrafficClass::kRestore, bytes, std::move(grant));
+  Ask(peer, qos::Priority::kRestore, bytes, std::move(grant));
 }
 
-void IngestAdmission::Ask(uint64_t peer, qos::TrafficClass cls, uint64_t bytes,
+void IngestAdmission::Ask(uint64_t peer, qos::Priority priority, uint64_t bytes,
                           std::function<void()> grant) {
-  const int c = static_cast<int>(cls);
+  const int c = static_cast<int>(priority);
   {
     absl::MutexLock lock(&mu_);
     auto it = peers_.find(peer);
@@ -47,7 +47,7 @@ void IngestAdmission::Ask(uint64_t peer, qos::TrafficClass cls, uint64_t bytes,
     ++busy_;
   }
   ledger_.Request(
-      peer, cls, bytes,
+      peer, priority, bytes,
       [this, peer, c, bytes, grant = std::move(grant)](Status status) mutable {
         OnAnswer(peer, c, bytes, status, grant);
       });

@@ -93,12 +93,12 @@ class IngestAdmission final : public transport::PullAdmission {
  private:
   struct Peer {
     uint64_t charged = 0;
-    size_t queued[2] = {0, 0};  // by qos::TrafficClass
+    size_t queued[qos::kPriorities] = {};  // by qos::Priority
     bool gone = false;
   };
   struct LedgerOp;
 
-  void Ask(uint64_t peer, qos::TrafficClass cls, uint64_t bytes,
+  void Ask(uint64_t peer, qos::Priority priority, uint64_t bytes,
            std::function<void()> grant);
   void OnAnswer(uint64_t peer, int cls, uint64_t bytes, const Status& status,
                 std::function<void()>& grant);
@@ -113,8 +113,8 @@ class IngestAdmission final : public transport::PullAdmission {
   mutable absl::Mutex mu_;
   std::map<uint64_t, Peer> peers_ ABSL_GUARDED_BY(mu_);
   uint64_t charged_ ABSL_GUARDED_BY(mu_) = 0;
-  size_t queued_[2] ABSL_GUARDED_BY(mu_) = {0, 0};
-  uint64_t grants_[2] ABSL_GUARDED_BY(mu_) = {0, 0};
+  size_t queued_[qos::kPriorities] ABSL_GUARDED_BY(mu_) = {};
+  uint64_t grants_[qos::kPriorities] ABSL_GUARDED_BY(mu_) = {};
   // Ledger calls in progress, whose effect the books show already (or, for
   // a Request, not yet): the waits hold off while any runs.
   int busy_ ABSL_GUARDED_BY(mu_) = 0;

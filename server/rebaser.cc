@@ -97,6 +97,7 @@ Rebaser::~Rebaser() {
     stop_ = true;
     queue_.clear();
   }
+  if (yield_ != nullptr) yield_->Cancel();
   thread_.join();
 }
 
@@ -204,16 +205,11 @@ RebaserStats Rebaser::Stats() const {
   return s;
 }
 
-void Rebaser::YieldToClients() {
-  if (!client_traffic_) return;
-  const absl::Time until = absl::Now() + options_.max_yield;
-  while (client_traffic_() && absl::Now() < until) {
-    {
-      absl::MutexLock l(&mu_);
-      if (stop_) return;
-    }
-    absl::SleepFor(absl::Milliseconds(2));
-  }
+void Rebaser::SetClientTraffic(std::function<bool()> busy) {
+  yield_ =
+      std::make_unique<qos::BackgroundLimiter>(qos::BackgroundLimiterOptions{
+          .clients_busy = std::move(busy),
+          .max_yield_ns = absl::ToInt64Nanoseconds(options_.max_yield)});
 }
 
 void Rebaser::Loop() {
@@ -233,7 +229,10 @@ void Rebaser::Loop() {
       queue_.pop_front();
       busy_ = true;
     }
-    YieldToClients();
+    if (yield_ != nullptr) {
+      // CANCELLED when stopping: the rebase in hand still runs.
+      yield_->Request(0, qos::Priority::kBackground).IgnoreError();
+    }
     Status s = Rebase(item);
     // A relocation or a gc raced it: once more from the new entries.
     if (absl::IsAborted(s)) s = Rebase(item);

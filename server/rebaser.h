@@ -46,6 +46,7 @@
 #include <deque>
 #include <functional>
 #include <map>
+#include <memory>
 #include <optional>
 #include <set>
 #include <string>
@@ -56,6 +57,7 @@
 #include "absl/time/time.h"
 #include "format/chunk_id.h"
 #include "format/codec.h"
+#include "qos/rate_limiter.h"
 #include "server/compactor.h"
 #include "server/meta_store.h"
 #include "server/storage/segment_store.h"
@@ -119,9 +121,7 @@ class Rebaser {
   // clients are being served (up to RebaserOptions::max_yield each), so a
   // save's own rebases do not slow the save down on the disk and cores it
   // shares with them.
-  void SetClientTraffic(std::function<bool()> busy) {
-    client_traffic_ = std::move(busy);
-  }
+  void SetClientTraffic(std::function<bool()> busy);
   // Finishes the queued rebases, for at most 5 s; the rest are dropped.
   ~Rebaser();
 
@@ -153,8 +153,6 @@ class Rebaser {
 
  private:
   void Loop();
-  // Waits while client_traffic_ says so, at most max_yield, or until stop.
-  void YieldToClients();
   // Appends a record of chunk `id` and waits until it is durable; returns
   // its index entry (no base, no written time).
   // The newest version whole is short-lived (the next save's rebase
@@ -187,7 +185,9 @@ class Rebaser {
   SegmentStore* segments_;
   MetaStore* meta_;
   Compactor* compactor_ = nullptr;
-  std::function<bool()> client_traffic_;
+  // Yields to clients (SetClientTraffic), at most max_yield per rebase;
+  // cancelled when the rebaser stops.
+  std::unique_ptr<qos::BackgroundLimiter> yield_;
   const RebaserOptions options_;
   mutable absl::Mutex mu_;
   struct Item {

@@ -14,7 +14,6 @@
 #include "absl/strings/str_join.h"
 #include "format/record.h"
 #include "metrics/http_exporter.h"
-#include "qos/executor.h"
 #include "server/compactor.h"
 #include "server/control_calls.h"
 #include "server/control_service.h"
@@ -28,6 +27,7 @@
 #include "server/tier/drainer.h"
 #include "transport/transport.h"
 #include "transport/ucx_transport.h"
+#include "util/executor.h"
 #include "util/log.h"
 
 namespace stagger::server {
@@ -43,8 +43,8 @@ class Server::Impl {
   std::unique_ptr<Compactor> compactor;
   std::unique_ptr<Rebaser> rebaser;
   std::unique_ptr<tier::Drainer> drainer;
-  std::unique_ptr<qos::Executor> ingest;
-  std::unique_ptr<qos::Executor> readers;
+  std::unique_ptr<Executor> ingest;
+  std::unique_ptr<Executor> readers;
   // Outlives every payload Buffer it charged: reset after the stores.
   std::unique_ptr<IngestAdmission> admission;
   std::unique_ptr<MemoryTier> memory;  // outlives the services using it
@@ -289,8 +289,8 @@ Status Server::Impl::OpenStores(const ServerOptions& options) {
 
 void Server::Impl::StartServices(const ServerOptions& options,
                                  std::unique_ptr<Authorizer> authorizer) {
-  ingest = std::make_unique<qos::Executor>(2);
-  readers = std::make_unique<qos::Executor>(options.read_threads);
+  ingest = std::make_unique<Executor>(2);
+  readers = std::make_unique<Executor>(options.read_threads);
   admission = std::make_unique<IngestAdmission>(options.ingest_budget_bytes);
   data = std::make_unique<DataService>(segments.get(), meta.get(), ingest.get(),
                                        readers.get(), admission.get());

@@ -69,7 +69,7 @@ Result<Session> OpenSession(const std::string& servers) {
       ServerSet::Connect(resolved.addresses, s.transport.get(), 60, TlsCaFile(),
                          /*tolerate_down=*/true, Token()));
   s.servers->SetLocalNode(ServerSet::DefaultNode());
-  s.executor = std::make_unique<qos::Executor>(ChunkIo::DefaultFetchThreads());
+  s.executor = std::make_unique<Executor>(ChunkIo::DefaultFetchThreads());
   return s;
 }
 

@@ -6,8 +6,8 @@
 #include <string>
 
 #include "client/server_set.h"
-#include "qos/executor.h"
 #include "transport/transport.h"
+#include "util/executor.h"
 
 namespace stagger::client {
 
@@ -16,7 +16,7 @@ struct Session {
   std::shared_ptr<void> embedded;
   std::shared_ptr<transport::Transport> transport;
   std::shared_ptr<ServerSet> servers;  // closes before the transport
-  std::unique_ptr<qos::Executor> executor;
+  std::unique_ptr<Executor> executor;
 };
 
 // Connects to `servers` (gRPC HOST:PORT[,...], or embedded:DIR to open

@@ -8,7 +8,6 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "format/record.h"
-#include "qos/clock.h"
 #include "server/chunk_read.h"
 #include "server/rebaser.h"
 #include "server/tier/cold_gc.h"
@@ -64,7 +63,8 @@ Drainer::Drainer(MetaStore* meta, SegmentStore* segments, ObjectStore* store,
       store_(store),
       options_(std::move(options)),
       started_unix_ms_(UnixMs()),
-      cap_(static_cast<double>(options_.bytes_per_s), 0) {}
+      limiter_({.bytes_per_s = static_cast<double>(options_.bytes_per_s),
+                .clients_busy = options_.busy}) {}
 
 Drainer::~Drainer() { Stop(); }
 
@@ -79,6 +79,7 @@ void Drainer::Stop() {
     absl::MutexLock lock(&mu_);
     stopping_ = true;
   }
+  limiter_.Cancel();
   if (thread_.joinable()) thread_.join();
 }
 
@@ -431,27 +432,8 @@ Result<bool> Drainer::PutNew(const ObjectName& o, std::string_view bytes) {
 }
 
 void Drainer::Pace(size_t bytes) {
-  WaitWhileBusy();
-  qos::Clock* clock = qos::RealClock::Get();
-  clock->SleepUntilNs(cap_.Reserve(clock->NowNs(), bytes));
-}
-
-void Drainer::WaitWhileBusy() {
-  if (!options_.busy) return;
-  qos::Clock* clock = qos::RealClock::Get();
-  const int64_t start = clock->NowNs();
-  while (options_.busy()) {
-    {
-      absl::MutexLock lock(&mu_);
-      if (stopping_) break;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(2));
-  }
-  const int64_t waited = clock->NowNs() - start;
-  if (waited > 1000000) {
-    absl::MutexLock lock(&mu_);
-    stats_.busy_wait_s += static_cast<double>(waited) * 1e-9;
-  }
+  // CANCELLED once stopping: the chunk in hand still goes, at once.
+  limiter_.Request(bytes, qos::Priority::kBackground).IgnoreError();
 }
 
 bool Drainer::Known(const std::string& job, const format::ChunkId& id) {
@@ -475,8 +457,13 @@ bool Drainer::WaitDrained(absl::Duration timeout) {
 }
 
 DrainerStats Drainer::stats() const {
-  absl::MutexLock lock(&mu_);
-  return stats_;
+  DrainerStats s;
+  {
+    absl::MutexLock lock(&mu_);
+    s = stats_;
+  }
+  s.busy_wait_s = static_cast<double>(limiter_.yielded_ns()) * 1e-9;
+  return s;
 }
 
 }  // namespace stagger::server::tier

@@ -46,7 +46,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
-#include "qos/token_bucket.h"
+#include "qos/rate_limiter.h"
 #include "server/meta_store.h"
 #include "server/storage/segment_store.h"
 #include "server/tier/cold_read.h"
@@ -208,7 +208,6 @@ class Drainer {
   Result<bool> PutNew(const ObjectName& o, std::string_view bytes);
   // Waits for client traffic to pass and for the rate cap.
   void Pace(size_t bytes);
-  void WaitWhileBusy();
   bool Known(const std::string& job, const format::ChunkId& id);
   void SetKnown(const std::string& job, const format::ChunkId& id);
 
@@ -217,7 +216,8 @@ class Drainer {
   ObjectStore* const store_;
   const DrainerOptions options_;
   const int64_t started_unix_ms_;
-  qos::TokenBucket cap_;  // bytes_per_s, no burst
+  // bytes_per_s (no burst), after waiting while `busy` says so.
+  qos::BackgroundLimiter limiter_;
 
   // Held shared by a DeletionScope, try-locked by an import.
   absl::Mutex deletion_mu_;

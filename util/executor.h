@@ -3,8 +3,8 @@
 // work here, off the transport's progress threads.
 //
 // Thread-safe. The destructor runs every task already queued, then joins.
-#ifndef STAGGER_QOS_EXECUTOR_H_
-#define STAGGER_QOS_EXECUTOR_H_
+#ifndef STAGGER_UTIL_EXECUTOR_H_
+#define STAGGER_UTIL_EXECUTOR_H_
 
 #include <deque>
 #include <functional>
@@ -14,7 +14,7 @@
 
 #include "absl/synchronization/mutex.h"
 
-namespace stagger::qos {
+namespace stagger {
 
 class Executor {
  public:
@@ -43,6 +43,6 @@ class Executor {
   std::vector<std::thread> threads_;
 };
 
-}  // namespace stagger::qos
+}  // namespace stagger
 
-#endif  // STAGGER_QOS_EXECUTOR_H_
+#endif  // STAGGER_UTIL_EXECUTOR_H_

@@ -1,4 +1,4 @@
-#include "qos/executor.h"
+#include "util/executor.h"
 
 #include <gtest/gtest.h>
 
@@ -6,7 +6,7 @@
 
 #include "absl/synchronization/notification.h"
 
-namespace stagger::qos {
+namespace stagger {
 namespace {
 
 TEST(ExecutorTest, RunsEveryTaskBeforeDestruction) {
@@ -36,4 +36,4 @@ TEST(ExecutorTest, SingleThreadKeepsFifoOrder) {
 }
 
 }  // namespace
-}  // namespace stagger::qos
+}  // namespace stagger

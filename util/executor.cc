@@ -1,4 +1,4 @@
-#include "qos/executor.h"
+#include "util/executor.h"
 
 #include <pthread.h>
 #include <sys/syscall.h>
@@ -6,7 +6,7 @@
 
 #include <algorithm>
 
-namespace stagger::qos {
+namespace stagger {
 
 Executor::Executor(int threads, std::string name,
                    std::function<void()> thread_init) {
@@ -70,4 +70,4 @@ void Executor::Loop(const std::string& name,
   }
 }
 
-}  // namespace stagger::qos
+}  // namespace stagger
