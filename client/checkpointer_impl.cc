@@ -484,6 +484,7 @@ Result<int64_t> CheckpointerImpl::Load(int64_t step,
   metrics_.load_manifest_bytes += planning.manifest_bytes;
   metrics_.last_load_plan_s = planning.seconds;
   metrics_.last_load_manifests = planning.manifests;
+  last_load_from_other_ranks_ = std::move(planning.from_other_ranks);
   if (r.ok()) {
     ++metrics_.loads;
     for (const auto& [name, reg] : tensors_) metrics_.bytes_loaded += reg.bytes;
@@ -491,6 +492,12 @@ Result<int64_t> CheckpointerImpl::Load(int64_t step,
     ++metrics_.loads_failed;
   }
   return r;
+}
+
+std::map<std::string, uint32_t> CheckpointerImpl::LastLoadFromOtherRanks()
+    const {
+  absl::MutexLock lock(&metrics_mu_);
+  return last_load_from_other_ranks_;
 }
 
 Result<int64_t> CheckpointerImpl::LoadTargets(int64_t step,

@@ -109,6 +109,7 @@ class CheckpointerImpl : public Checkpointer {
 
   Result<std::vector<StepSummary>> Steps(bool include_partial) override;
   Status WaitStep(int64_t step, absl::Duration timeout) override;
+  std::map<std::string, uint32_t> LastLoadFromOtherRanks() const override;
 
  private:
   // snapshot_overlap for a save whose chunks come from `chunks`' sources.
@@ -254,6 +255,8 @@ class CheckpointerImpl : public Checkpointer {
   // --- metrics_mu_: the counters Metrics() reports.
   mutable absl::Mutex metrics_mu_;
   ClientMetrics metrics_ ABSL_GUARDED_BY(metrics_mu_);
+  std::map<std::string, uint32_t> last_load_from_other_ranks_
+      ABSL_GUARDED_BY(metrics_mu_);
 
   // Last: stopped first, while everything it reads still exists.
   std::unique_ptr<metrics::HttpExporter> metrics_exporter_;

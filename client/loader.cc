@@ -144,7 +144,7 @@ Status Mismatch(const LoadTarget& t, const SavedEntry& s) {
 }
 
 Status PlanTensor(const LoadTarget& t, const std::vector<SavedEntry>& saved,
-                  ServerSet& servers, LoadPlan* plan) {
+                  uint32_t prefer_rank, ServerSet& servers, LoadPlan* plan) {
   STAGGER_ASSIGN_OR_RETURN(uint64_t element_size, format::DtypeSize(t.dtype));
   const std::vector<int64_t> global = GlobalOf(t.shape, t.global_shape);
   const Box wanted = SliceOf(t.shape, t.global_offset);
@@ -187,6 +187,9 @@ Status PlanTensor(const LoadTarget& t, const std::vector<SavedEntry>& saved,
     uncovered = std::move(left);
     if (chunks.empty()) continue;
     STAGGER_RETURN_IF_ERROR(CheckChunkLayout(*s->shard, *s->entry));
+    if (per_rank && s->shard->rank() != prefer_rank) {
+      plan->from_other_ranks[t.name] = s->shard->rank();
+    }
     AddFetches(*s, std::move(chunks), t.dest, servers, plan);
   }
   if (uncovered.empty()) return absl::OkStatus();
@@ -265,7 +268,8 @@ Status PlanLoad(const std::vector<LoadTarget>& targets,
   for (const LoadTarget& t : targets) {
     auto it = by_name.find(t.name);
     STAGGER_RETURN_IF_ERROR(
-        PlanTensor(t, it == by_name.end() ? kNone : it->second, servers, plan));
+        PlanTensor(t, it == by_name.end() ? kNone : it->second, prefer_rank,
+                   servers, plan));
   }
   return absl::OkStatus();
 }
@@ -329,6 +333,7 @@ Result<int64_t> LoadStep(ServerSet& servers, ChunkIo& io,
         PlanLoad(targets, Pointers(reply), rank, servers, &plan), what));
   }
   cost.seconds = absl::ToDoubleSeconds(absl::Now() - start);
+  cost.from_other_ranks = plan.from_other_ranks;
   if (planning != nullptr) *planning = cost;
   STAGGER_RETURN_IF_ERROR(
       WithContext(io.Fetch(plan.items, nullptr, nullptr, cancel), what));

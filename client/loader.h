@@ -23,6 +23,7 @@
 #include <atomic>
 #include <cstdint>
 #include <deque>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -52,6 +53,9 @@ struct LoadPlan {
   uint64_t chunks_scattered = 0;  // decoded into scratch, then copied
   // Of those, the ones of which only parts are read (FetchItem::parts).
   uint64_t chunks_ranged = 0;
+  // Per-rank targets filled from another rank's save than prefer_rank's,
+  // with that rank.
+  std::map<std::string, uint32_t> from_other_ranks;
 };
 
 // Adds to `plan` the chunks that fill every target from `shards` (any
@@ -81,6 +85,8 @@ struct LoadPlanning {
   double seconds = 0;           // from the call to the plan made
   uint64_t manifest_bytes = 0;  // of the manifests read (GetStep replies)
   uint32_t manifests = 0;       // shards read
+  // LoadPlan::from_other_ranks of the plan made.
+  std::map<std::string, uint32_t> from_other_ranks;
 };
 Result<int64_t> LoadStep(ServerSet& servers, ChunkIo& io,
                          const std::string& job, uint32_t rank,

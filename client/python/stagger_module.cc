@@ -508,6 +508,18 @@ void BindCheckpointerData(PyCheckpointer& c) {
           "shards={name: (global_shape, global_offset)} gives "
           "the slice each array wants, which may differ from how the step "
           "was saved (resharding).")
+      .def(
+          "last_load_from_other_ranks",
+          [](const Checkpointer& ck) {
+            py::dict d;
+            for (const auto& [name, rank] : ck.LastLoadFromOtherRanks()) {
+              d[py::str(name)] = rank;
+            }
+            return d;
+          },
+          "{name: rank}: the per-rank arrays (loaded without shards=) that "
+          "the last load filled from another rank's save. A rank the saving "
+          "job did not have gets the lowest saved rank's.")
       .def("steps", &StepNumbers, py::arg("include_partial") = false)
       .def(
           "wait_step",

@@ -265,6 +265,12 @@ class Checkpointer {
   // flight have finished (the tensors then hold partial data).
   virtual Result<int64_t> Load(int64_t step,
                                const std::atomic<bool>& cancel) = 0;
+  // The per-rank tensors (registered without a global shape) that the last
+  // Load() filled from another rank's save, each with that rank. A rank
+  // the saving job did not have (a load on more ranks than saved) gets the
+  // lowest saved rank's: its RNG states and counters included. Empty when
+  // each came from this rank's own save.
+  virtual std::map<std::string, uint32_t> LastLoadFromOtherRanks() const = 0;
 
   // Complete steps, oldest first (partial ones too when asked).
   virtual Result<std::vector<StepSummary>> Steps(bool include_partial) = 0;

@@ -333,6 +333,41 @@ def test_save_on_4_ranks_load_on_2_and_3_by_rows_and_columns(tmp_path):
         st.load_state_dict(ck, dest, strict=False)
 
 
+def test_a_rank_the_saving_job_lacked_is_told_whose_tensors_it_got(
+        tmp_path):
+    """Saved on 2 ranks, loaded on 3: rank 2 takes rank 0's per-rank
+    tensors (its RNG state, a counter), and LoadResult says so."""
+    weight = torch.randn(6, 4)
+    handles = []
+    for r in range(2):
+        ck = open_ck(tmp_path, "more", rank=r, world_size=2)
+        shard = st.row_shard(weight.shape, r, 2)
+        sd = {"w": st.local_slice(weight, shard),
+              "rng": torch.full((8,), r, dtype=torch.uint8),
+              "seen": torch.tensor(100 + r)}
+        handles.append(st.save_state_dict(ck, sd, 1, shards={"w": shard}))
+    for h in handles:
+        h.wait()
+    for r in range(3):
+        ck = open_ck(tmp_path, "more", rank=r, world_size=3)
+        shard = st.row_shard(weight.shape, r, 3)
+        dest = {"w": torch.empty(shard.shape), "rng": torch.empty(8,
+                dtype=torch.uint8), "seen": torch.tensor(0)}
+        result = st.load_state_dict(ck, dest, shards={"w": shard})
+        assert torch.equal(dest["w"], st.local_slice(weight, shard))
+        if r < 2:
+            # Its own save holds its per-rank tensors.
+            assert result.from_other_ranks == {}, r
+            assert int(dest["seen"]) == 100 + r
+        else:
+            assert result.from_other_ranks == {"rng": 0, "seen": 0}
+            assert torch.equal(dest["rng"], torch.zeros(8, dtype=torch.uint8))
+            assert int(dest["seen"]) == 100
+        # The binding's own view, by stored name.
+        assert sorted(ck.last_load_from_other_ranks().values()) == sorted(
+            result.from_other_ranks.values())
+
+
 def test_fsdp_flat_shards_reload_on_another_world_size(tmp_path):
     flat = torch.randn(101, generator=torch.Generator().manual_seed(4))
     handles = []

@@ -13,7 +13,7 @@ unless ``strict=False``.
 """
 import concurrent.futures
 import threading
-from typing import List, NamedTuple
+from typing import Dict, List, NamedTuple
 
 import numpy as np
 import torch
@@ -220,7 +220,14 @@ def read_metadata(ck, step="latest"):
     return step, meta.loads(doc.tobytes())
 
 
-class LoadResult(NamedTuple):
+class _Keys(NamedTuple):
+    step: int
+    missing_keys: List[str]
+    unexpected_keys: List[str]
+    mismatched_keys: List[str]
+
+
+class LoadResult(_Keys):
     """What ``load_state_dict`` loaded, and which tensors it left alone.
 
     Keys are dotted paths ("model.fc.weight"). ``missing_keys``: tensors of
@@ -229,12 +236,29 @@ class LoadResult(NamedTuple):
     state dict did not ask for (not loaded). ``mismatched_keys``: tensors
     of both whose dtype or shape differ; a load with any raises, so it is
     empty in a returned result.
+
+    ``from_other_ranks`` (an attribute, not a fifth item: the result still
+    unpacks as ``step, missing, unexpected, mismatched``): {key: rank} of
+    the per-rank tensors (not sharded: RNG states, step counters, a
+    module's buffers saved without a layout) this rank took from another
+    rank's save; a rank the saving job did not have (resuming on more
+    ranks than saved) gets the lowest saved rank's. Empty when each came
+    from this rank's own save.
     """
 
-    step: int
-    missing_keys: List[str]
-    unexpected_keys: List[str]
-    mismatched_keys: List[str]
+    def __new__(cls, step, missing_keys, unexpected_keys, mismatched_keys,
+                from_other_ranks=None):
+        self = super().__new__(cls, step, missing_keys, unexpected_keys,
+                               mismatched_keys)
+        self.from_other_ranks = dict(from_other_ranks or {})
+        return self
+
+    def __repr__(self):
+        return (f"LoadResult(step={self.step}, "
+                f"missing_keys={self.missing_keys}, "
+                f"unexpected_keys={self.unexpected_keys}, "
+                f"mismatched_keys={self.mismatched_keys}, "
+                f"from_other_ranks={self.from_other_ranks})")
 
 
 class StateDictMismatch(RuntimeError):
@@ -307,6 +331,7 @@ class _LoadPlan:
         self.shards = _shard_table(shards)
         self.regs = _Registrations()
         self.targets = {}      # stored name -> tensor the step fills
+        self.keys = {}         # stored name -> dotted path
         self.skipped = {}      # stored name -> info of a tensor not loaded
         self.copy_back = []    # (destination, contiguous scratch)
         self.alias_copies = []  # (destination, primary)
@@ -423,6 +448,7 @@ class _LoadPlan:
 
     def tensor(self, info, dest, path):
         key = meta.path_str(path)
+        self.keys[info["name"]] = key
         if dtensor.is_layout_tensor(dest):
             return self._into_dtensor(info, dest, key, path)
         shard = self.shards.get(key)
@@ -519,9 +545,12 @@ class _LoadPlan:
             return dest
         return primary
 
-    def result(self, step):
+    def result(self, step, from_other_ranks=None):
         return LoadResult(step, sorted(self.missing),
-                          sorted(self.unexpected), sorted(self.mismatched))
+                          sorted(self.unexpected), sorted(self.mismatched),
+                          {self.keys[name]: rank for name, rank
+                           in sorted((from_other_ranks or {}).items())
+                           if name in self.keys})
 
     def finish(self):
         for target, scratch in self.copy_back:
@@ -579,7 +608,7 @@ def load_state_dict(ck, state_dict, step="latest", *, shards=None,
     without an entry a tensor loads the slice this rank saved.
 
     Returns a ``LoadResult``: the step, ``missing_keys``,
-    ``unexpected_keys`` and ``mismatched_keys``. Raises stagger.Error from
+    ``unexpected_keys``, ``mismatched_keys`` and ``from_other_ranks``. Raises stagger.Error from
     the Checkpointer (NOT_FOUND: no such step, or not saved by
     ``save_state_dict``).
     """
@@ -598,6 +627,7 @@ def load_state_dict(ck, state_dict, step="latest", *, shards=None,
     if plan.regs.tensors:
         ck.load(plan.regs.tensors, step=step, dtypes=plan.regs.dtypes,
                 shards=plan.regs.shards)
+        result = plan.result(step, ck.last_load_from_other_ranks())
     plan.finish()
     _update_in_place(state_dict, new)
     return result
