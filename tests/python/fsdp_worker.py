@@ -23,6 +23,7 @@ A small MLP with AdamW under FLAVOUR, on CPU with gloo:
         loss as the saving run's next step (DIR/expected.pt).
 """
 import json
+import warnings
 import os
 import sys
 
@@ -112,9 +113,14 @@ def main():
     expected = os.path.join(work, "expected.pt")
     if mode == "save":
         hooks = st.install_hooks(ck, model=m, optimizer=opt)
-        for i in range(2):
-            train(m, opt, i)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            for i in range(2):
+                train(m, opt, i)
         marked = hooks.collectives
+        still_open = hooks.open_collectives
+        hook_warnings = [str(w.message) for w in caught
+                         if "hook" in str(w.message).lower()]
         sd = state_dicts(m, opt)
         # Lazy: the copies run while the next step's forward and backward
         # do; the hooks' fence (before optimizer.step) waits for them.
@@ -124,6 +130,8 @@ def main():
         want["next_loss"] = train(m, opt, 2)
         h.wait()
         want["marked"] = marked
+        want["hook_warnings"] = hook_warnings
+        want["still_open"] = still_open
         want["steps_hooked"] = hooks.steps
         if rank == 0:
             torch.save(want, expected)
@@ -144,6 +152,8 @@ def main():
                        "saved_kinds": want["kinds"],
                        "want_loss": want["next_loss"],
                        "marked": want["marked"],
+                       "hook_warnings": want["hook_warnings"],
+                       "still_open": want["still_open"],
                        "steps_hooked": want["steps_hooked"]}, f)
     dist.barrier()
     dist.destroy_process_group()

@@ -29,8 +29,10 @@ import torch
 class Hooks:
     """What ``install_hooks`` installed, with counters of what they saw.
 
-    ``collectives``: gradient all-reduces marked; ``steps``: optimizer steps
-    taken. The counters are updated under the GIL from torch's threads.
+    ``collectives``: collectives marked (DDP's gradient all-reduces; FSDP's
+    forwards and backwards); ``open_collectives``: those begun and not yet
+    ended (0 between iterations); ``steps``: optimizer steps taken. The
+    counters are updated under the GIL from torch's threads.
     """
 
     def __init__(self, ck, process_group, iteration_marks):
@@ -39,6 +41,7 @@ class Hooks:
         self.process_group = process_group
         self.iteration_marks = iteration_marks
         self.collectives = 0
+        self.open_collectives = 0
         self.steps = 0
         self._removers = []
 
@@ -47,14 +50,17 @@ class Hooks:
         ck = self.ck
         ck.collective_begin()
         self.collectives += 1
+        self.open_collectives += 1
         try:
             fut = self._allreduce(self.process_group, bucket)
         except BaseException:
             ck.collective_end()
+            self.open_collectives -= 1
             raise
 
         def done(f):
             ck.collective_end()
+            self.open_collectives -= 1
             return f.value()
 
         return fut.then(done)
@@ -122,26 +128,59 @@ def _is_fsdp(model):
     return isinstance(model, FSDPModule)
 
 
+def _grad_output(output):
+    """The first tensor of a module's output that autograd will reach, or
+    None (eval, no_grad, an output without tensors)."""
+    if isinstance(output, torch.Tensor):
+        return output if output.requires_grad else None
+    if isinstance(output, dict):
+        output = list(output.values())
+    if isinstance(output, (list, tuple)):
+        for o in output:
+            found = _grad_output(o)
+            if found is not None:
+                return found
+    return None
+
+
 def _hook_fsdp(hooks, model):
     """FSDP runs its all-gathers and reduce-scatters through the forward
     and the backward (FSDP1's comm hook sees only the reduce-scatters,
     FSDP2 has none), so those are marked as one collective each
     (checkpoint traffic goes between a backward's end and the next
-    forward, and at qos_yield_floor_Bps within them)."""
+    forward, and at qos_yield_floor_Bps within them).
+
+    The backward is marked from autograd itself, not with a module's full
+    backward hooks (which make torch warn on every step when the model's
+    inputs need no gradient, as a batch of data does): it begins when the
+    gradient of the forward's output is computed (a hook on that tensor)
+    and ends when the whole backward has run (a callback queued on
+    autograd's engine, as FSDP queues its own final callback)."""
     ck = hooks.ck
 
     def begin(*_):
         ck.collective_begin()
         hooks.collectives += 1
+        hooks.open_collectives += 1
 
     def end(*_):
         ck.collective_end()
+        hooks.open_collectives -= 1
+
+    def backward_begins(grad):
+        begin()
+        torch.autograd.Variable._execution_engine.queue_callback(end)
+        return grad
+
+    def forward_ends(module, inputs, output):
+        end()
+        out = _grad_output(output)
+        if out is not None:
+            out.register_hook(backward_begins)
 
     hooks._removers += [
         model.register_forward_pre_hook(begin).remove,
-        model.register_forward_hook(end).remove,
-        model.register_full_backward_pre_hook(begin).remove,
-        model.register_full_backward_hook(end).remove,
+        model.register_forward_hook(forward_ends).remove,
     ]
 
 
