@@ -23,9 +23,9 @@ A small MLP with AdamW under FLAVOUR, on CPU with gloo:
         loss as the saving run's next step (DIR/expected.pt).
 """
 import json
-import warnings
 import os
 import sys
+import warnings
 
 import torch
 import torch.distributed as dist

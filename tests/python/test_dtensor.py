@@ -6,6 +6,7 @@ checkpoints in and out. Skipped with Debian's torch 1.13 (no DTensor);
 """
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -216,3 +217,37 @@ def test_a_step_saved_by_dtensor_ranks_exports_to_dcp(server, tmp_path):
                                 "--servers", server, "--job", "x"],
                          env=env, capture_output=True, text=True)
     assert out.returncode == 2 and "import needs --step" in out.stderr
+
+
+def test_the_fsdp_example_resumes_on_another_number_of_processes(server,
+                                                                 tmp_path):
+    """examples/fsdp_train.py as its docstring runs it: 2 processes to step
+    4, then 3 processes from there to step 6. The resumed run holds the
+    state the first one saved (its fingerprint), and saves on."""
+    fsdp = pytest.importorskip("torch.distributed.fsdp")
+    if not hasattr(fsdp, "fully_shard"):
+        pytest.skip(f"torch {torch.__version__} has no FSDP2 fully_shard")
+    repo = os.path.dirname(os.path.dirname(os.path.dirname(__file__)))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+
+    def run(nproc, steps):
+        out = subprocess.run(
+            [sys.executable, os.path.join(repo, "examples", "launch.py"),
+             "--nproc", str(nproc), os.path.join(repo, "examples",
+                                                 "fsdp_train.py"),
+             "--servers", server, "--steps", str(steps)],
+            env=env, capture_output=True, text=True, timeout=300)
+        assert out.returncode == 0, out.stdout + out.stderr
+        return out.stdout
+
+    first = run(2, 4)
+    saved = re.search(r"step 4 loss \S+ saved on 2 ranks, state (\w+)",
+                      first)
+    assert saved, first
+    second = run(3, 6)
+    resumed = re.search(r"resumed from step 4 on 3 ranks, state (\w+)",
+                        second)
+    assert resumed, second
+    assert resumed.group(1) == saved.group(1), (first, second)
+    assert "step 6 loss" in second and "saved on 3 ranks" in second, second
+    assert "done at step 6" in second, second
