@@ -209,6 +209,27 @@ TEST_F(RmTest, AJobWithChunksAndNoStepIsDeletedByRmAll) {
   EXPECT_NE(r.out.find("'stagger rm --job orphan --all' deletes them"),
             std::string::npos)
       << r.out;
+  // `jobs` says whose bytes they are.
+  r = Cli({"jobs"});
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_NE(r.out.find("job 'orphan': its "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find(" bytes belong to no step (a save that never "
+                       "committed, or steps removed within the grace period); "
+                       "'stagger rm --job orphan --all' deletes them"),
+            std::string::npos)
+      << r.out;
+  r = Cli({"jobs", "--json"});
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  const size_t at = r.out.find("\"job\":\"orphan\"");
+  ASSERT_NE(at, std::string::npos) << r.out;
+  const size_t disk = r.out.find("\"disk_bytes\":", at);
+  const size_t none = r.out.find("\"bytes_in_no_step\":", at);
+  ASSERT_NE(disk, std::string::npos) << r.out;
+  ASSERT_NE(none, std::string::npos) << r.out;
+  EXPECT_GT(std::stoull(r.out.substr(disk + 13)), 0u) << r.out;
+  EXPECT_EQ(std::stoull(r.out.substr(disk + 13)),
+            std::stoull(r.out.substr(none + 19)))
+      << r.out;
   r = Cli({"rm", "--job", "orphan", "--all", "--grace-s", "0"});
   ASSERT_EQ(r.exit_code, 0) << r.out;
   EXPECT_NE(r.out.find("deleted 0 steps [], kept 0; freed "), std::string::npos)

@@ -151,6 +151,16 @@ int RunLs(const LsArgs& a) {
   return 0;
 }
 
+namespace {
+
+// A job whose bytes on disk belong to no step, complete or partial.
+bool InNoStep(const pb::JobInfo& j) {
+  return j.steps_complete() == 0 && j.steps_partial() == 0 &&
+         j.disk_bytes() > 0;
+}
+
+}  // namespace
+
 int RunJobs(const JobsArgs& a) {
   auto session = OpenSession(a.server);
   if (!session.ok()) return Fail("jobs", session.status());
@@ -165,7 +175,8 @@ int RunJobs(const JobsArgs& a) {
           ",\"partial\":", j.steps_partial(), ",\"latest\":",
           j.latest_complete() < 0 ? std::string("null")
                                   : absl::StrCat(j.latest_complete()),
-          ",\"disk_bytes\":", j.disk_bytes(), "}"));
+          ",\"disk_bytes\":", j.disk_bytes(),
+          ",\"bytes_in_no_step\":", InNoStep(j) ? j.disk_bytes() : 0, "}"));
     }
     printf("{\"servers\":%zu,\"jobs\":[%s]}\n", servers_up,
            absl::StrJoin(rows, ",").c_str());
@@ -183,6 +194,15 @@ int RunJobs(const JobsArgs& a) {
            static_cast<unsigned long long>(j.steps_complete()),
            static_cast<unsigned long long>(j.steps_partial()), latest.c_str(),
            static_cast<unsigned long long>(j.disk_bytes()));
+  }
+  for (const pb::JobInfo& j : *jobs) {
+    if (!InNoStep(j)) continue;
+    fprintf(stderr,
+            "job '%s': its %llu bytes belong to no step (a save that never "
+            "committed, or steps removed within the grace period); 'stagger "
+            "rm --job %s --all' deletes them once the grace period is over\n",
+            j.job().c_str(), static_cast<unsigned long long>(j.disk_bytes()),
+            j.job().c_str());
   }
   fprintf(stderr, "%zu job%s on %zu server%s\n", jobs->size(),
           jobs->size() == 1 ? "" : "s", servers_up, servers_up == 1 ? "" : "s");
