@@ -265,3 +265,44 @@ def test_wait_step_waits_for_every_rank_and_names_the_missing(tmp_path):
         ck0.wait_step(1, timeout=-1)
     with pytest.raises(stagger.Error, match="steps are >= 0"):
         ck0.wait_step(-1)  # never committed by anyone: no endless wait
+
+
+class _Lagging:
+    """A Checkpointer whose bookkeeping is still running after its saves'
+    handles were answered (the moment between a save's handle turning done
+    and the save leaving the in-flight count)."""
+
+    _job = "lagging"
+    _deadline_s = 0.0
+
+    def __init__(self, handles_done):
+        self._recent = [_Handle(d) for d in handles_done]
+        self.waits = []
+
+    def wait_all(self, timeout=None):
+        self.waits.append(timeout)
+        return timeout is None  # in flight at a glance, done when waited
+
+
+class _Handle:
+    def __init__(self, done):
+        self._done = done
+
+    def done(self):
+        return self._done
+
+
+def test_exit_announces_only_saves_that_are_not_durable(capsys):
+    waited = _Lagging([True, True])
+    pending = _Lagging([True, False])
+    for ck, announced in ((waited, False), (pending, True)):
+        stagger._live.add(ck)
+        try:
+            stagger._finish_saves_at_exit()
+        finally:
+            stagger._live.discard(ck)
+        err = capsys.readouterr().err
+        # Either way exit waits for the Checkpointer to settle.
+        assert ck.waits == [0, None]
+        assert ("waiting at exit for the saves in flight of job 'lagging'"
+                in err) == announced, err

@@ -11,6 +11,7 @@ PyTorch state dicts, sharding and training hooks: ``stagger.torch``
 (imported on its own; it needs torch).
 """
 import atexit
+import collections
 import os
 import sys
 import weakref
@@ -31,7 +32,17 @@ class Checkpointer(_stagger.Checkpointer):
         super().__init__(*args, **kwargs)
         self._job = kwargs.get("job", args[1] if len(args) > 1 else "?")
         self._deadline_s = kwargs.get("qos_deadline_s", 0.0)
+        # The handles of the latest saves: one not yet durable is among
+        # them, as a save waits while max_outstanding_saves are in flight.
+        self._recent = collections.deque(
+            maxlen=max(1, int(kwargs.get("max_outstanding_saves", 1))) + 1)
         _live.add(self)
+
+    def save(self, *args, **kwargs):
+        handle = super().save(*args, **kwargs)
+        self._recent.append(handle)
+        return handle
+    save.__doc__ = _stagger.Checkpointer.save.__doc__
 
 
 @atexit.register
@@ -45,6 +56,12 @@ def _finish_saves_at_exit():
     """
     for ck in list(_live):
         if ck.wait_all(timeout=0):
+            continue
+        if all(h.done() for h in ck._recent):
+            # Every save is durable (the caller waited for it); what is
+            # left is the Checkpointer's bookkeeping after the handle was
+            # answered: nothing to announce.
+            ck.wait_all()
             continue
         bound = (f"at most about {ck._deadline_s:g} s (qos_deadline_s)"
                  if ck._deadline_s > 0 else "as fast as the servers take it")
