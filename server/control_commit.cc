@@ -7,10 +7,16 @@
 // that way, mostly waiting in line for the syncs).
 #include <algorithm>
 #include <functional>
+#include <map>
 #include <optional>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/synchronization/notification.h"
+#include "absl/time/time.h"
 #include "server/compactor.h"
 #include "server/control_service.h"
 #include "server/manifest_log.h"
@@ -83,17 +89,21 @@ void ControlService::CommitLoop() {
       auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(group_mu_) {
         return !group_.empty() || stopping_;
       };
-      group_mu_.Await(absl::Condition(&ready));
-      if (group_.empty()) return;  // stopping, nothing left
+      // Waking now and then to look at the partial steps.
+      group_mu_.AwaitWithTimeout(absl::Condition(&ready), absl::Seconds(1));
+      if (group_.empty() && stopping_) return;  // nothing left
       const size_t n = std::min(group_.size(), kMaxCommitGroup);
       group.assign(group_.begin(), group_.begin() + n);
       group_.erase(group_.begin(), group_.begin() + n);
     }
-    CommitGroup(group);
-    for (PendingCommit* p : group) {
-      AfterCommit(*p->req, p->logged, &p->out);
-      p->done(p);
+    if (!group.empty()) {
+      CommitGroup(group);
+      for (PendingCommit* p : group) {
+        AfterCommit(*p->req, p->logged, &p->out);
+        p->done(p);
+      }
     }
+    WarnLongPartial();
   }
 }
 
@@ -165,6 +175,13 @@ void ControlService::AfterCommit(const pb::CommitShardRequest& req,
       absl::StrCat("job '", m.job(), "' step ", m.step(), ": rank ", m.rank(),
                    " committed", m.in_memory() ? " (memory)" : ""));
   const pb::StepInfo& step = **info;
+  if (partial_warn_after_ > absl::ZeroDuration()) {
+    if (step.complete()) {
+      partial_.erase({m.job(), step.step()});
+    } else {
+      partial_.emplace(std::make_pair(m.job(), step.step()), absl::Now());
+    }
+  }
   if (step.complete()) {
     ++counters_.steps_completed;
     if (drainer_ != nullptr) drainer_->Notify();
@@ -192,6 +209,52 @@ void ControlService::AfterCommit(const pb::CommitShardRequest& req,
     }
   }
   if (m.in_memory() && promoter_ != nullptr) promoter_->Notify();
+}
+
+void ControlService::WarnLongPartial() {
+  const absl::Time now = absl::Now();
+  for (auto it = partial_.begin(); it != partial_.end();) {
+    if (now - it->second < partial_warn_after_) {
+      ++it;
+      continue;
+    }
+    const auto& [job, number] = it->first;
+    // Collected or completed meanwhile: nothing to say.
+    Result<pb::StepInfo> info = meta_->GetStep(job, number);
+    if (info.ok() && !info->complete()) {
+      const auto& committed = info->committed_ranks();
+      std::vector<bool> in(info->world_size(), false);
+      for (uint32_t r : committed) {
+        if (r < in.size()) in[r] = true;
+      }
+      std::vector<uint32_t> missing;
+      for (uint32_t r = 0; r < in.size(); ++r) {
+        if (!in[r]) missing.push_back(r);
+      }
+      constexpr size_t kNamed = 16;
+      std::string named = absl::StrJoin(
+          missing.begin(),
+          missing.begin() +
+              static_cast<std::ptrdiff_t>(std::min(missing.size(), kNamed)),
+          ", ");
+      if (missing.size() > kNamed) {
+        absl::StrAppend(&named, " and ", missing.size() - kNamed, " more");
+      }
+      log::Warning(
+          "stagger-server",
+          absl::StrCat(
+              "job '", job, "' step ", number, " is still partial ",
+              absl::FormatDuration(
+                  absl::Trunc(now - it->second, absl::Seconds(1))),
+              " after its first commit: ", committed.size(), " of ",
+              info->world_size(), " ranks committed, missing rank",
+              missing.size() == 1 ? " " : "s ", named,
+              " (a rank that did not save the step, or one started with "
+              "another world_size); it is neither listed nor loaded until "
+              "they commit, and 'stagger rm' deletes it"));
+    }
+    it = partial_.erase(it);
+  }
 }
 
 }  // namespace stagger::server

@@ -10,11 +10,14 @@
 #include <atomic>
 #include <deque>
 #include <functional>
+#include <map>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "proto/stagger.grpc.pb.h"
 #include "server/auth.h"
 #include "server/compactor.h"
@@ -104,6 +107,12 @@ class ControlService final
   void SetDataService(DataService* data) { data_ = data; }
   // With a promoter (not owned): a memory-level commit wakes it.
   void SetPromoter(Promoter* promoter) { promoter_ = promoter; }
+  // A step a commit left partial and still partial `after` its first
+  // commit here is logged once, naming the ranks missing (a rank that did
+  // not save it, or one started with another world_size): nothing else
+  // says so while the job goes on. Zero: never (before serving; 10 min
+  // by default).
+  void SetPartialWarning(absl::Duration after) { partial_warn_after_ = after; }
 
   // CommitShard without the call: commits the shard in the meta store,
   // logs it, wakes the drainer, applies retention. The promoter commits
@@ -177,6 +186,9 @@ class ControlService final
   // What follows one commit: counters, logs, retention, the promoter.
   void AfterCommit(const pb::CommitShardRequest& req, const Status& logged,
                    Result<pb::StepInfo>* info);
+  // Logs the steps of partial_ still partial partial_warn_after_ after
+  // their first commit, and forgets them (committer thread).
+  void WarnLongPartial();
   // Runs `collect` on the durable tier (when there is one) after a Gc or
   // DeleteSteps, into reply->cold; a failure is reply->cold.error (the
   // call still succeeds: the disk's part stands, and the client goes on
@@ -209,6 +221,9 @@ class ControlService final
   absl::Mutex group_mu_;
   std::deque<PendingCommit*> group_ ABSL_GUARDED_BY(group_mu_);
   bool stopping_ ABSL_GUARDED_BY(group_mu_) = false;
+  // Committer thread only: steps a commit left partial, since when.
+  absl::Duration partial_warn_after_ = absl::Minutes(10);
+  std::map<std::pair<std::string, int64_t>, absl::Time> partial_;
   std::thread committer_;
 };
 

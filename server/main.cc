@@ -125,6 +125,12 @@ int main(int argc, char** argv) {
                  "flight)")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
+  double partial_warn_s = 600;
+  app.add_option("--partial-warn-s", partial_warn_s,
+                 "log a step still partial this long after a rank first "
+                 "committed it, naming the ranks missing (0: never)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
   uint64_t segment_mib = options.segment_bytes >> 20;
   app.add_option("--segment-mib", segment_mib,
                  "roll to a new segment file past this many MiB")
@@ -298,6 +304,7 @@ int main(int argc, char** argv) {
   options.ingest_budget_bytes = ingest_budget_mib << 20;
   options.cross_memory = !no_cross_memory;
   options.gc_grace_ms = static_cast<int64_t>(gc_grace_s * 1000);
+  options.partial_warn_ms = static_cast<int64_t>(partial_warn_s * 1000);
   options.segment_bytes = segment_mib << 20;
   options.short_segment_bytes = short_segment_mib << 20;
   options.rebase_deltas = !no_rebase;

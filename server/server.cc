@@ -387,6 +387,7 @@ Status Server::Impl::StartControlPlane(
       RetentionPolicy{options.keep_last, options.gc_grace_ms}, compactor.get(),
       auth.get(), manifest_log.get(), segments.get());
   control->SetRebaser(rebaser.get());
+  control->SetPartialWarning(absl::Milliseconds(options.partial_warn_ms));
   control->SetDomain(options.domain);
   control->SetNode(options.node.empty() ? host : options.node);
   control->SetDrainer(drainer.get());

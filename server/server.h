@@ -88,6 +88,9 @@ struct ServerOptions {
   // sparing chunks written in the last `gc_grace_ms`.
   uint32_t keep_last = 0;
   int64_t gc_grace_ms = 600 * 1000;
+  // A step that a commit left partial and that is still partial this long
+  // after is logged once, naming the ranks missing (0: never).
+  int64_t partial_warn_ms = 600 * 1000;
   // After every gc of a job, compact its sealed segments whose live bytes
   // are below this fraction of their size (0: never compact), copying at
   // most `compact_bytes_per_s` (0: unlimited).

@@ -267,6 +267,59 @@ def test_wait_step_waits_for_every_rank_and_names_the_missing(tmp_path):
         ck0.wait_step(-1)  # never committed by anyone: no endless wait
 
 
+def test_the_server_logs_a_step_left_partial_naming_the_missing_ranks(
+        tmp_path):
+    """A rank that never saves (a wrong world_size) leaves the step partial
+    with nothing said in the training loop; the server logs it once, after
+    --partial-warn-s, naming the ranks missing. A step that completes is
+    not logged."""
+    from conftest import bin_dir, listen_address
+    log_path = tmp_path / "server.log"
+    with open(log_path, "w") as log:
+        proc = subprocess.Popen(
+            [os.path.join(bin_dir(), "stagger-server"), "--data",
+             str(tmp_path / "data"), "--listen", listen_address(),
+             "--partial-warn-s", "1"],
+            stdout=subprocess.PIPE, stderr=log, text=True)
+    try:
+        line = proc.stdout.readline()
+        assert line.startswith("stagger-server ready grpc="), line
+        server = line.split()[2].split("=", 1)[1]
+        data = {"a": np.arange(1000, dtype=np.float32)}
+        cks = [stagger.Checkpointer(servers=server, job="lost", rank=r,
+                                    world_size=4) for r in range(4)]
+        # Step 1: ranks 0 and 2 of 4. Step 2: all four. Step 3: rank 3.
+        for step, ranks in ((1, (0, 2)), (2, (0, 1, 2, 3)), (3, (3,))):
+            for r in ranks:
+                assert cks[r].save(data, step=step).wait() is True
+
+        def logged(text, timeout=30):
+            deadline = time.monotonic() + timeout
+            while time.monotonic() < deadline:
+                if text in log_path.read_text():
+                    return True
+                time.sleep(0.1)
+            return False
+
+        assert logged("job 'lost' step 1 is still partial "), \
+            log_path.read_text()
+        assert logged("job 'lost' step 3 is still partial "), \
+            log_path.read_text()
+        out = log_path.read_text()
+        assert ("after its first commit: 2 of 4 ranks committed, missing "
+                "ranks 1, 3 (a rank that did not save the step, or one "
+                "started with another world_size); it is neither listed "
+                "nor loaded until they commit, and 'stagger rm' deletes "
+                "it") in out, out
+        assert "1 of 4 ranks committed, missing ranks 0, 1, 2 (" in out, out
+        # Step 2 completed before step 3 began: it was never in question.
+        assert "step 2 is still partial" not in out, out
+        assert out.count("step 1 is still partial") == 1, out
+    finally:
+        proc.terminate()
+        assert proc.wait(timeout=60) == 0
+
+
 class _Lagging:
     """A Checkpointer whose bookkeeping is still running after its saves'
     handles were answered (the moment between a save's handle turning done
