@@ -13,6 +13,7 @@ unless ``strict=False``.
 """
 import concurrent.futures
 import threading
+import types
 from typing import Dict, List, NamedTuple
 
 import numpy as np
@@ -245,6 +246,9 @@ class LoadResult(_Keys):
     ranks than saved) gets the lowest saved rank's. Empty when each came
     from this rank's own save.
     """
+
+    # What _replace() and copies (which bypass __new__) read.
+    from_other_ranks = types.MappingProxyType({})
 
     def __new__(cls, step, missing_keys, unexpected_keys, mismatched_keys,
                 from_other_ranks=None):
