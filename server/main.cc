@@ -29,6 +29,7 @@
 #include "server/tier/rados_object_store.h"
 #include "server/tier/s3_object_store.h"
 #include "util/build_info.h"
+#include "util/cli_checks.h"
 #include "util/log.h"
 #include "util/nearest.h"
 
@@ -123,13 +124,13 @@ int main(int argc, char** argv) {
   app.add_option("--gc-grace-s", gc_grace_s,
                  "retention spares chunks written this recently (saves in "
                  "flight)")
-      ->check(CLI::NonNegativeNumber)
+      ->check(stagger::NonNegative())
       ->capture_default_str();
   double partial_warn_s = 600;
   app.add_option("--partial-warn-s", partial_warn_s,
                  "log a step still partial this long after a rank first "
                  "committed it, naming the ranks missing (0: never)")
-      ->check(CLI::NonNegativeNumber)
+      ->check(stagger::NonNegative())
       ->capture_default_str();
   uint64_t segment_mib = options.segment_bytes >> 20;
   app.add_option("--segment-mib", segment_mib,
@@ -164,7 +165,7 @@ int main(int argc, char** argv) {
   double compact_mib_per_s = 64;
   app.add_option("--compact-mib-per-s", compact_mib_per_s,
                  "compaction copies at most this many MiB/s (0: unlimited)")
-      ->check(CLI::NonNegativeNumber)
+      ->check(stagger::NonNegative())
       ->capture_default_str();
   uint64_t ingest_budget_mib = options.ingest_budget_bytes >> 20;
   app.add_option("--ingest-budget-mib", ingest_budget_mib,
@@ -250,14 +251,14 @@ int main(int argc, char** argv) {
                  "the drain to --rados-pool or --s3-bucket writes at most "
                  "this many MiB/s "
                  "(0: no cap; it always waits while clients save or restore)")
-      ->check(CLI::NonNegativeNumber)
+      ->check(stagger::NonNegative())
       ->capture_default_str();
   double cold_import_s = 30;
   app.add_option("--cold-import-s", cold_import_s,
                  "every this many seconds, list the durable tier for steps "
                  "other servers stored there and serve them (0: only at "
                  "start)")
-      ->check(CLI::NonNegativeNumber)
+      ->check(stagger::NonNegative())
       ->capture_default_str();
   bool rebuild = false;
   app.add_flag("--rebuild-index", rebuild,

@@ -56,6 +56,27 @@ TEST(CliUsageTest, UsageErrorsExit2AndSayWhatWasWrong) {
                        "'--segment-mib'?"),
             std::string::npos)
       << r.out;
+  // A bad number says what it is, in one short line.
+  r = RunProcess({testutil::BinDir() + "/stagger-server", "--data", "/tmp/x",
+                  "--gc-grace-s", "-1"});
+  EXPECT_EQ(r.exit_code, 2) << r.out;
+  EXPECT_NE(r.out.find("stagger-server: --gc-grace-s: -1 is negative: give a "
+                       "number >= 0\n"),
+            std::string::npos)
+      << r.out;
+  EXPECT_LT(r.out.size(), 200u) << r.out;
+  r = RunProcess({testutil::BinDir() + "/stagger-server", "--data", "/tmp/x",
+                  "--partial-warn-s", "10m"});
+  EXPECT_EQ(r.exit_code, 2) << r.out;
+  EXPECT_NE(r.out.find("--partial-warn-s: 10m is not a number"),
+            std::string::npos)
+      << r.out;
+  r = RunProcess(
+      {Cli(), "import-dcp", "--dir", "d", "--job", "j", "--step", "-3"});
+  EXPECT_EQ(r.exit_code, 2) << r.out;
+  EXPECT_NE(r.out.find("--step: -3 is negative: give a number >= 0"),
+            std::string::npos)
+      << r.out;
 }
 
 // import-dcp and export-dcp hand over to stagger.torch.dcp in python3

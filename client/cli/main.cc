@@ -23,6 +23,7 @@
 #include "client/cli/commands.h"
 #include "client/cli/session.h"
 #include "util/build_info.h"
+#include "util/cli_checks.h"
 #include "util/log.h"
 #include "util/nearest.h"
 
@@ -239,7 +240,7 @@ int main(int argc, char** argv) {
     cmd->add_option("--dir", d->dir, dir_help)->required();
     cmd->add_option("--job", d->job, "job name")->required();
     auto* step = cmd->add_option("--step", d->step, step_help)
-                     ->check(CLI::NonNegativeNumber);
+                     ->check(stagger::NonNegative());
     if (d->import) step->required();
     return cmd;
   };
