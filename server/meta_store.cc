@@ -236,6 +236,25 @@ Result<pb::ShardManifest> MetaStore::GetShard(const std::string& job,
   return ParseValue<pb::ShardManifest>(v, "shard manifest");
 }
 
+class MetaStore::CollectingScope {
+ public:
+  CollectingScope(MetaStore* meta, const std::string& job)
+      : meta_(meta), job_(job) {
+    absl::MutexLock lock(&meta_->index_mu_);
+    meta_->collecting_.insert(job_);
+  }
+  ~CollectingScope() {
+    absl::MutexLock lock(&meta_->index_mu_);
+    meta_->collecting_.erase(job_);
+  }
+  CollectingScope(const CollectingScope&) = delete;
+  CollectingScope& operator=(const CollectingScope&) = delete;
+
+ private:
+  MetaStore* const meta_;
+  const std::string job_;
+};
+
 Result<GcResult> MetaStore::DeleteStepsLocked(
     const std::string& job, const std::vector<pb::StepInfo>& steps,
     const std::set<int64_t>& doomed, int64_t grace_ms) {
@@ -256,9 +275,13 @@ Result<GcResult> MetaStore::DeleteStepsLocked(
     }
   }
   r.steps_kept = kept.size();
+  // From before the scan of bases to the delete write, no rebase may point
+  // a kept chunk at one found dead.
+  CollectingScope collecting(this, job);
   ChunkIdSet live;
   STAGGER_RETURN_IF_ERROR(AddReferenced(job, kept, &live));
   STAGGER_RETURN_IF_ERROR(CloseOverBases(job, &live));
+  if (collect_hook_) collect_hook_(job);
   STAGGER_ASSIGN_OR_RETURN(SweepResult swept,
                            DeleteUnreferenced(job, live, grace_ms, &batch));
   r.chunks_deleted = swept.chunks_deleted;
@@ -294,7 +317,9 @@ Result<SweepResult> MetaStore::Sweep(const std::string& job, ChunkIdSet live,
         "this server holds ", steps.size(), " steps of job '", job,
         "' (it is the job's coordinator): gc it there, not by sweep"));
   }
+  CollectingScope collecting(this, job);
   STAGGER_RETURN_IF_ERROR(CloseOverBases(job, &live));
+  if (collect_hook_) collect_hook_(job);
   rocksdb::WriteBatch batch;
   return DeleteUnreferenced(job, live, grace_ms, &batch);
 }
@@ -424,6 +449,10 @@ Status MetaStore::Restore(const std::string& job,
   STAGGER_RETURN_IF_ERROR(format::ValidateName("job", job));
   rocksdb::WriteBatch batch;
   absl::MutexLock lock(&index_mu_);
+  if (collecting_.contains(job)) {
+    return absl::AbortedError(absl::StrCat(
+        "job '", job, "' is being collected: its bases stay as they are"));
+  }
   for (const Restored& c : changes) {
     const std::string key = ChunkKey(job, c.id);
     std::string v;

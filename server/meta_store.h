@@ -257,7 +257,19 @@ class MetaStore {
   // a relocation or a repair came first). One synced batch, so the old
   // records may be reclaimed once it returns. The entries keep their
   // written time.
+  //
+  // A rebase that lands while a Gc, DeleteSteps or Sweep of the job is
+  // deciding what is live is ABORTED too: it may make a chunk the decision
+  // keeps a delta of one the decision has already found dead (the rebaser
+  // tries once more later, or leaves the chunk as it was).
   Status Restore(const std::string& job, const std::vector<Restored>& changes);
+
+  // Runs `hook` (with the job) in every collection between its scan of
+  // what is live and its delete write: for tests of what may happen
+  // meanwhile. Before the store is used from other threads.
+  void SetCollectHookForTesting(std::function<void(const std::string&)> hook) {
+    collect_hook_ = std::move(hook);
+  }
 
   // NOT_FOUND when the rank has not committed that step.
   Result<pb::ShardManifest> GetShard(const std::string& job, int64_t step,
@@ -332,6 +344,13 @@ class MetaStore {
   // RelocateChunks, Restore, the delete write of Gc and Sweep) against each
   // other.
   absl::Mutex index_mu_ ABSL_ACQUIRED_AFTER(commit_mu_);
+  // Jobs whose collection is between its scan of what is live and its
+  // delete write: Restore refuses to change their bases meanwhile.
+  absl::flat_hash_set<std::string> collecting_ ABSL_GUARDED_BY(index_mu_);
+  std::function<void(const std::string&)> collect_hook_;
+
+  // Marks `job` as being collected for its lifetime (CollectingScope).
+  class CollectingScope;
 };
 
 }  // namespace stagger::server
