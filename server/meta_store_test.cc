@@ -333,8 +333,9 @@ TEST_F(MetaStoreTest, DeleteStepsKeepsWhatTheOthersNeedAndNamesWhatIsMissing) {
 // The rebaser makes an older version a delta of a newer one (Restore). If
 // that lands while a deletion decides what is live, the older chunk (kept)
 // could come to depend on the newer one (found dead and deleted): a kept
-// step that no longer loads. Seen as rm_cli_test failing 1 run in ~10
-// under load; here the rebase is put exactly in that window.
+// step that no longer loads. Seen as rm_cli_test failing in one of five
+// runs of the suite at ctest -j4; here the rebase is put exactly in that
+// window.
 TEST_F(MetaStoreTest, ARebaseDuringACollectionIsRefusedAndKeepsTheKeptStep) {
   auto c1 = StoreChunk(1);  // step 1, whole
   auto c3 = StoreChunk(3);  // step 3, whole: the newer version
