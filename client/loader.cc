@@ -267,9 +267,9 @@ Status PlanLoad(const std::vector<LoadTarget>& targets,
   static const std::vector<SavedEntry> kNone;
   for (const LoadTarget& t : targets) {
     auto it = by_name.find(t.name);
-    STAGGER_RETURN_IF_ERROR(
-        PlanTensor(t, it == by_name.end() ? kNone : it->second, prefer_rank,
-                   servers, plan));
+    STAGGER_RETURN_IF_ERROR(PlanTensor(t,
+                                       it == by_name.end() ? kNone : it->second,
+                                       prefer_rank, servers, plan));
   }
   return absl::OkStatus();
 }

@@ -229,9 +229,9 @@ class ReshardTest : public ::testing::Test {
       // A rank the savers lacked is told it got rank 0's per-rank tensors;
       // the sliced and replicated ones are nobody's in particular.
       const std::map<std::string, uint32_t> borrowed =
-          r < kSavers ? std::map<std::string, uint32_t>{}
-                      : std::map<std::string, uint32_t>{{"count", 0},
-                                                        {"rng", 0}};
+          r < kSavers
+              ? std::map<std::string, uint32_t>{}
+              : std::map<std::string, uint32_t>{{"count", 0}, {"rng", 0}};
       EXPECT_EQ(ck->LastLoadFromOtherRanks(), borrowed);
       // The manifests planning read: on the world saved, this rank's and
       // rank 0's (replicated tensors); then, where those do not cover the
