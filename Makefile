@@ -93,6 +93,7 @@ bench-smoke:
 
 test-sanitize: deps-test
 	@cmake -S . -B $(SANITIZE_DIR) -DCMAKE_BUILD_TYPE=Debug -DSTAGGER_SANITIZE=ON \
+	  -DCMAKE_CXX_FLAGS_DEBUG=-g1 -DCMAKE_C_FLAGS_DEBUG=-g1 \
 	  -DPython3_EXECUTABLE=$(PYTHON) > $(SANITIZE_DIR).configure.log 2>&1 \
 	  || (cat $(SANITIZE_DIR).configure.log; exit 1)
 	cmake --build $(SANITIZE_DIR) -j$(JOBS) --target $(SANITIZE_TESTS)
