@@ -21,6 +21,7 @@
 #include "client/cuda/cuda_copy.h"
 #include "client/cuda/cuda_snapshot.h"
 #include "client/internal/save_state.h"
+#include "format/manifest.h"
 #include "format/names.h"
 #include "transport/ucx_transport.h"
 #include "util/log.h"
@@ -599,17 +600,10 @@ Status CheckpointerImpl::WaitStep(int64_t step, absl::Duration timeout) {
         absl::StrCat("step ", step, " of job '", options_.job,
                      "': no rank has committed it"));
   }
-  std::vector<uint32_t> missing;
-  std::set<uint32_t> have(seen->committed_ranks().begin(),
-                          seen->committed_ranks().end());
-  for (uint32_t r = 0; r < seen->world_size() && missing.size() < 16; ++r) {
-    if (!have.count(r)) missing.push_back(r);
-  }
   return absl::DeadlineExceededError(absl::StrCat(
-      "step ", step, " of job '", options_.job, "' is still partial: ",
-      have.size(), " of world size ", seen->world_size(),
-      " committed; missing ranks ", absl::StrJoin(missing, ", "),
-      missing.size() < seen->world_size() - have.size() ? ", ..." : "",
+      "step ", step, " of job '", options_.job,
+      "' is still partial: ", seen->committed_ranks_size(), " of world size ",
+      seen->world_size(), " committed; missing ", format::MissingRanks(*seen),
       " (a rank that did not save this step, or a world_size that is not "
       "the job's)"));
 }

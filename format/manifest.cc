@@ -1,9 +1,11 @@
 #include "format/manifest.h"
 
+#include <algorithm>
 #include <set>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "format/names.h"
 #include "format/record.h"
 
@@ -86,6 +88,28 @@ Status ValidateShardManifest(const pb::ShardManifest& m) {
     if (!s.ok()) return WithContext(s, absl::StrCat("tensor '", t.name(), "'"));
   }
   return absl::OkStatus();
+}
+
+std::string MissingRanks(const pb::StepInfo& step, size_t named) {
+  std::vector<bool> committed(step.world_size(), false);
+  for (uint32_t r : step.committed_ranks()) {
+    if (r < committed.size()) committed[r] = true;
+  }
+  std::vector<uint32_t> missing;
+  for (uint32_t r = 0; r < committed.size(); ++r) {
+    if (!committed[r]) missing.push_back(r);
+  }
+  if (missing.empty()) return "";
+  const size_t shown = std::min(missing.size(), named);
+  std::string out = absl::StrCat(
+      missing.size() == 1 ? "rank " : "ranks ",
+      absl::StrJoin(missing.begin(),
+                    missing.begin() + static_cast<std::ptrdiff_t>(shown),
+                    ", "));
+  if (missing.size() > shown) {
+    absl::StrAppend(&out, " and ", missing.size() - shown, " more");
+  }
+  return out;
 }
 
 }  // namespace stagger::format

@@ -117,5 +117,20 @@ TEST(ManifestTest, RejectsEachBadField) {
   expect_bad(m, "step");
 }
 
+TEST(ManifestTest, MissingRanksNamesWhoHasNotCommitted) {
+  pb::StepInfo step;
+  step.set_world_size(4);
+  for (uint32_t r : {0u, 2u}) step.add_committed_ranks(r);
+  EXPECT_EQ(MissingRanks(step), "ranks 1, 3");
+  step.add_committed_ranks(3);
+  EXPECT_EQ(MissingRanks(step), "rank 1");
+  step.add_committed_ranks(1);
+  EXPECT_EQ(MissingRanks(step), "");
+  pb::StepInfo big;
+  big.set_world_size(100);
+  big.add_committed_ranks(0);
+  EXPECT_EQ(MissingRanks(big, 3), "ranks 1, 2, 3 and 96 more");
+}
+
 }  // namespace
 }  // namespace stagger::format

@@ -14,9 +14,9 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
+#include "format/manifest.h"
 #include "server/compactor.h"
 #include "server/control_service.h"
 #include "server/manifest_log.h"
@@ -222,33 +222,15 @@ void ControlService::WarnLongPartial() {
     // Collected or completed meanwhile: nothing to say.
     Result<pb::StepInfo> info = meta_->GetStep(job, number);
     if (info.ok() && !info->complete()) {
-      const auto& committed = info->committed_ranks();
-      std::vector<bool> in(info->world_size(), false);
-      for (uint32_t r : committed) {
-        if (r < in.size()) in[r] = true;
-      }
-      std::vector<uint32_t> missing;
-      for (uint32_t r = 0; r < in.size(); ++r) {
-        if (!in[r]) missing.push_back(r);
-      }
-      constexpr size_t kNamed = 16;
-      std::string named = absl::StrJoin(
-          missing.begin(),
-          missing.begin() +
-              static_cast<std::ptrdiff_t>(std::min(missing.size(), kNamed)),
-          ", ");
-      if (missing.size() > kNamed) {
-        absl::StrAppend(&named, " and ", missing.size() - kNamed, " more");
-      }
       log::Warning(
           "stagger-server",
           absl::StrCat(
               "job '", job, "' step ", number, " is still partial ",
               absl::FormatDuration(
                   absl::Trunc(now - it->second, absl::Seconds(1))),
-              " after its first commit: ", committed.size(), " of ",
-              info->world_size(), " ranks committed, missing rank",
-              missing.size() == 1 ? " " : "s ", named,
+              " after its first commit: ", info->committed_ranks_size(), " of ",
+              info->world_size(), " ranks committed, missing ",
+              format::MissingRanks(*info),
               " (a rank that did not save the step, or one started with "
               "another world_size); it is neither listed nor loaded until "
               "they commit, and 'stagger rm' deletes it"));
