@@ -143,8 +143,9 @@ Status Mismatch(const LoadTarget& t, const SavedEntry& s) {
       " but is registered as ", Describe(t.dtype, t.shape, t.global_shape)));
 }
 
-Status PlanTensor(const LoadTarget& t, const std::vector<SavedEntry>& saved,
-                  uint32_t prefer_rank, ServerSet& servers, LoadPlan* plan) {
+Status PlanLoadTensor(const LoadTarget& t, const std::vector<SavedEntry>& saved,
+                      uint32_t prefer_rank, ServerSet& servers,
+                      LoadPlan* plan) {
   STAGGER_ASSIGN_OR_RETURN(uint64_t element_size, format::DtypeSize(t.dtype));
   const std::vector<int64_t> global = GlobalOf(t.shape, t.global_shape);
   const Box wanted = SliceOf(t.shape, t.global_offset);
@@ -267,9 +268,9 @@ Status PlanLoad(const std::vector<LoadTarget>& targets,
   static const std::vector<SavedEntry> kNone;
   for (const LoadTarget& t : targets) {
     auto it = by_name.find(t.name);
-    STAGGER_RETURN_IF_ERROR(PlanTensor(t,
-                                       it == by_name.end() ? kNone : it->second,
-                                       prefer_rank, servers, plan));
+    STAGGER_RETURN_IF_ERROR(
+        PlanLoadTensor(t, it == by_name.end() ? kNone : it->second, prefer_rank,
+                       servers, plan));
   }
   return absl::OkStatus();
 }

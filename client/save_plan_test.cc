@@ -9,7 +9,7 @@
 namespace stagger::client {
 namespace {
 
-constexpr uint64_t kChunk = 1024;
+constexpr uint64_t kPlanChunk = 1024;
 
 format::ChunkId Id(uint8_t n) {
   std::string bytes(16, static_cast<char>(n));
@@ -25,7 +25,7 @@ class SavePlanTest : public ::testing::Test {
     o.rank = 1;
     o.world_size = 2;
     o.replicas = 1;
-    o.chunk_size = kChunk;
+    o.chunk_size = kPlanChunk;
     o.created_unix_ms = 1234;
     o.deltas_on = true;
     o.delta_chain_max = 2;
@@ -41,10 +41,11 @@ class SavePlanTest : public ::testing::Test {
   static PreviousChunks Previous(uint64_t bytes, size_t n, int depth) {
     PreviousChunks p;
     p.bytes = bytes;
-    p.chunk_size = kChunk;
+    p.chunk_size = kPlanChunk;
     for (size_t i = 0; i < n; ++i) {
       p.ids.push_back(Id(static_cast<uint8_t>(i + 1)));
-      p.versions.push_back(std::make_shared<const std::string>(kChunk, 'v'));
+      p.versions.push_back(
+          std::make_shared<const std::string>(kPlanChunk, 'v'));
       p.depth.push_back(depth);
       p.fingerprints.emplace_back();
       p.at_home.push_back(true);
@@ -54,8 +55,8 @@ class SavePlanTest : public ::testing::Test {
 
   ServerConn server_;
   std::vector<std::string> asked_;
-  std::vector<char> a_ = std::vector<char>(2 * kChunk + 100);
-  std::vector<char> b_ = std::vector<char>(kChunk);
+  std::vector<char> a_ = std::vector<char>(2 * kPlanChunk + 100);
+  std::vector<char> b_ = std::vector<char>(kPlanChunk);
   TensorSpec sa_{"a", "F32", {int64_t(a_.size() / 4)}, a_.data()};
   TensorSpec sb_{"b", "U8", {int64_t(b_.size())}, b_.data()};
 };
@@ -68,7 +69,7 @@ TEST_F(SavePlanTest, TheManifestAndItsChunksFollowTheTensors) {
   EXPECT_EQ(m.step(), 7);
   EXPECT_EQ(m.rank(), 1u);
   EXPECT_EQ(m.world_size(), 2u);
-  EXPECT_EQ(m.chunk_size(), kChunk);
+  EXPECT_EQ(m.chunk_size(), kPlanChunk);
   EXPECT_EQ(m.created_unix_ms(), 1234);
   ASSERT_EQ(m.tensors_size(), 2);
   EXPECT_EQ(m.tensors(0).name(), "a");
@@ -78,7 +79,7 @@ TEST_F(SavePlanTest, TheManifestAndItsChunksFollowTheTensors) {
   EXPECT_EQ(plan.tensor_bytes, (std::vector<uint64_t>{a_.size(), b_.size()}));
   ASSERT_EQ(plan.chunks.size(), 4u);
   EXPECT_EQ(plan.chunks[0].src, a_.data());
-  EXPECT_EQ(plan.chunks[2].src, a_.data() + 2 * kChunk);
+  EXPECT_EQ(plan.chunks[2].src, a_.data() + 2 * kPlanChunk);
   EXPECT_EQ(plan.chunks[2].len, 100u);
   EXPECT_EQ(plan.chunks[2].ref, &m.tensors(0).chunks(2));
   EXPECT_EQ(plan.chunks[3].ref, &m.tensors(1).chunks(0));
@@ -98,7 +99,7 @@ TEST_F(SavePlanTest, TheManifestAndItsChunksFollowTheTensors) {
 
 TEST_F(SavePlanTest, DeltaBasesFollowTheHistoryTheChainAndTheBudget) {
   SavePlanOptions o = Options();
-  o.keep_budget = 2 * kChunk;  // the first two chunks keep their bytes
+  o.keep_budget = 2 * kPlanChunk;  // the first two chunks keep their bytes
   PreviousChunks pa = Previous(a_.size(), 3, /*depth=*/1);
   pa.versions[1] = nullptr;  // not held: did not fit last time
   PreviousChunks pb = Previous(b_.size(), 1, /*depth=*/2);  // at the cut
@@ -139,7 +140,7 @@ TEST_F(SavePlanTest, DeltaBasesFollowTheHistoryTheChainAndTheBudget) {
 TEST_F(SavePlanTest, OutcomesBecomeTheNextPlansHistory) {
   SavePlan plan = PlanSave(Options(), {{&sb_, b_.size(), nullptr, {}}});
   plan.manifest->mutable_tensors(0)->mutable_chunks(0)->set_id(Id(9).ToBytes());
-  auto bytes = std::make_shared<const std::string>(kChunk, 'x');
+  auto bytes = std::make_shared<const std::string>(kPlanChunk, 'x');
   std::map<std::string, PreviousChunks> history;
   ChunkOutcome whole;
   whole.bytes = bytes;

@@ -12,7 +12,7 @@
 namespace stagger::client {
 namespace {
 
-constexpr int64_t kMs = 1'000'000;
+using qos::kMs;
 constexpr int64_t kSec = 1'000'000'000;
 
 CheckpointerOptions Base() {

@@ -4,10 +4,12 @@
 
 #include <cmath>
 
+#include "qos/clock.h"
+
 namespace stagger::client {
 namespace {
 
-constexpr int64_t kMs = 1'000'000;
+using qos::kMs;
 
 TEST(WireRateTest, NothingMeasuredIsZero) {
   WireRate r;

@@ -27,6 +27,10 @@
 
 namespace stagger::qos {
 
+// A millisecond and a second on a Clock's axis, in nanoseconds.
+inline constexpr int64_t kMs = 1'000'000;
+inline constexpr int64_t kSec = 1'000'000'000;
+
 class Clock {
  public:
   virtual ~Clock() = default;

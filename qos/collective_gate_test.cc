@@ -9,8 +9,6 @@
 namespace stagger::qos {
 namespace {
 
-constexpr int64_t kMs = 1'000'000;
-constexpr int64_t kSec = 1'000'000'000;
 constexpr int64_t kForever = std::numeric_limits<int64_t>::max();
 
 using Spans = std::vector<std::pair<int64_t, int64_t>>;

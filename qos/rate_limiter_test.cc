@@ -9,8 +9,6 @@
 namespace stagger::qos {
 namespace {
 
-constexpr int64_t kMs = 1'000'000;
-
 TEST(BackgroundLimiterTest, TheCapSpacesRequestsWithoutBurst) {
   SimulatedClock clock;
   BackgroundLimiter limiter({.bytes_per_s = 1e6, .clock = &clock});

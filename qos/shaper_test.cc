@@ -9,8 +9,6 @@
 namespace stagger::qos {
 namespace {
 
-constexpr int64_t kMs = 1'000'000;
-constexpr int64_t kSec = 1'000'000'000;
 constexpr uint64_t kMB = 1'000'000;
 
 TEST(ShaperTest, WithoutPartsARequestReturnsAtOnce) {

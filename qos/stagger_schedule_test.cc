@@ -7,9 +7,6 @@
 namespace stagger::qos {
 namespace {
 
-constexpr int64_t kMs = 1'000'000;
-constexpr int64_t kSec = 1'000'000'000;
-
 StaggerSlot SlotOf(int rank, int world, int per_node, int64_t window,
                    double spread = 0.5) {
   StaggerOptions o;

@@ -13,8 +13,6 @@
 namespace stagger::qos {
 namespace {
 
-constexpr int64_t kMs = 1'000'000;
-
 // 1e6 bytes/s: one byte per microsecond.
 TEST(TokenBucketTest, IdleBucketLetsTheBurstThrough) {
   TokenBucket b(1e6, 1000);

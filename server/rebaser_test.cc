@@ -17,7 +17,7 @@ namespace {
 
 using server_internal::BytesOf;
 
-constexpr char kJob[] = "job";
+constexpr char kRebasedJob[] = "job";
 constexpr size_t kFloats = 16384;  // 64 KiB chunks
 
 class RebaserTest : public ::testing::Test {
@@ -33,17 +33,17 @@ class RebaserTest : public ::testing::Test {
   // `base`, and indexes it as the data service does.
   format::ChunkId Put(const std::vector<float>& raw, format::Codec codec,
                       const std::vector<float>* base = nullptr) {
-    return stores_.Put(kJob, BytesOf(raw), codec,
+    return stores_.Put(kRebasedJob, BytesOf(raw), codec,
                        base != nullptr ? BytesOf(*base) : std::string_view());
   }
 
   // Decodes chunk `id` through the index and compares it with `want`.
   void ExpectDecodes(const format::ChunkId& id,
                      const std::vector<float>& want) {
-    auto m = meta_->GetChunk(kJob, id);
+    auto m = meta_->GetChunk(kRebasedJob, id);
     ASSERT_TRUE(m.ok()) << m.status();
     std::vector<float> got(want.size());
-    Status s = DecodeStoredChunk(meta_, segments_, kJob, id, *m,
+    Status s = DecodeStoredChunk(meta_, segments_, kRebasedJob, id, *m,
                                  reinterpret_cast<char*>(got.data()));
     ASSERT_TRUE(s.ok()) << s;
     EXPECT_EQ(std::memcmp(got.data(), want.data(), want.size() * 4), 0);
@@ -77,11 +77,11 @@ TEST_F(RebaserTest, TheNewestBecomesWholeAndItsBaseADeltaOfIt) {
     const std::vector<float> v1 = Step(v0, 1);
     const format::ChunkId b = Put(v0, format::Codec::kByteGroupZstd);
     const format::ChunkId y = Put(v1, delta, &v0);
-    const uint64_t whole_size = meta_->GetChunk(kJob, b)->stored_length;
+    const uint64_t whole_size = meta_->GetChunk(kRebasedJob, b)->stored_length;
     Rebaser rebaser(segments_, meta_);
-    ASSERT_TRUE(rebaser.RebaseOne(kJob, y).ok());
-    auto ym = meta_->GetChunk(kJob, y);
-    auto bm = meta_->GetChunk(kJob, b);
+    ASSERT_TRUE(rebaser.RebaseOne(kRebasedJob, y).ok());
+    auto ym = meta_->GetChunk(kRebasedJob, y);
+    auto bm = meta_->GetChunk(kRebasedJob, b);
     ASSERT_TRUE(ym.ok() && bm.ok());
     // Y whole, in its base's codec; B a delta of Y, smaller than whole.
     EXPECT_EQ(ym->codec, format::Codec::kByteGroupZstd);
@@ -95,8 +95,8 @@ TEST_F(RebaserTest, TheNewestBecomesWholeAndItsBaseADeltaOfIt) {
     ExpectDecodes(y, v1);
     ExpectDecodes(b, v0);
     // Nothing left to do: a second rebase changes nothing.
-    ASSERT_TRUE(rebaser.RebaseOne(kJob, y).ok());
-    EXPECT_EQ(meta_->GetChunk(kJob, b)->location, bm->location);
+    ASSERT_TRUE(rebaser.RebaseOne(kRebasedJob, y).ok());
+    EXPECT_EQ(meta_->GetChunk(kRebasedJob, b)->location, bm->location);
     RebaserStats st = rebaser.Stats();
     EXPECT_EQ(st.rebased, 1u);
     EXPECT_GT(st.bytes_written, whole_size);
@@ -113,7 +113,7 @@ TEST_F(RebaserTest, AKeyframeStaysWholeEveryMaxBehindHops) {
     v.push_back(Step(v.back(), i));
     ids.push_back(Put(v[i], format::Codec::kXorByteGroupZstd, &v[i - 1]));
     // The worker's path: queued, then done.
-    rebaser.Enqueue(kJob, ids[i]);
+    rebaser.Enqueue(kRebasedJob, ids[i]);
     rebaser.WaitIdle();
   }
   // v0 <- v1 <- v2 (kept whole: a third link would pass 2), v3 <- v4.
@@ -121,11 +121,11 @@ TEST_F(RebaserTest, AKeyframeStaysWholeEveryMaxBehindHops) {
   EXPECT_EQ(st.rebased, 3u);
   EXPECT_EQ(st.keyframes, 1u);
   EXPECT_EQ(st.failed + st.aborted + st.dropped, 0u);
-  EXPECT_EQ(meta_->GetChunk(kJob, ids[0])->base, ids[1]);
-  EXPECT_EQ(meta_->GetChunk(kJob, ids[1])->base, ids[2]);
-  EXPECT_FALSE(meta_->GetChunk(kJob, ids[2])->base.has_value());
-  EXPECT_EQ(meta_->GetChunk(kJob, ids[3])->base, ids[4]);
-  EXPECT_FALSE(meta_->GetChunk(kJob, ids[4])->base.has_value());
+  EXPECT_EQ(meta_->GetChunk(kRebasedJob, ids[0])->base, ids[1]);
+  EXPECT_EQ(meta_->GetChunk(kRebasedJob, ids[1])->base, ids[2]);
+  EXPECT_FALSE(meta_->GetChunk(kRebasedJob, ids[2])->base.has_value());
+  EXPECT_EQ(meta_->GetChunk(kRebasedJob, ids[3])->base, ids[4]);
+  EXPECT_FALSE(meta_->GetChunk(kRebasedJob, ids[4])->base.has_value());
   for (size_t i = 0; i < v.size(); ++i) ExpectDecodes(ids[i], v[i]);
 }
 
@@ -137,9 +137,9 @@ TEST_F(RebaserTest, ADeltaOfADeltaIsDecodedThroughItsChain) {
   const format::ChunkId b = Put(v1, format::Codec::kXorByteGroupZstd, &v0);
   const format::ChunkId c = Put(v2, format::Codec::kXorByteGroupZstd, &v1);
   Rebaser rebaser(segments_, meta_);
-  ASSERT_TRUE(rebaser.RebaseOne(kJob, c).ok());
-  EXPECT_EQ(meta_->GetChunk(kJob, c)->codec, format::Codec::kRaw);
-  EXPECT_EQ(meta_->GetChunk(kJob, b)->base, a);
+  ASSERT_TRUE(rebaser.RebaseOne(kRebasedJob, c).ok());
+  EXPECT_EQ(meta_->GetChunk(kRebasedJob, c)->codec, format::Codec::kRaw);
+  EXPECT_EQ(meta_->GetChunk(kRebasedJob, b)->base, a);
   EXPECT_EQ(rebaser.Stats().keyframes, 1u);
   ExpectDecodes(a, v0);
   ExpectDecodes(b, v1);
@@ -150,22 +150,24 @@ TEST_F(RebaserTest, RestoreIsAllOrNothing) {
   const std::vector<float> v0 = Weights(7), v1 = Step(v0, 1);
   const format::ChunkId b = Put(v0, format::Codec::kRaw);
   const format::ChunkId y = Put(v1, format::Codec::kXorByteGroupZstd, &v0);
-  ChunkMeta bm = *meta_->GetChunk(kJob, b), ym = *meta_->GetChunk(kJob, y);
+  ChunkMeta bm = *meta_->GetChunk(kRebasedJob, b),
+            ym = *meta_->GetChunk(kRebasedJob, y);
   ChunkMeta moved = ym;
   moved.location.offset += 4096;
   ChunkLocation stale = bm.location;
   stale.offset += 8192;
   // The second entry is no longer where the caller read it.
-  Status s = meta_->Restore(kJob, {{y, ym.location, moved}, {b, stale, bm}});
+  Status s =
+      meta_->Restore(kRebasedJob, {{y, ym.location, moved}, {b, stale, bm}});
   EXPECT_TRUE(absl::IsAborted(s)) << s;
-  EXPECT_EQ(meta_->GetChunk(kJob, y)->location, ym.location);
+  EXPECT_EQ(meta_->GetChunk(kRebasedJob, y)->location, ym.location);
   // A collected chunk aborts too.
   const format::ChunkId gone = format::ChunkId::Of("x", 1);
-  s = meta_->Restore(kJob, {{gone, bm.location, bm}});
+  s = meta_->Restore(kRebasedJob, {{gone, bm.location, bm}});
   EXPECT_TRUE(absl::IsAborted(s)) << s;
   // Both unchanged: applied, written time kept.
-  ASSERT_TRUE(meta_->Restore(kJob, {{y, ym.location, moved}}).ok());
-  auto now = meta_->GetChunk(kJob, y);
+  ASSERT_TRUE(meta_->Restore(kRebasedJob, {{y, ym.location, moved}}).ok());
+  auto now = meta_->GetChunk(kRebasedJob, y);
   EXPECT_EQ(now->location, moved.location);
   EXPECT_EQ(now->written_unix_ms, ym.written_unix_ms);
 }
@@ -182,9 +184,9 @@ TEST_F(RebaserTest, AWholePutIsEncodedAndItsPreviousVersionADeltaOfIt) {
   const format::ChunkId y = Put(v1, format::Codec::kRaw);
   const uint64_t raw_size = kFloats * 4;
   Rebaser rebaser(segments_, meta_);
-  ASSERT_TRUE(rebaser.RebaseWhole(kJob, y, b, 4).ok());
-  auto ym = meta_->GetChunk(kJob, y);
-  auto bm = meta_->GetChunk(kJob, b);
+  ASSERT_TRUE(rebaser.RebaseWhole(kRebasedJob, y, b, 4).ok());
+  auto ym = meta_->GetChunk(kRebasedJob, y);
+  auto bm = meta_->GetChunk(kRebasedJob, b);
   ASSERT_TRUE(ym.ok() && bm.ok());
   EXPECT_EQ(ym->codec, format::Codec::kRaw);
   EXPECT_FALSE(ym->base.has_value());
@@ -197,22 +199,23 @@ TEST_F(RebaserTest, AWholePutIsEncodedAndItsPreviousVersionADeltaOfIt) {
   ExpectDecodes(b, v0);
   EXPECT_EQ(rebaser.Stats().rebased, 1u);
   // Again: B is a delta already, so nothing changes.
-  ASSERT_TRUE(rebaser.RebaseWhole(kJob, y, b, 4).ok());
-  EXPECT_EQ(meta_->GetChunk(kJob, b)->location, bm->location);
-  EXPECT_EQ(meta_->GetChunk(kJob, y)->location, ym->location);
+  ASSERT_TRUE(rebaser.RebaseWhole(kRebasedJob, y, b, 4).ok());
+  EXPECT_EQ(meta_->GetChunk(kRebasedJob, b)->location, bm->location);
+  EXPECT_EQ(meta_->GetChunk(kRebasedJob, y)->location, ym->location);
 
   // A previous version not held here, or of another length: nothing.
   const std::vector<float> v2 = Step(v1, 3);
   const format::ChunkId z = Put(v2, format::Codec::kRaw);
-  const auto zm = meta_->GetChunk(kJob, z);
+  const auto zm = meta_->GetChunk(kRebasedJob, z);
   ASSERT_TRUE(zm.ok());
   ASSERT_TRUE(
-      rebaser.RebaseWhole(kJob, z, format::ChunkId::Of("absent", 6), 4).ok());
+      rebaser.RebaseWhole(kRebasedJob, z, format::ChunkId::Of("absent", 6), 4)
+          .ok());
   const std::vector<float> short_one(kFloats / 2, 1.0f);
   const format::ChunkId s = Put(short_one, format::Codec::kRaw);
-  ASSERT_TRUE(rebaser.RebaseWhole(kJob, z, s, 4).ok());
-  EXPECT_EQ(meta_->GetChunk(kJob, z)->location, zm->location);
-  EXPECT_EQ(meta_->GetChunk(kJob, s)->codec, format::Codec::kRaw);
+  ASSERT_TRUE(rebaser.RebaseWhole(kRebasedJob, z, s, 4).ok());
+  EXPECT_EQ(meta_->GetChunk(kRebasedJob, z)->location, zm->location);
+  EXPECT_EQ(meta_->GetChunk(kRebasedJob, s)->codec, format::Codec::kRaw);
   ExpectDecodes(z, v2);
 }
 
@@ -232,28 +235,30 @@ TEST_F(RebaserTest, ABaseKeptAsItIsLeavesItsShortLivedSegment) {
   };
   const std::vector<float> v0 = random_bits(21);
   const std::vector<float> v1 = random_bits(22);
-  const format::ChunkId b = stores_.Put(kJob, BytesOf(v0), format::Codec::kRaw,
-                                        {}, RecordLifetime::kSaved);
-  const format::ChunkId y = stores_.Put(kJob, BytesOf(v1), format::Codec::kRaw,
-                                        {}, RecordLifetime::kSaved);
-  auto before = meta_->GetChunk(kJob, b);
+  const format::ChunkId b =
+      stores_.Put(kRebasedJob, BytesOf(v0), format::Codec::kRaw, {},
+                  RecordLifetime::kSaved);
+  const format::ChunkId y =
+      stores_.Put(kRebasedJob, BytesOf(v1), format::Codec::kRaw, {},
+                  RecordLifetime::kSaved);
+  auto before = meta_->GetChunk(kRebasedJob, b);
   ASSERT_TRUE(before.ok());
-  ASSERT_TRUE(segments_->ShortLived(kJob, before->location.segment));
+  ASSERT_TRUE(segments_->ShortLived(kRebasedJob, before->location.segment));
   Rebaser rebaser(segments_, meta_);
-  ASSERT_TRUE(rebaser.RebaseWhole(kJob, y, b, 4).ok());
-  auto after = meta_->GetChunk(kJob, b);
+  ASSERT_TRUE(rebaser.RebaseWhole(kRebasedJob, y, b, 4).ok());
+  auto after = meta_->GetChunk(kRebasedJob, b);
   ASSERT_TRUE(after.ok());
   EXPECT_EQ(after->codec, format::Codec::kRaw);
   EXPECT_FALSE(after->base.has_value());
   EXPECT_NE(after->location.segment, before->location.segment);
-  EXPECT_FALSE(segments_->ShortLived(kJob, after->location.segment));
+  EXPECT_FALSE(segments_->ShortLived(kRebasedJob, after->location.segment));
   EXPECT_EQ(rebaser.Stats().keyframes, 1u);
   EXPECT_EQ(rebaser.Stats().moved, 1u);
   ExpectDecodes(b, v0);
   ExpectDecodes(y, v1);
   // Once moved, it stays: a long-lived record is not copied again.
-  ASSERT_TRUE(rebaser.RebaseWhole(kJob, y, b, 4).ok());
-  EXPECT_EQ(meta_->GetChunk(kJob, b)->location, after->location);
+  ASSERT_TRUE(rebaser.RebaseWhole(kRebasedJob, y, b, 4).ok());
+  EXPECT_EQ(meta_->GetChunk(kRebasedJob, b)->location, after->location);
   EXPECT_EQ(rebaser.Stats().moved, 1u);
 }
 
@@ -273,14 +278,14 @@ TEST_F(RebaserTest, RebasesWaitWhileClientsAreServed) {
     ++asked;
     return serving.load();
   });
-  rebaser.Enqueue(kJob, y);
+  rebaser.Enqueue(kRebasedJob, y);
   while (asked.load() < 3) absl::SleepFor(absl::Milliseconds(1));
   EXPECT_EQ(rebaser.Stats().rebased, 0u);  // still waiting: asked again
-  EXPECT_TRUE(format::IsDelta(meta_->GetChunk(kJob, y)->codec));
+  EXPECT_TRUE(format::IsDelta(meta_->GetChunk(kRebasedJob, y)->codec));
   serving = false;
   rebaser.WaitIdle();
   EXPECT_EQ(rebaser.Stats().rebased, 1u);
-  EXPECT_FALSE(format::IsDelta(meta_->GetChunk(kJob, y)->codec));
+  EXPECT_FALSE(format::IsDelta(meta_->GetChunk(kRebasedJob, y)->codec));
 }
 
 }  // namespace

@@ -21,26 +21,19 @@
 #include "absl/time/time.h"
 #include "gtest/gtest.h"
 #include "transport/inproc_transport.h"
+#include "transport/testing/handlers.h"
 #include "transport/transport.h"
 #include "transport/ucx_transport.h"
 
 namespace stagger::transport {
 namespace {
 
-enum class Kind { kUcx, kInProc };
-
-void PrintTo(Kind kind, std::ostream* os) {
-  *os << (kind == Kind::kUcx ? "Ucx" : "InProc");
-}
+using Kind = testutil::TransportKind;
+using testutil::EchoHandler;
+using testutil::ParkingHandler;
+using testutil::Pattern;
 
 constexpr absl::Duration kWait = absl::Seconds(20);
-
-std::string Pattern(size_t n, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::string s(n, '\0');
-  for (char& c : s) c = static_cast<char>(rng());
-  return s;
-}
 
 // Grants by hand (or at once with auto_grant) and keeps the books: bytes
 // charged per peer, peers reported gone.
@@ -212,62 +205,6 @@ class BudgetAdmission : public PullAdmission {
       ABSL_GUARDED_BY(mu_);
   int64_t charged_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t max_charged_ ABSL_GUARDED_BY(mu_) = 0;
-};
-
-// Echoes requests (op + 1, header, payload) and counts them by header.
-class EchoHandler : public RequestHandler {
- public:
-  void OnRequest(Message request,
-                 std::unique_ptr<ReplyChannel> reply) override {
-    {
-      absl::MutexLock l(&mu_);
-      headers_.push_back(request.header);
-      peers_.push_back(request.peer);
-    }
-    reply->Send(request.op + 1, std::move(request.header),
-                std::move(request.payload));
-  }
-  std::vector<std::string> headers() {
-    absl::MutexLock l(&mu_);
-    return headers_;
-  }
-  std::vector<uint64_t> peers() {
-    absl::MutexLock l(&mu_);
-    return peers_;
-  }
-
- private:
-  absl::Mutex mu_;
-  std::vector<std::string> headers_ ABSL_GUARDED_BY(mu_);
-  std::vector<uint64_t> peers_ ABSL_GUARDED_BY(mu_);
-};
-
-// Keeps requests for the test to look at and answer.
-class ParkingHandler : public RequestHandler {
- public:
-  struct Parked {
-    Message request;
-    std::unique_ptr<ReplyChannel> reply;
-  };
-  void OnRequest(Message request,
-                 std::unique_ptr<ReplyChannel> reply) override {
-    absl::MutexLock l(&mu_);
-    parked_.push_back({std::move(request), std::move(reply)});
-  }
-  std::deque<Parked> Take(size_t n) {
-    absl::MutexLock l(&mu_);
-    auto enough = [this, n]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-      return parked_.size() >= n;
-    };
-    mu_.AwaitWithTimeout(absl::Condition(&enough), kWait);
-    std::deque<Parked> out;
-    out.swap(parked_);
-    return out;
-  }
-
- private:
-  absl::Mutex mu_;
-  std::deque<Parked> parked_ ABSL_GUARDED_BY(mu_);
 };
 
 // The outcome of one asynchronous Call.

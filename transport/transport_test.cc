@@ -17,74 +17,16 @@
 #include "gtest/gtest.h"
 #include "transport/inproc_transport.h"
 #include "transport/internal/ucx_handles.h"
+#include "transport/testing/handlers.h"
 #include "transport/ucx_transport.h"
 
 namespace stagger::transport {
 namespace {
 
-enum class Kind { kUcx, kInProc };
-
-void PrintTo(Kind kind, std::ostream* os) {
-  *os << (kind == Kind::kUcx ? "Ucx" : "InProc");
-}
-
-std::string Pattern(size_t n, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::string s(n, '\0');
-  for (char& c : s) c = static_cast<char>(rng());
-  return s;
-}
-
-// Replies with the request's op + 1, its header and its payload.
-class EchoHandler : public RequestHandler {
- public:
-  void OnRequest(Message request,
-                 std::unique_ptr<ReplyChannel> reply) override {
-    {
-      absl::MutexLock l(&mu_);
-      handler_threads_.push_back(std::this_thread::get_id());
-    }
-    reply->Send(request.op + 1, std::move(request.header),
-                std::move(request.payload));
-  }
-  std::vector<std::thread::id> handler_threads() {
-    absl::MutexLock l(&mu_);
-    return handler_threads_;
-  }
-
- private:
-  absl::Mutex mu_;
-  std::vector<std::thread::id> handler_threads_ ABSL_GUARDED_BY(mu_);
-};
-
-// Keeps requests and their reply channels for the test to answer.
-class ParkingHandler : public RequestHandler {
- public:
-  struct Parked {
-    Message request;
-    std::unique_ptr<ReplyChannel> reply;
-  };
-  void OnRequest(Message request,
-                 std::unique_ptr<ReplyChannel> reply) override {
-    absl::MutexLock l(&mu_);
-    parked_.push_back({std::move(request), std::move(reply)});
-  }
-  // Waits until `n` requests are parked and takes them.
-  std::deque<Parked> Take(size_t n) {
-    absl::MutexLock l(&mu_);
-    auto enough = [this, n]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-      return parked_.size() >= n;
-    };
-    mu_.Await(absl::Condition(&enough));
-    std::deque<Parked> out;
-    out.swap(parked_);
-    return out;
-  }
-
- private:
-  absl::Mutex mu_;
-  std::deque<Parked> parked_ ABSL_GUARDED_BY(mu_);
-};
+using Kind = testutil::TransportKind;
+using testutil::EchoHandler;
+using testutil::ParkingHandler;
+using testutil::Pattern;
 
 // Drops every request's reply channel without replying.
 class DroppingHandler : public RequestHandler {
@@ -404,6 +346,7 @@ TEST_P(TransportTest, DestroyingConnectionFailsPendingCalls) {
     other_done.Notify();
   });
   parked = handler.Take(1);
+  ASSERT_EQ(parked.size(), 1u);
   parked.front().reply->Send(4, "fine", Buffer::CopyOf("p2"));
   other_done.WaitForNotification();
   ASSERT_TRUE(other_result.ok()) << other_result.status();
