@@ -43,16 +43,21 @@ fi
 
 conf=$dir/ceph.conf
 
-stop_cluster() {
-  local pids=()
-  for f in "$dir"/run/*.pid; do
-    [ -e "$f" ] || continue
-    pid=$(cat "$f" 2>/dev/null || true)
-    if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; then
-      pids+=("$pid")
-      kill -TERM "$pid" 2>/dev/null || true
-    fi
+# Stops the daemons whose pid files match the patterns given (SIGTERM, then
+# SIGKILL to what is left after 10 s).
+stop_daemons() {
+  local pids=() f pid pattern
+  for pattern in "$@"; do
+    for f in "$dir"/run/$pattern.pid; do
+      [ -e "$f" ] || continue
+      pid=$(cat "$f" 2>/dev/null || true)
+      if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; then
+        pids+=("$pid")
+        kill -TERM "$pid" 2>/dev/null || true
+      fi
+    done
   done
+  [ ${#pids[@]} -gt 0 ] || return 0
   for _ in $(seq 100); do
     local alive=0
     for pid in "${pids[@]}"; do
@@ -62,6 +67,13 @@ stop_cluster() {
     sleep 0.1
   done
   for pid in "${pids[@]}"; do kill -KILL "$pid" 2>/dev/null || true; done
+}
+
+# The monitor's clients first: an OSD or a radosgw whose monitor has gone
+# waits for it until killed (10 s), and stops in 2 s while it is there.
+stop_cluster() {
+  stop_daemons 'rgw' 'osd.*'
+  stop_daemons '*'
 }
 
 fail() {
