@@ -11,7 +11,7 @@ BUILD_TYPE ?= RelWithDebInfo
 export UCX_TLS ?= sm,tcp
 export UCX_WARN_UNUSED_ENV_VARS ?= n
 
-.PHONY: all deps deps-test configure build demo bench test test-cpp test-python test-install bench-smoke test-sanitize test-sanitize-client test-torch2 test-torch2-if-ready fuzz clean
+.PHONY: all deps deps-test configure build demo bench test test-cpp test-python test-install bench-smoke test-sanitize sanitize-build sanitize-run test-sanitize-client test-torch2 test-torch2-if-ready fuzz clean
 
 # Unit tests that also run under AddressSanitizer + UBSan.
 SANITIZE_DIR ?= build-asan
@@ -62,7 +62,22 @@ demo: configure
 bench: build
 	STAGGER_BIN_DIR=$(CURDIR)/$(BUILD_DIR)/bin bench/run_all.sh
 
-test: deps-test build test-cpp test-python test-torch2-if-ready test-install bench-smoke test-sanitize
+# The suite. The sanitizer build (CPU-bound compiling) runs beside the
+# tests at the lowest priority (nice 19): the tests mostly wait on
+# processes, disks and sockets, and take the cores whenever they want them;
+# the build takes what they leave idle. Its output goes to
+# $(SANITIZE_DIR).build.log, printed when it fails; the sanitizer run
+# comes last. Ctrl-C or a failing test stops the build too.
+test: deps-test build
+	@echo "test: building $(SANITIZE_DIR)/ at low priority beside the tests ($(SANITIZE_DIR).build.log)"
+	@setsid nice -n 19 $(MAKE) sanitize-build > $(SANITIZE_DIR).build.log 2>&1 & bg=$$!; \
+	  trap 'kill -TERM -- -$$bg 2>/dev/null' INT TERM EXIT; \
+	  $(MAKE) test-cpp test-python test-torch2-if-ready test-install bench-smoke \
+	    || exit 1; \
+	  wait $$bg || { cat $(SANITIZE_DIR).build.log; \
+	    echo "test: the sanitizer build failed (above)"; exit 1; }; \
+	  trap - INT TERM EXIT; \
+	  $(MAKE) sanitize-run
 
 test-cpp:
 	cd $(BUILD_DIR) && ctest --output-on-failure -j$(JOBS) --timeout 300
@@ -91,12 +106,17 @@ bench-smoke:
 	  rc=$$?; if [ $$rc -eq 0 ]; then tail -n 1 $$out; else cat $$out; fi; \
 	  rm -f $$out; [ $$rc -eq 0 ] || [ $$rc -eq 2 ] || exit 1; done
 
-test-sanitize: deps-test
+test-sanitize: sanitize-build
+	@$(MAKE) sanitize-run
+
+sanitize-build: deps-test
 	@cmake -S . -B $(SANITIZE_DIR) -DCMAKE_BUILD_TYPE=Debug -DSTAGGER_SANITIZE=ON \
 	  -DCMAKE_CXX_FLAGS_DEBUG=-g1 -DCMAKE_C_FLAGS_DEBUG=-g1 \
 	  -DPython3_EXECUTABLE=$(PYTHON) > $(SANITIZE_DIR).configure.log 2>&1 \
 	  || (cat $(SANITIZE_DIR).configure.log; exit 1)
 	cmake --build $(SANITIZE_DIR) -j$(JOBS) --target $(SANITIZE_TESTS)
+
+sanitize-run:
 	cd $(SANITIZE_DIR) && ASAN_OPTIONS=detect_leaks=1 \
 	  UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
 	  ctest --output-on-failure -j$(JOBS) --timeout 300 \
