@@ -81,13 +81,22 @@ except KeyboardInterrupt:
 """
 
 
+# Ctrl-C raises KeyboardInterrupt in the child, as in a python started from
+# a terminal, even where this test runs with SIGINT ignored (a make test
+# started in the background of a shell without job control): the child
+# would inherit that, and Python leaves an ignored SIGINT ignored.
+DEFAULT_SIGINT = ("import signal\n"
+                  "signal.signal(signal.SIGINT, signal.default_int_handler)\n")
+
+
 @contextlib.contextmanager
 def interrupted_child(script, tmp_path):
     """Runs `script` with `tmp_path` as its argument, waits for it to print
     "waiting", sends it SIGINT 0.3 s later and yields it; kills it at the
     end if it is still running."""
     env = dict(os.environ, PYTHONUNBUFFERED="1")
-    child = subprocess.Popen([sys.executable, "-c", script, str(tmp_path)],
+    child = subprocess.Popen([sys.executable, "-c", DEFAULT_SIGINT + script,
+                              str(tmp_path)],
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                              env=env)
     try:
@@ -168,7 +177,8 @@ def child_of_a_stopped_server(script, tmp_path):
     is continued and both are ended at the end."""
     from conftest import start_server
     server, grpc = start_server(tmp_path / "data")
-    child = subprocess.Popen([sys.executable, "-c", script, grpc],
+    child = subprocess.Popen([sys.executable, "-c", DEFAULT_SIGINT + script,
+                              grpc],
                              stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                              stderr=subprocess.PIPE)
     try:
