@@ -6,6 +6,8 @@
 #include <utility>
 #include <vector>
 
+#include "qos/clock.h"
+
 namespace stagger::qos {
 namespace {
 

@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include "qos/clock.h"
+
 namespace stagger::qos {
 namespace {
 

@@ -4,6 +4,8 @@
 
 #include <set>
 
+#include "qos/clock.h"
+
 namespace stagger::qos {
 namespace {
 

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "qos/clock.h"
 
 namespace stagger::qos {
 namespace {
