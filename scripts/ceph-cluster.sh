@@ -27,6 +27,11 @@
 #   scripts/ceph-cluster.sh rgw-stop DIR
 #       stops the radosgw alone (SIGKILL: an endpoint that vanishes).
 #
+# With CEPH_CLUSTER_OWNER_PID set, start leaves a watcher behind (its own
+# session): when that process ends, however it ends (Ctrl-C, SIGKILL),
+# the watcher stops the cluster and removes DIR; it leaves quietly once
+# DIR/run is gone (the owner cleaned up itself). The test binaries set it.
+#
 # start exits 3 (and stops what it started, unless $CEPH_CLUSTER_KEEP is
 # set, to look at it) when the cluster cannot start,
 # 4 when the Ceph packages are missing (scripts/install-deps.sh --test installs
@@ -122,6 +127,10 @@ start_cluster() {
     fi
   done
   mkdir -p "$dir"/run "$dir"/log "$dir"/mon.a "$dir"/mgr.x "$dir"/osd.0
+  if [ -n "${CEPH_CLUSTER_OWNER_PID:-}" ]; then
+    setsid bash "$0" watch "$dir" "$CEPH_CLUSTER_OWNER_PID" \
+      </dev/null >/dev/null 2>&1 &
+  fi
   local fsid port
   fsid=$(cat /proc/sys/kernel/random/uuid)
   port=$(free_port)
@@ -222,6 +231,19 @@ restart_cluster() {
   wait_writable "${3:-stagger}"
 }
 
+# Until process $1 ends, or DIR's run directory is removed (its owner
+# cleaned up), waits; then stops every daemon of DIR and removes DIR.
+watch_owner() {
+  local owner=$1
+  while kill -0 "$owner" 2>/dev/null; do
+    [ -d "$dir/run" ] || exit 0
+    sleep 1
+  done
+  [ -d "$dir/run" ] || exit 0
+  stop_cluster
+  rm -rf "$dir"
+}
+
 start_rgw() {
   [ -f "$conf" ] || { echo "ceph-cluster: no cluster in $dir" >&2; exit 2; }
   for b in radosgw radosgw-admin; do
@@ -277,6 +299,7 @@ case "$cmd" in
     fi
     ;;
   stop) stop_cluster ;;
+  watch) watch_owner "${3:?usage: $0 watch DIR PID}" ;;
   restart) restart_cluster "$@" ;;
   status) timeout 5 ceph -c "$conf" health >/dev/null 2>&1 ;;
   *)

@@ -6,6 +6,7 @@
 // processes throughout. Every test skips, saying why, where the cluster
 // cannot start (no Ceph packages: scripts/install-deps.sh installs them).
 #include <signal.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <cstdio>
@@ -38,6 +39,9 @@ class Cluster : public ::testing::Environment {
   void SetUp() override {
     instance_ = this;
     dir_ = std::make_unique<testutil::TempDir>();
+    // Stopped and removed by the script's watcher if this binary ends
+    // without its TearDown (Ctrl-C, a crash).
+    setenv("CEPH_CLUSTER_OWNER_PID", std::to_string(getpid()).c_str(), 1);
     const auto r = Script("start", {kPool, "2"});
     if (r.exit_code == 0) {
       conf_ = dir_->path() + "/ceph.conf";

@@ -75,6 +75,9 @@ class Endpoint : public ::testing::Environment {
   void SetUp() override {
     instance_ = this;
     dir_ = std::make_unique<testutil::TempDir>();
+    // Stopped and removed by the script's watcher if this binary ends
+    // without its TearDown (Ctrl-C, a crash).
+    setenv("CEPH_CLUSTER_OWNER_PID", std::to_string(getpid()).c_str(), 1);
     auto r = Script("start", {"stagger", "2"});
     if (r.exit_code != 0) {
       Skip("the Ceph cluster did not start", r);
