@@ -67,11 +67,13 @@ bench: build
 # processes, disks and sockets, and take the cores whenever they want them;
 # the build takes what they leave idle. Its output goes to
 # $(SANITIZE_DIR).build.log, printed when it fails; the sanitizer run
-# comes last. Ctrl-C or a failing test stops the build too.
+# comes last. Ctrl-C or a failing test stops the build too (its own
+# session: a process group the recipe's shell signals; sh's kill takes no
+# "--").
 test: deps-test build
 	@echo "test: building $(SANITIZE_DIR)/ at low priority beside the tests ($(SANITIZE_DIR).build.log)"
 	@setsid nice -n 19 $(MAKE) sanitize-build > $(SANITIZE_DIR).build.log 2>&1 & bg=$$!; \
-	  trap 'kill -TERM -- -$$bg 2>/dev/null' INT TERM EXIT; \
+	  trap 'kill -TERM -$$bg 2>/dev/null' INT TERM EXIT; \
 	  $(MAKE) test-cpp test-python test-torch2-if-ready test-install bench-smoke \
 	    || exit 1; \
 	  wait $$bg || { cat $(SANITIZE_DIR).build.log; \
