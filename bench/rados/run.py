@@ -74,7 +74,10 @@ def main():
     osd_gib = max(6, (a.mib * (2 * a.reps + 3)) // 1024 + 4)
     r = subprocess.run([os.path.join(ROOT, "scripts", "ceph-cluster.sh"),
                         "start", cluster, POOL, str(osd_gib)],
-                       capture_output=True, text=True)
+                       capture_output=True, text=True,
+                       # stopped by the script's watcher if this one dies
+                       env=dict(os.environ,
+                                CEPH_CLUSTER_OWNER_PID=str(os.getpid())))
     if r.returncode != 0:
         print(f"bench/rados: the cluster did not start: {r.stderr}",
               file=sys.stderr)

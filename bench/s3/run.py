@@ -47,7 +47,9 @@ PARALLEL = 16
 def cluster(cmd, d, *extra):
     return subprocess.run(
         [os.path.join(ROOT, "scripts", "ceph-cluster.sh"), cmd, d, *extra],
-        capture_output=True, text=True)
+        capture_output=True, text=True,
+        # stopped by the script's watcher if this process dies
+        env=dict(os.environ, CEPH_CLUSTER_OWNER_PID=str(os.getpid())))
 
 
 def curl_config(env, lines):
