@@ -310,6 +310,7 @@ TEST_P(TransportTest, InFlightCallFailsWhenListenerGoesAndLateReplyIsDropped) {
     done.Notify();
   });
   std::deque<ParkingHandler::Parked> parked = handler.Take(1);
+  ASSERT_EQ(parked.size(), 1u);
   listener.reset();
   done.WaitForNotification();
   EXPECT_EQ(result.status().code(), absl::StatusCode::kUnavailable);
@@ -331,6 +332,7 @@ TEST_P(TransportTest, DestroyingConnectionFailsPendingCalls) {
     done.Notify();
   });
   std::deque<ParkingHandler::Parked> parked = handler.Take(1);
+  ASSERT_EQ(parked.size(), 1u);
   conn.reset();
   ASSERT_TRUE(done.HasBeenNotified());
   EXPECT_EQ(result.status().code(), absl::StatusCode::kUnavailable);
