@@ -30,7 +30,8 @@
 # With CEPH_CLUSTER_OWNER_PID set, start leaves a watcher behind (its own
 # session): when that process ends, however it ends (Ctrl-C, SIGKILL),
 # the watcher stops the cluster and removes DIR; it leaves quietly once
-# DIR/run is gone (the owner cleaned up itself). The test binaries set it.
+# DIR/run is gone (the owner cleaned up itself). The test binaries set it;
+# a value that is not a process id is refused (exit 2).
 #
 # start exits 3 (and stops what it started, unless $CEPH_CLUSTER_KEEP is
 # set, to look at it) when the cluster cannot start,
@@ -126,6 +127,7 @@ start_cluster() {
       exit 4
     fi
   done
+  owner_pid_or_exit "${CEPH_CLUSTER_OWNER_PID:-}"
   mkdir -p "$dir"/run "$dir"/log "$dir"/mon.a "$dir"/mgr.x "$dir"/osd.0
   if [ -n "${CEPH_CLUSTER_OWNER_PID:-}" ]; then
     setsid bash "$0" watch "$dir" "$CEPH_CLUSTER_OWNER_PID" \
@@ -231,6 +233,17 @@ restart_cluster() {
   wait_writable "${3:-stagger}"
 }
 
+# Exits 2 unless $1 is empty or a process id: a watcher of anything else
+# would find its owner gone at once and remove the cluster it started.
+owner_pid_or_exit() {
+  case "$1" in
+    '') ;;
+    0*|*[!0-9]*)
+      echo "ceph-cluster: CEPH_CLUSTER_OWNER_PID='$1' is not a process id" >&2
+      exit 2 ;;
+  esac
+}
+
 # Until process $1 ends, or DIR's run directory is removed (its owner
 # cleaned up), waits; then stops every daemon of DIR and removes DIR.
 watch_owner() {
@@ -299,7 +312,9 @@ case "$cmd" in
     fi
     ;;
   stop) stop_cluster ;;
-  watch) watch_owner "${3:?usage: $0 watch DIR PID}" ;;
+  watch)
+    owner_pid_or_exit "${3:?usage: $0 watch DIR PID}"
+    watch_owner "$3" ;;
   restart) restart_cluster "$@" ;;
   status) timeout 5 ceph -c "$conf" health >/dev/null 2>&1 ;;
   *)
