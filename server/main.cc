@@ -10,10 +10,8 @@
 // Prints exactly one line to stdout once it accepts requests:
 //   stagger-server ready grpc=HOST:PORT data=ucx:HEX
 // (data: the UCX worker address that Hello hands to clients.) Nothing else
-// reaches stdout: what libraries print there (UCX's warnings) goes to
-// stderr, with the log.
+// reaches stdout: UCX's messages go to the log on stderr (transport/).
 // SIGTERM or SIGINT: stop accepting, finish in-flight work, exit 0.
-#include <fcntl.h>
 #include <grpc/support/log.h>
 #include <malloc.h>
 #include <signal.h>
@@ -35,27 +33,6 @@
 #include "util/cli_checks.h"
 #include "util/log.h"
 #include "util/nearest.h"
-
-// UCX writes its warnings to stdout (its log's default stream, chosen when
-// the library loads), ahead of the ready line that scripts and tests read
-// first. From here on descriptor 1 is stderr, and the ready line goes to a
-// copy of the original stdout. Where that cannot be arranged, stdout.
-namespace {
-FILE* KeepStdoutForTheReadyLine() {
-  fflush(stdout);
-  const int fd = fcntl(STDOUT_FILENO, F_DUPFD_CLOEXEC, 0);
-  if (fd < 0) return stdout;
-  FILE* out = fdopen(fd, "w");
-  if (out == nullptr || dup2(STDERR_FILENO, STDOUT_FILENO) < 0) {
-    if (out != nullptr)
-      fclose(out);
-    else
-      close(fd);
-    return stdout;
-  }
-  return out;
-}
-}  // namespace
 
 int main(int argc, char** argv) {
   // Pulled payloads come from the transport's pool of recycled buffers;
@@ -434,7 +411,6 @@ int main(int argc, char** argv) {
             "--s3-bucket\n");
     return 2;
   }
-  FILE* ready_out = KeepStdoutForTheReadyLine();
   auto server = stagger::server::Server::Start(options);
   if (!server.ok()) {
     fprintf(stderr, "stagger-server: %s\n",
@@ -442,10 +418,10 @@ int main(int argc, char** argv) {
     return 1;
   }
   const std::string metrics = (*server)->metrics_address();
-  fprintf(ready_out, "stagger-server ready grpc=%s data=%s%s%s\n",
-          (*server)->grpc_address().c_str(), (*server)->data_address().c_str(),
-          metrics.empty() ? "" : " metrics=", metrics.c_str());
-  fflush(ready_out);
+  printf("stagger-server ready grpc=%s data=%s%s%s\n",
+         (*server)->grpc_address().c_str(), (*server)->data_address().c_str(),
+         metrics.empty() ? "" : " metrics=", metrics.c_str());
+  fflush(stdout);
   stagger::log::Info(
       "stagger-server",
       absl::StrCat(

@@ -1,13 +1,19 @@
 #include "transport/internal/ucx_handles.h"
 
+#include <ucs/debug/log_def.h>
+
+#include <cstdarg>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "transport/internal/ucx_status.h"
+#include "util/log.h"
 
 namespace stagger::transport_internal {
 
@@ -17,11 +23,35 @@ namespace {
 // processes of one host (transport/README.md, "Same host: cma").
 constexpr char kCmaKey[] = "MEMORY_INVALIDATE";  // of the cma memory domain
 
+// UCX's messages as stagger's log lines (component "ucx") on stderr. By
+// default UCX prints them on stdout, where a process's output is its own:
+// stagger-server's ready line, the CLI's listings. UCX has already
+// filtered them by UCX_LOG_LEVEL; warnings and errors keep their level.
+ucs_log_func_rc_t LogToStagger(const char* file, unsigned line,
+                               const char* function, ucs_log_level_t level,
+                               const ucs_log_component_config_t* comp_conf,
+                               const char* format, va_list ap) {
+  char text[1024];
+  va_list copy;
+  va_copy(copy, ap);
+  vsnprintf(text, sizeof text, format, copy);
+  va_end(copy);
+  const char* base = strrchr(file, '/');
+  const log::Level to = level <= UCS_LOG_LEVEL_ERROR  ? log::Level::kError
+                        : level == UCS_LOG_LEVEL_WARN ? log::Level::kWarning
+                                                      : log::Level::kInfo;
+  log::Write(to, "ucx",
+             absl::StrCat(base ? base + 1 : file, ":", line, " ", text));
+  return UCS_LOG_FUNC_RC_STOP;
+}
+
 // A context with features AM and WAKEUP; with `net_devices`, only those
 // network devices; with `cross_memory`, cma for rendezvous payloads unless
 // the environment decides (UCX_CMA_MEMORY_INVALIDATE).
 Result<ucp_context_h> InitContext(const std::string& net_devices,
                                   bool cross_memory) {
+  static std::once_flag log_handler;
+  std::call_once(log_handler, [] { ucs_log_push_handler(LogToStagger); });
   ucp_config_t* config = nullptr;
   ucs_status_t st = ucp_config_read(nullptr, nullptr, &config);
   if (st != UCS_OK) return FromUcs(st, "reading UCX configuration");
